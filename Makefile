@@ -1,0 +1,49 @@
+SHELL := /bin/bash
+# coastguard — multi-cluster NetworkPolicy for Submariner cluster sets.
+#
+#   make demo     3 local clusters on real kube-apiservers, coastguardd in each
+#   make test     unit tests (-race) + the real multi-cluster e2e suite
+#   make bench    every performance goal, as a table (bench/results.json)
+
+GO          ?= go
+TESTBIN_DIR ?= $(CURDIR)/.cache/bin
+BIN         ?= $(CURDIR)/bin
+export TESTBIN_DIR
+
+.PHONY: all build test unit e2e vet testbins generate verify-generate demo demo-down bench bench-quick fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/coastguardd ./cmd/coastguardd
+
+## test: the README's test command; .ci/run calls exactly this.
+test: vet unit e2e
+
+vet:
+	$(GO) vet ./...
+	$(GO) vet -tags e2e ./test/...
+
+unit:
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+## e2e: real etcd + kube-apiservers + coastguardd processes (builds test binaries once, cached).
+e2e: testbins
+	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/... 2>&1 | tee .cache/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic)|e2e summary' ; exit $${PIPESTATUS[0]}
+
+testbins:
+	@mkdir -p .cache
+	hack/build-testbins.sh $(TESTBIN_DIR)
+
+generate:
+	hack/generate.sh
+
+## verify-generate: fails when generated deepcopy/CRD files are stale.
+verify-generate: generate
+	git diff --exit-code -- api deploy/crds
+
+fuzz:
+	hack/fuzz.sh 20s
+
+clean:
+	rm -rf $(BIN) .cache/e2e.log

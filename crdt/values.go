@@ -1,0 +1,147 @@
+package crdt
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// ValueFormat is the encoding version tag written into every value. Decoders
+// accept any format >= 1 and ignore fields they do not know, so a newer peer
+// can add fields without re-stamping anyone's entries.
+const ValueFormat = 1
+
+// MaxValueBytes bounds a single encoded value; larger values are rejected by
+// decoders and writers.
+const MaxValueBytes = 256 << 10
+
+// ErrValueTooLarge is returned for values over MaxValueBytes.
+var ErrValueTooLarge = errors.New("crdt: value exceeds MaxValueBytes")
+
+// ClusterValue describes a cluster (KindCluster).
+type ClusterValue struct {
+	Format uint8 `msgpack:"v"`
+	// Labels are the cluster's labels: always cluster.clusterset.k8s.io=<id>
+	// plus one per ClusterProperty.
+	Labels       map[string]string `msgpack:"l,omitempty"`
+	PodCIDRs     []string          `msgpack:"pc,omitempty"`
+	ServiceCIDRs []string          `msgpack:"sc,omitempty"`
+	GlobalCIDRs  []string          `msgpack:"gc,omitempty"`
+	// Globalnet is true when Submariner source-NATs this cluster's egress.
+	Globalnet bool `msgpack:"gn,omitempty"`
+	// ClusterEgressIPs are the cluster-wide global egress IPs (Globalnet).
+	ClusterEgressIPs []string `msgpack:"ce,omitempty"`
+	// NamespaceEgressIPs maps namespace -> its allocated global egress IPs.
+	NamespaceEgressIPs map[string][]string `msgpack:"ne,omitempty"`
+	// GossipName is the memberlist node name of the writer, used to detect
+	// two distinct gossip identities claiming one cluster ID.
+	GossipName string `msgpack:"gw,omitempty"`
+}
+
+// NamespaceValue describes a namespace (KindNamespace).
+type NamespaceValue struct {
+	Format uint8             `msgpack:"v"`
+	Labels map[string]string `msgpack:"l,omitempty"`
+}
+
+// NamedPort is a container port of a pod.
+type NamedPort struct {
+	Name     string `msgpack:"n,omitempty"`
+	Port     int32  `msgpack:"p"`
+	Protocol string `msgpack:"t,omitempty"` // TCP when empty
+}
+
+// PodValue describes a pod (KindPod). It holds only what policy needs.
+type PodValue struct {
+	Format      uint8             `msgpack:"v"`
+	Labels      map[string]string `msgpack:"l,omitempty"`
+	IPs         []string          `msgpack:"ip,omitempty"`
+	Phase       string            `msgpack:"ph,omitempty"`
+	HostNetwork bool              `msgpack:"hn,omitempty"`
+	Ports       []NamedPort       `msgpack:"po,omitempty"`
+	// EgressIPs are Globalnet per-pod egress IPs when allocated.
+	EgressIPs []string `msgpack:"eg,omitempty"`
+}
+
+// PolicyValue carries a MultiClusterNetworkPolicy (KindPolicy).
+type PolicyValue struct {
+	Format     uint8  `msgpack:"v"`
+	UID        string `msgpack:"u,omitempty"`
+	Generation int64  `msgpack:"g,omitempty"`
+	// Spec is the JSON encoding of api/v1 MultiClusterNetworkPolicySpec,
+	// exactly as stored by the origin's apiserver.
+	Spec []byte `msgpack:"s"`
+}
+
+// ReportValue is one enforcing cluster's report on one MCNP (KindReport).
+type ReportValue struct {
+	Format             uint8  `msgpack:"v"`
+	ObservedGeneration int64  `msgpack:"g,omitempty"`
+	NetworkPolicies    int32  `msgpack:"n,omitempty"`
+	RemotePeers        int32  `msgpack:"r,omitempty"`
+	Error              string `msgpack:"e,omitempty"`
+	// Degraded carries a reason such as GlobalnetCoarseIdentity.
+	Degraded string `msgpack:"d,omitempty"`
+	// SkippedNoNamespace is true when the enforcing cluster lacks the
+	// MCNP's namespace.
+	SkippedNoNamespace bool `msgpack:"sn,omitempty"`
+	// InventoryHash identifies the inventory (digest hash) used.
+	InventoryHash uint64 `msgpack:"ih,omitempty"`
+}
+
+// EncodeValue msgpack-encodes a value struct, stamping its Format.
+func EncodeValue(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case *ClusterValue:
+		x.Format = ValueFormat
+	case *NamespaceValue:
+		x.Format = ValueFormat
+	case *PodValue:
+		x.Format = ValueFormat
+	case *PolicyValue:
+		x.Format = ValueFormat
+	case *ReportValue:
+		x.Format = ValueFormat
+	default:
+		return nil, fmt.Errorf("crdt: cannot encode value of type %T", v)
+	}
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > MaxValueBytes {
+		return nil, ErrValueTooLarge
+	}
+	return b, nil
+}
+
+// DecodeValue decodes b into out (a pointer to one of the value structs).
+// Unknown fields are ignored; a missing or zero format tag is an error.
+func DecodeValue(b []byte, out any) error {
+	if len(b) > MaxValueBytes {
+		return ErrValueTooLarge
+	}
+	if err := msgpack.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("crdt: decode %T: %w", out, err)
+	}
+	var f uint8
+	switch x := out.(type) {
+	case *ClusterValue:
+		f = x.Format
+	case *NamespaceValue:
+		f = x.Format
+	case *PodValue:
+		f = x.Format
+	case *PolicyValue:
+		f = x.Format
+	case *ReportValue:
+		f = x.Format
+	default:
+		return fmt.Errorf("crdt: cannot decode into %T", out)
+	}
+	if f == 0 {
+		return fmt.Errorf("crdt: decode %T: missing value format tag", out)
+	}
+	return nil
+}
