@@ -1,0 +1,330 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
+)
+
+// Config is the daemon configuration. Every field can be set by a flag, an
+// environment variable or a key in the --config YAML file; precedence is
+// flag > env > file > default.
+type Config struct {
+	ClusterID        string        `json:"clusterID"`
+	Kubeconfig       string        `json:"kubeconfig"`
+	NodeName         string        `json:"nodeName"`
+	Namespace        string        `json:"namespace"`
+	BindAddr         string        `json:"bindAddr"`
+	AdvertiseAddr    string        `json:"advertiseAddr"`
+	Seeds            []string      `json:"seeds"`
+	GossipKeyFile    string        `json:"gossipKeyFile"`
+	GossipProfile    string        `json:"gossipProfile"`
+	DataDir          string        `json:"dataDir"`
+	Debounce         time.Duration `json:"debounce"`
+	MaxDelay         time.Duration `json:"maxDelay"`
+	ReconnectTimeout time.Duration `json:"reconnectTimeout"`
+	MetricsAddr      string        `json:"metricsAddr"`
+	GlobalnetPolicy  string        `json:"globalnetPolicy"`
+	LeaseDuration    time.Duration `json:"leaseDuration"`
+	TombstoneGCAfter time.Duration `json:"tombstoneGCAfter"`
+	LogLevel         string        `json:"logLevel"`
+}
+
+// fileConfig mirrors Config with durations as strings for YAML ("30s").
+type fileConfig struct {
+	ClusterID        *string   `json:"clusterID"`
+	Kubeconfig       *string   `json:"kubeconfig"`
+	NodeName         *string   `json:"nodeName"`
+	Namespace        *string   `json:"namespace"`
+	BindAddr         *string   `json:"bindAddr"`
+	AdvertiseAddr    *string   `json:"advertiseAddr"`
+	Seeds            *[]string `json:"seeds"`
+	GossipKeyFile    *string   `json:"gossipKeyFile"`
+	GossipProfile    *string   `json:"gossipProfile"`
+	DataDir          *string   `json:"dataDir"`
+	Debounce         *string   `json:"debounce"`
+	MaxDelay         *string   `json:"maxDelay"`
+	ReconnectTimeout *string   `json:"reconnectTimeout"`
+	MetricsAddr      *string   `json:"metricsAddr"`
+	GlobalnetPolicy  *string   `json:"globalnetPolicy"`
+	LeaseDuration    *string   `json:"leaseDuration"`
+	TombstoneGCAfter *string   `json:"tombstoneGCAfter"`
+	LogLevel         *string   `json:"logLevel"`
+}
+
+func defaultConfig() Config {
+	return Config{
+		Namespace:        "coastguard-system",
+		BindAddr:         "0.0.0.0:7946",
+		GossipProfile:    "wan",
+		DataDir:          "/var/lib/coastguard",
+		Debounce:         50 * time.Millisecond,
+		MaxDelay:         500 * time.Millisecond,
+		ReconnectTimeout: 24 * time.Hour,
+		MetricsAddr:      ":9090",
+		GlobalnetPolicy:  "coarse",
+		LeaseDuration:    15 * time.Second,
+		TombstoneGCAfter: time.Hour,
+		LogLevel:         "info",
+	}
+}
+
+// option describes one setting: its flag, env vars and how to set it.
+type option struct {
+	flag  string
+	envs  []string
+	usage string
+	set   func(c *Config, v string) error
+	fileV func(f *fileConfig) (string, bool)
+}
+
+func strSetter(p func(c *Config) *string) func(c *Config, v string) error {
+	return func(c *Config, v string) error { *p(c) = v; return nil }
+}
+
+func durSetter(name string, p func(c *Config) *time.Duration) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a duration (examples: 50ms, 2s, 24h)", name, v)
+		}
+		*p(c) = d
+		return nil
+	}
+}
+
+func sp(p *string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	return *p, true
+}
+
+func options() []option {
+	return []option{
+		{"cluster-id", []string{"COASTGUARD_CLUSTER_ID"}, "cluster ID (default: discovered from ClusterProperty cluster.clusterset.k8s.io or Submariner's Cluster)",
+			strSetter(func(c *Config) *string { return &c.ClusterID }), func(f *fileConfig) (string, bool) { return sp(f.ClusterID) }},
+		{"kubeconfig", []string{"KUBECONFIG"}, "kubeconfig path (default: in-cluster)",
+			strSetter(func(c *Config) *string { return &c.Kubeconfig }), func(f *fileConfig) (string, bool) { return sp(f.Kubeconfig) }},
+		{"node-name", []string{"COASTGUARD_NODE_NAME", "POD_NAME"}, "gossip identity, unique per daemon (default: hostname)",
+			strSetter(func(c *Config) *string { return &c.NodeName }), func(f *fileConfig) (string, bool) { return sp(f.NodeName) }},
+		{"namespace", []string{"POD_NAMESPACE"}, "namespace holding the leader Lease",
+			strSetter(func(c *Config) *string { return &c.Namespace }), func(f *fileConfig) (string, bool) { return sp(f.Namespace) }},
+		{"bind-addr", []string{"COASTGUARD_BIND_ADDR"}, "gossip bind address host:port",
+			strSetter(func(c *Config) *string { return &c.BindAddr }), func(f *fileConfig) (string, bool) { return sp(f.BindAddr) }},
+		{"advertise-addr", []string{"COASTGUARD_ADVERTISE_ADDR", "POD_IP"}, "gossip address advertised to peers, ip or ip:port (default: bind address)",
+			strSetter(func(c *Config) *string { return &c.AdvertiseAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdvertiseAddr) }},
+		{"seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin",
+			func(c *Config, v string) error { c.Seeds = splitList(v); return nil },
+			func(f *fileConfig) (string, bool) {
+				if f.Seeds == nil {
+					return "", false
+				}
+				return strings.Join(*f.Seeds, ","), true
+			}},
+		{"gossip-key-file", []string{"COASTGUARD_GOSSIP_KEY_FILE"}, "keyring file: one base64 AES key (16/24/32 bytes) per line, first is primary",
+			strSetter(func(c *Config) *string { return &c.GossipKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.GossipKeyFile) }},
+		{"gossip-profile", []string{"COASTGUARD_GOSSIP_PROFILE"}, "gossip timing profile: wan, lan or local",
+			strSetter(func(c *Config) *string { return &c.GossipProfile }), func(f *fileConfig) (string, bool) { return sp(f.GossipProfile) }},
+		{"data-dir", []string{"COASTGUARD_DATA_DIR"}, "directory for the bbolt state file",
+			strSetter(func(c *Config) *string { return &c.DataDir }), func(f *fileConfig) (string, bool) { return sp(f.DataDir) }},
+		{"debounce", []string{"COASTGUARD_DEBOUNCE"}, "enforcer quiet period before recomputing",
+			durSetter("debounce", func(c *Config) *time.Duration { return &c.Debounce }), func(f *fileConfig) (string, bool) { return sp(f.Debounce) }},
+		{"max-delay", []string{"COASTGUARD_MAX_DELAY"}, "enforcer maximum delay under continuous churn",
+			durSetter("max-delay", func(c *Config) *time.Duration { return &c.MaxDelay }), func(f *fileConfig) (string, bool) { return sp(f.MaxDelay) }},
+		{"reconnect-timeout", []string{"COASTGUARD_RECONNECT_TIMEOUT"}, "a cluster with no live member for this long is retired",
+			durSetter("reconnect-timeout", func(c *Config) *time.Duration { return &c.ReconnectTimeout }), func(f *fileConfig) (string, bool) { return sp(f.ReconnectTimeout) }},
+		{"metrics-addr", []string{"COASTGUARD_METRICS_ADDR"}, "address serving /metrics, /healthz and /readyz",
+			strSetter(func(c *Config) *string { return &c.MetricsAddr }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAddr) }},
+		{"globalnet-policy", []string{"COASTGUARD_GLOBALNET_POLICY"}, "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed)",
+			strSetter(func(c *Config) *string { return &c.GlobalnetPolicy }), func(f *fileConfig) (string, bool) { return sp(f.GlobalnetPolicy) }},
+		{"lease-duration", []string{"COASTGUARD_LEASE_DURATION"}, "leader Lease duration",
+			durSetter("lease-duration", func(c *Config) *time.Duration { return &c.LeaseDuration }), func(f *fileConfig) (string, bool) { return sp(f.LeaseDuration) }},
+		{"tombstone-gc-after", []string{"COASTGUARD_TOMBSTONE_GC_AFTER"}, "own tombstones older than this are garbage-collected",
+			durSetter("tombstone-gc-after", func(c *Config) *time.Duration { return &c.TombstoneGCAfter }), func(f *fileConfig) (string, bool) { return sp(f.TombstoneGCAfter) }},
+		{"log-level", []string{"COASTGUARD_LOG_LEVEL"}, "debug, info, warn or error",
+			strSetter(func(c *Config) *string { return &c.LogLevel }), func(f *fileConfig) (string, bool) { return sp(f.LogLevel) }},
+	}
+}
+
+func splitList(v string) []string {
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// parseConfig builds the configuration from args, the environment (getenv)
+// and an optional --config file, then validates it.
+func parseConfig(name string, args []string, getenv func(string) string) (Config, error) {
+	cfg := defaultConfig()
+	opts := options()
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	configFile := fs.String("config", getenv("COASTGUARD_CONFIG"), "YAML config file (keys: clusterID, seeds, dataDir, ...)")
+	flagVals := map[string]*string{}
+	for _, o := range opts {
+		flagVals[o.flag] = fs.String(o.flag, "", o.usage+envHint(o.envs))
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	setByFlag := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
+
+	var fc fileConfig
+	if *configFile != "" {
+		raw, err := os.ReadFile(*configFile)
+		if err != nil {
+			return cfg, fmt.Errorf("config file: %w", err)
+		}
+		if err := yaml.UnmarshalStrict(raw, &fc); err != nil {
+			return cfg, fmt.Errorf("config file %s: %w", *configFile, err)
+		}
+	}
+	for _, o := range opts {
+		if v, ok := o.fileV(&fc); ok {
+			if err := o.set(&cfg, v); err != nil {
+				return cfg, fmt.Errorf("config file %s: %w", *configFile, err)
+			}
+		}
+		for i := len(o.envs) - 1; i >= 0; i-- { // first listed env var wins
+			if v := getenv(o.envs[i]); v != "" {
+				if err := o.set(&cfg, v); err != nil {
+					return cfg, fmt.Errorf("env %s: %w", o.envs[i], err)
+				}
+			}
+		}
+		if setByFlag[o.flag] {
+			if err := o.set(&cfg, *flagVals[o.flag]); err != nil {
+				return cfg, fmt.Errorf("--%w", err)
+			}
+		}
+	}
+	if cfg.NodeName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return cfg, fmt.Errorf("node-name not set and hostname unavailable: %w", err)
+		}
+		cfg.NodeName = h
+	}
+	return cfg, cfg.Validate()
+}
+
+func envHint(envs []string) string {
+	if len(envs) == 0 {
+		return ""
+	}
+	return " [env " + strings.Join(envs, ", ") + "]"
+}
+
+// Validate rejects nonsense with a message naming the setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.ClusterID != "" {
+		if msgs := validation.IsDNS1123Label(c.ClusterID); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("cluster-id %q: %s", c.ClusterID, strings.Join(msgs, "; ")))
+		}
+	}
+	if c.NodeName == "" {
+		errs = append(errs, errors.New("node-name must not be empty"))
+	}
+	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
+	}
+	if _, _, err := splitHostPort(c.BindAddr, true); err != nil {
+		errs = append(errs, fmt.Errorf("bind-addr %q: %v", c.BindAddr, err))
+	}
+	if c.AdvertiseAddr != "" {
+		host, _, err := splitHostPort(c.AdvertiseAddr, false)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("advertise-addr %q: %v", c.AdvertiseAddr, err))
+		} else if net.ParseIP(host) == nil {
+			errs = append(errs, fmt.Errorf("advertise-addr %q: must be an IP address", c.AdvertiseAddr))
+		}
+	}
+	for _, s := range c.Seeds {
+		if _, _, err := splitHostPort(s, false); err != nil {
+			errs = append(errs, fmt.Errorf("seeds: %q: %v", s, err))
+		}
+	}
+	switch c.GossipProfile {
+	case "wan", "lan", "local":
+	default:
+		errs = append(errs, fmt.Errorf("gossip-profile %q: must be wan, lan or local", c.GossipProfile))
+	}
+	if c.GossipKeyFile != "" {
+		if st, err := os.Stat(c.GossipKeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("gossip-key-file: %v", err))
+		} else if st.IsDir() {
+			errs = append(errs, fmt.Errorf("gossip-key-file %q is a directory", c.GossipKeyFile))
+		}
+	}
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data-dir must not be empty"))
+	}
+	if c.Debounce <= 0 {
+		errs = append(errs, fmt.Errorf("debounce %s: must be > 0", c.Debounce))
+	}
+	if c.MaxDelay < c.Debounce {
+		errs = append(errs, fmt.Errorf("max-delay %s: must be >= debounce %s", c.MaxDelay, c.Debounce))
+	}
+	if c.ReconnectTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("reconnect-timeout %s: must be >= 1s", c.ReconnectTimeout))
+	}
+	if c.LeaseDuration < time.Second {
+		errs = append(errs, fmt.Errorf("lease-duration %s: must be >= 1s", c.LeaseDuration))
+	}
+	if c.TombstoneGCAfter < time.Minute && c.TombstoneGCAfter != 0 {
+		errs = append(errs, fmt.Errorf("tombstone-gc-after %s: must be 0 (never) or >= 1m", c.TombstoneGCAfter))
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := splitHostPort(c.MetricsAddr, true); err != nil {
+			errs = append(errs, fmt.Errorf("metrics-addr %q: %v", c.MetricsAddr, err))
+		}
+	}
+	switch c.GlobalnetPolicy {
+	case "coarse", "drop":
+	default:
+		errs = append(errs, fmt.Errorf("globalnet-policy %q: must be coarse or drop", c.GlobalnetPolicy))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log-level %q: must be debug, info, warn or error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+// splitHostPort accepts host:port, or a bare host when !requirePort.
+func splitHostPort(s string, requirePort bool) (string, int, error) {
+	host, portStr, err := net.SplitHostPort(s)
+	if err != nil {
+		if requirePort {
+			return "", 0, errors.New("want host:port")
+		}
+		if strings.ContainsAny(s, " /") || s == "" {
+			return "", 0, errors.New("want host or host:port")
+		}
+		return s, 0, nil
+	}
+	p, err := strconv.Atoi(portStr)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("port %q out of range", portStr)
+	}
+	return host, p, nil
+}

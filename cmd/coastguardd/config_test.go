@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func envMap(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func TestParseConfigDefaultsAndPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("clusterID: from-file\nseeds: [a.example, b.example:7000]\ndebounce: 80ms\nmaxDelay: 1s\n"), 0o600))
+
+	cfg, err := parseConfig("run", []string{"--config", file, "--node-name", "n1"}, envMap(nil))
+	require.NoError(t, err)
+	require.Equal(t, "from-file", cfg.ClusterID)
+	require.Equal(t, []string{"a.example", "b.example:7000"}, cfg.Seeds)
+	require.Equal(t, 80*time.Millisecond, cfg.Debounce)
+	require.Equal(t, "0.0.0.0:7946", cfg.BindAddr, "default kept")
+	require.Equal(t, 24*time.Hour, cfg.ReconnectTimeout)
+
+	// env beats file, flag beats env
+	cfg, err = parseConfig("run", []string{"--config", file, "--cluster-id", "from-flag"},
+		envMap(map[string]string{"COASTGUARD_CLUSTER_ID": "from-env", "POD_NAME": "pod-a", "COASTGUARD_DEBOUNCE": "90ms"}))
+	require.NoError(t, err)
+	require.Equal(t, "from-flag", cfg.ClusterID)
+	require.Equal(t, "pod-a", cfg.NodeName)
+	require.Equal(t, 90*time.Millisecond, cfg.Debounce)
+
+	// the first listed env var wins over later aliases
+	cfg, err = parseConfig("run", nil, envMap(map[string]string{"COASTGUARD_NODE_NAME": "explicit", "POD_NAME": "pod"}))
+	require.NoError(t, err)
+	require.Equal(t, "explicit", cfg.NodeName)
+}
+
+func TestParseConfigRejectsNonsense(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"bad cluster id":       {[]string{"--cluster-id", "Bad_ID"}, "cluster-id"},
+		"bad duration":         {[]string{"--debounce", "soon"}, "not a duration"},
+		"max below debounce":   {[]string{"--debounce", "2s", "--max-delay", "1s"}, "max-delay"},
+		"bind without port":    {[]string{"--bind-addr", "0.0.0.0"}, "bind-addr"},
+		"advertise not ip":     {[]string{"--advertise-addr", "host.example"}, "must be an IP"},
+		"profile":              {[]string{"--gossip-profile", "fast"}, "gossip-profile"},
+		"key file missing":     {[]string{"--gossip-key-file", "/nonexistent/key"}, "gossip-key-file"},
+		"globalnet policy":     {[]string{"--globalnet-policy", "maybe"}, "globalnet-policy"},
+		"tiny reconnect":       {[]string{"--reconnect-timeout", "10ms"}, "reconnect-timeout"},
+		"stray args":           {[]string{"extra"}, "unexpected arguments"},
+		"unknown flag":         {[]string{"--nope"}, "not defined"},
+		"bad port":             {[]string{"--metrics-addr", ":99999"}, "metrics-addr"},
+		"bad log level":        {[]string{"--log-level", "loud"}, "log-level"},
+		"bad seed":             {[]string{"--seeds", "a b"}, "seeds"},
+		"bad namespace":        {[]string{"--namespace", "NS"}, "namespace"},
+		"gc horizon too small": {[]string{"--tombstone-gc-after", "5s"}, "tombstone-gc-after"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := parseConfig("run", append([]string{"--node-name", "n"}, tc.args...), envMap(nil))
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestParseConfigFileErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("clusterName: typo-key\n"), 0o600))
+	_, err := parseConfig("run", []string{"--config", file, "--node-name", "n"}, envMap(nil))
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), "clusterName"), err.Error())
+
+	_, err = parseConfig("run", []string{"--config", filepath.Join(dir, "missing.yaml")}, envMap(nil))
+	require.ErrorContains(t, err, "config file")
+}
