@@ -1,0 +1,211 @@
+package v1
+
+import (
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition types reported on a MultiClusterNetworkPolicy.
+const (
+	// ConditionReady is True when every enforcing cluster has applied the
+	// current generation without error.
+	ConditionReady = "Ready"
+	// ConditionEnforced is True when at least one enforcing cluster applied
+	// the current generation.
+	ConditionEnforced = "Enforced"
+	// ConditionDegraded is True when some cluster enforces the policy with
+	// reduced precision (for example Globalnet coarse identities) or failed.
+	ConditionDegraded = "Degraded"
+)
+
+// MultiClusterNetworkPolicy is a NetworkPolicy with a cluster dimension. It is
+// enforced, in the namespace it lives in, in every cluster selected by
+// spec.clusterSelector, and its peers may select pods in other clusters of the
+// cluster set.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Namespaced,shortName=mcnp,categories=submariner
+// +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforcedSummary`,description="enforcing clusters that applied the current generation / enforcing clusters"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type MultiClusterNetworkPolicy struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec MultiClusterNetworkPolicySpec `json:"spec,omitempty"`
+	// +optional
+	Status MultiClusterNetworkPolicyStatus `json:"status,omitempty"`
+}
+
+// MultiClusterNetworkPolicySpec is a NetworkPolicySpec plus clusterSelector.
+type MultiClusterNetworkPolicySpec struct {
+	// clusterSelector selects the clusters where this policy is enforced,
+	// by cluster labels (every cluster carries
+	// cluster.clusterset.k8s.io=<cluster ID>, plus one label per
+	// ClusterProperty). Absent: only the cluster where the policy was
+	// created. {}: every cluster of the cluster set.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+
+	// podSelector selects the pods, in this namespace of every enforcing
+	// cluster, to which the policy applies. {} selects all pods.
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+	PodSelector metav1.LabelSelector `json:"podSelector"`
+
+	// ingress rules; traffic is allowed if it matches at least one rule of
+	// at least one policy selecting the pod.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Ingress []MultiClusterNetworkPolicyIngressRule `json:"ingress,omitempty"`
+
+	// egress rules.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=256
+	Egress []MultiClusterNetworkPolicyEgressRule `json:"egress,omitempty"`
+
+	// policyTypes as in NetworkPolicy. When empty, Ingress is implied, and
+	// Egress is implied when egress rules exist.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:Enum=Ingress;Egress
+	PolicyTypes []networkingv1.PolicyType `json:"policyTypes,omitempty"`
+}
+
+// MultiClusterNetworkPolicyIngressRule allows traffic from peers on ports.
+type MultiClusterNetworkPolicyIngressRule struct {
+	// ports; empty or absent means all ports. Named ports refer to the
+	// container ports of the selected (local) pods.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.protocol) || p.protocol in ['TCP', 'UDP', 'SCTP'])",message="protocol must be TCP, UDP or SCTP"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == string || (p.port >= 1 && p.port <= 65535))",message="port must be between 1 and 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.endPort) || (has(p.port) && type(p.port) == int && p.endPort >= p.port && p.endPort <= 65535))",message="endPort requires a numeric port and must be >= port and <= 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == int || (size(p.port) <= 15 && p.port.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && p.port.matches('[a-z]') && !p.port.contains('--')))",message="a named port must be an IANA_SVC_NAME: at most 15 lowercase alphanumerics or '-', with at least one letter"
+	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
+
+	// from lists the sources; empty or absent means all sources.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	From []MultiClusterNetworkPolicyPeer `json:"from,omitempty"`
+}
+
+// MultiClusterNetworkPolicyEgressRule allows traffic to peers on ports.
+type MultiClusterNetworkPolicyEgressRule struct {
+	// ports; empty or absent means all ports. Named ports refer to the
+	// container ports of the destination pods, in whichever cluster they are.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.protocol) || p.protocol in ['TCP', 'UDP', 'SCTP'])",message="protocol must be TCP, UDP or SCTP"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == string || (p.port >= 1 && p.port <= 65535))",message="port must be between 1 and 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.endPort) || (has(p.port) && type(p.port) == int && p.endPort >= p.port && p.endPort <= 65535))",message="endPort requires a numeric port and must be >= port and <= 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == int || (size(p.port) <= 15 && p.port.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && p.port.matches('[a-z]') && !p.port.contains('--')))",message="a named port must be an IANA_SVC_NAME: at most 15 lowercase alphanumerics or '-', with at least one letter"
+	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
+
+	// to lists the destinations; empty or absent means all destinations.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=128
+	To []MultiClusterNetworkPolicyPeer `json:"to,omitempty"`
+}
+
+// MultiClusterNetworkPolicyPeer selects peers. clusterSelector absent means
+// the enforcing cluster only; namespaceSelector and podSelector follow
+// NetworkPolicy and are evaluated inside each selected cluster. ipBlock
+// cannot be combined with a selector.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector) || has(self.ipBlock)",message="a peer must set at least one of clusterSelector, namespaceSelector, podSelector, ipBlock"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || !(has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector))",message="ipBlock cannot be combined with clusterSelector, namespaceSelector or podSelector"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || isCIDR(self.ipBlock.cidr)",message="ipBlock.cidr must be a valid CIDR"
+// +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || !has(self.ipBlock.except) || self.ipBlock.except.all(e, isCIDR(e) && cidr(self.ipBlock.cidr).containsCIDR(e) && cidr(e).prefixLength() > cidr(self.ipBlock.cidr).prefixLength())",message="ipBlock.except entries must be valid CIDRs strictly inside ipBlock.cidr"
+type MultiClusterNetworkPolicyPeer struct {
+	// clusterSelector selects peer clusters by label. Absent: the enforcing
+	// cluster only. {}: every cluster.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
+
+	// namespaceSelector selects namespaces of each peer cluster by that
+	// cluster's namespace labels. Absent: the namespace of the policy.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
+
+	// podSelector selects pods in the selected namespaces. Absent: all pods.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
+	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
+	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
+
+	// ipBlock is passed through unchanged to the generated NetworkPolicies.
+	// +optional
+	IPBlock *networkingv1.IPBlock `json:"ipBlock,omitempty"`
+}
+
+// MultiClusterNetworkPolicyStatus is written by the origin cluster's
+// coastguardd from the reports of every enforcing cluster.
+type MultiClusterNetworkPolicyStatus struct {
+	// observedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// conditions: Ready, Enforced, Degraded.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// clusters holds one entry per enforcing cluster.
+	// +optional
+	// +listType=map
+	// +listMapKey=cluster
+	Clusters []ClusterEnforcementStatus `json:"clusters,omitempty"`
+
+	// enforcedSummary is "<applied>/<enforcing>", e.g. "3/3".
+	// +optional
+	EnforcedSummary string `json:"enforcedSummary,omitempty"`
+}
+
+// ClusterEnforcementStatus is one enforcing cluster's report.
+type ClusterEnforcementStatus struct {
+	// cluster is the enforcing cluster's ID.
+	Cluster string `json:"cluster"`
+	// observedGeneration is the policy generation this cluster enforces.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// networkPolicies is the number of NetworkPolicies generated there.
+	// +optional
+	NetworkPolicies int32 `json:"networkPolicies,omitempty"`
+	// remotePeers is the number of remote pod IPs rendered as ipBlocks.
+	// +optional
+	RemotePeers int32 `json:"remotePeers,omitempty"`
+	// error is set when the cluster could not enforce the policy.
+	// +optional
+	Error string `json:"error,omitempty"`
+	// degraded carries a reason when enforcement is less precise than the
+	// policy asks (for example GlobalnetCoarseIdentity) or the cluster lacks
+	// the policy's namespace (NamespaceMissing).
+	// +optional
+	Degraded string `json:"degraded,omitempty"`
+}
+
+// MultiClusterNetworkPolicyList is a list of MultiClusterNetworkPolicy.
+//
+// +kubebuilder:object:root=true
+type MultiClusterNetworkPolicyList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []MultiClusterNetworkPolicy `json:"items"`
+}

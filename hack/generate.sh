@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Regenerates code and manifests derived from api/: deepcopy functions and the
+# MultiClusterNetworkPolicy CRD. controller-gen is pinned as a Go tool
+# dependency in go.mod, so no separate install is needed.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+go tool controller-gen object paths=./api/...
+go tool controller-gen crd paths=./api/... output:crd:dir=deploy/crds
