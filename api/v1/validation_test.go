@@ -1,0 +1,141 @@
+package v1
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"sigs.k8s.io/yaml"
+)
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name    string
+		spec    string
+		wantErr string // substring; "" = valid
+	}{
+		{"minimal", `podSelector: {}`, ""},
+		{"full valid", `
+clusterSelector: {matchLabels: {region: eu}}
+podSelector: {matchLabels: {app: db}}
+policyTypes: [Ingress, Egress]
+ingress:
+- from:
+  - clusterSelector: {}
+    namespaceSelector: {matchExpressions: [{key: team, operator: In, values: [a]}]}
+  - podSelector: {matchExpressions: [{key: x, operator: Exists}]}
+  - ipBlock: {cidr: 10.0.0.0/8, except: [10.1.0.0/16]}
+  ports:
+  - {port: 80}
+  - {port: http, protocol: TCP}
+  - {port: 1000, endPort: 2000, protocol: UDP}
+  - {protocol: SCTP}
+egress:
+- to: [{ipBlock: {cidr: "fd00::/64"}}]
+`, ""},
+		{"empty peer", `
+podSelector: {}
+ingress: [{from: [{}]}]`, "spec.ingress[0].from[0]: Required value: a peer must set at least one"},
+		{"ipBlock with selector", `
+podSelector: {}
+egress: [{to: [{ipBlock: {cidr: 10.0.0.0/8}, podSelector: {}}]}]`, "spec.egress[0].to[0]: Invalid value: \"ipBlock\": ipBlock cannot be combined"},
+		{"ipBlock with clusterSelector", `
+podSelector: {}
+ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/8}, clusterSelector: {}}]}]`, "ipBlock cannot be combined"},
+		{"bad cidr", `
+podSelector: {}
+ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/33}}]}]`, "spec.ingress[0].from[0].ipBlock.cidr"},
+		{"except outside", `
+podSelector: {}
+ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.2.0.0/24]}}]}]`, "spec.ingress[0].from[0].ipBlock.except[0]"},
+		{"except equal", `
+podSelector: {}
+ingress: [{from: [{ipBlock: {cidr: 10.0.0.0/16, except: [10.0.0.0/16]}}]}]`, "strictly within"},
+		{"port zero", `
+podSelector: {}
+ingress: [{ports: [{port: 0}]}]`, "spec.ingress[0].ports[0].port"},
+		{"port too large", `
+podSelector: {}
+egress: [{ports: [{port: 70000}]}]`, "spec.egress[0].ports[0].port"},
+		{"endPort below port", `
+podSelector: {}
+ingress: [{ports: [{port: 100, endPort: 99}]}]`, "spec.ingress[0].ports[0].endPort"},
+		{"endPort without port", `
+podSelector: {}
+ingress: [{ports: [{endPort: 99}]}]`, "spec.ingress[0].ports[0].port: Required"},
+		{"endPort with named port", `
+podSelector: {}
+ingress: [{ports: [{port: http, endPort: 99}]}]`, "named port"},
+		{"bad named port", `
+podSelector: {}
+ingress: [{ports: [{port: "Not_A_Name"}]}]`, "spec.ingress[0].ports[0].port"},
+		{"bad protocol", `
+podSelector: {}
+ingress: [{ports: [{port: 80, protocol: ICMP}]}]`, "spec.ingress[0].ports[0].protocol"},
+		{"bad policyType", `
+podSelector: {}
+policyTypes: [Inbound]`, "spec.policyTypes[0]"},
+		{"duplicate policyType", `
+podSelector: {}
+policyTypes: [Ingress, Ingress]`, "spec.policyTypes[1]: Duplicate"},
+		{"bad operator", `
+podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}`, "spec.podSelector.matchExpressions[0].operator"},
+		{"In without values", `
+clusterSelector: {matchExpressions: [{key: a, operator: In}]}
+podSelector: {}`, "spec.clusterSelector.matchExpressions[0].values"},
+		{"Exists with values", `
+podSelector: {}
+ingress: [{from: [{namespaceSelector: {matchExpressions: [{key: a, operator: Exists, values: [x]}]}}]}]`, "spec.ingress[0].from[0].namespaceSelector.matchExpressions[0].values"},
+		{"bad label value", `
+podSelector: {}
+egress: [{to: [{clusterSelector: {matchLabels: {region: "eu west"}}}]}]`, "spec.egress[0].to[0].clusterSelector.matchLabels"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &MultiClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+			require.NoError(t, yaml.UnmarshalStrict([]byte(tc.spec), &p.Spec))
+			err := Validate(p)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tc.wantErr)
+		})
+	}
+}
+
+func TestValidateMetadata(t *testing.T) {
+	require.Error(t, Validate(nil))
+	p := &MultiClusterNetworkPolicy{}
+	require.ErrorContains(t, Validate(p), "metadata.name: Required")
+	p.Name = "Bad_Name"
+	require.ErrorContains(t, Validate(p), "metadata.name: Invalid")
+	p.Name = "ok"
+	p.Namespace = "Bad.NS"
+	require.ErrorContains(t, Validate(p), "metadata.namespace: Invalid")
+}
+
+func TestValidateLimits(t *testing.T) {
+	p := &MultiClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}}
+	tcp := corev1.ProtocolTCP
+	port := intstr.FromInt32(80)
+	for i := 0; i < 129; i++ {
+		p.Spec.Ingress = append(p.Spec.Ingress, MultiClusterNetworkPolicyIngressRule{})
+		p.Spec.Egress = append(p.Spec.Egress, MultiClusterNetworkPolicyEgressRule{})
+	}
+	p.Spec.Ingress[0].Ports = make([]networkingv1.NetworkPolicyPort, 129)
+	for i := range p.Spec.Ingress[0].Ports {
+		p.Spec.Ingress[0].Ports[i] = networkingv1.NetworkPolicyPort{Protocol: &tcp, Port: &port}
+	}
+	err := Validate(p)
+	require.ErrorContains(t, err, "spec.ingress[0].ports: Too many")
+}
+
+func TestSchemeRegistration(t *testing.T) {
+	require.Equal(t, "networking.submariner.io", SchemeGroupVersion.Group)
+	require.Equal(t, "multiclusternetworkpolicies", GroupVersionResource.Resource)
+}
