@@ -1,0 +1,259 @@
+// Package kube holds coastguard's Kubernetes adapters: informers that turn
+// local pods, namespaces, MultiClusterNetworkPolicies and ClusterProperties
+// into this cluster's CRDT writes, leader election tied to the writer epoch,
+// the NetworkPolicy applier, MCNP status aggregation and the debounced
+// enforcer trigger.
+//
+// Everything that decides something (value conversion, Diff, Plan,
+// Aggregate, the debounce deadline) is a pure function and tested as such;
+// the controllers around them follow the informer -> workqueue -> reconcile
+// pattern and need nothing but a real (or fake) clientset.
+package kube
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/vmihailenco/msgpack/v5"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// ClusterIDLabel is the label every cluster carries with its own ID.
+const ClusterIDLabel = "cluster.clusterset.k8s.io"
+
+// Resources coastguard watches besides core ones.
+var (
+	MCNPResource            = schema.GroupVersionResource{Group: "networking.submariner.io", Version: "v1", Resource: "multiclusternetworkpolicies"}
+	ClusterPropertyResource = schema.GroupVersionResource{Group: "about.k8s.io", Version: "v1alpha1", Resource: "clusterproperties"}
+)
+
+// PodName is the CRDT entry name of a pod or any namespaced object.
+func PodName(namespace, name string) string { return namespace + "/" + name }
+
+// TransformPod is a cache.TransformFunc for the pod informer: it keeps only
+// what PodToValue reads (name, namespace, uid, resourceVersion, labels, pod
+// IPs, phase, hostNetwork and container ports) so a large cluster's pod cache
+// stays small. Non-pod objects pass through unchanged; tombstones are
+// transformed inside.
+func TransformPod(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *corev1.Pod:
+		return stripPod(o), nil
+	case cache.DeletedFinalStateUnknown:
+		if p, ok := o.Obj.(*corev1.Pod); ok {
+			o.Obj = stripPod(p)
+		}
+		return o, nil
+	}
+	return obj, nil
+}
+
+func stripPod(p *corev1.Pod) *corev1.Pod {
+	out := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:            p.Name,
+			Namespace:       p.Namespace,
+			UID:             p.UID,
+			ResourceVersion: p.ResourceVersion,
+			Labels:          p.Labels,
+		},
+		Spec: corev1.PodSpec{HostNetwork: p.Spec.HostNetwork},
+		Status: corev1.PodStatus{
+			Phase:  p.Status.Phase,
+			PodIP:  p.Status.PodIP,
+			PodIPs: p.Status.PodIPs,
+		},
+	}
+	for _, c := range p.Spec.Containers {
+		if len(c.Ports) == 0 {
+			continue
+		}
+		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+	}
+	return out
+}
+
+// PodToValue converts a pod into its replicated value. The pod's IPs come
+// from status.podIPs (primary first), falling back to status.podIP.
+func PodToValue(p *corev1.Pod) crdt.PodValue {
+	v := crdt.PodValue{
+		Labels:      copyLabels(p.Labels),
+		Phase:       string(p.Status.Phase),
+		HostNetwork: p.Spec.HostNetwork,
+	}
+	for _, ip := range p.Status.PodIPs {
+		if ip.IP != "" {
+			v.IPs = append(v.IPs, ip.IP)
+		}
+	}
+	if len(v.IPs) == 0 && p.Status.PodIP != "" {
+		v.IPs = []string{p.Status.PodIP}
+	}
+	for _, c := range p.Spec.Containers {
+		for _, port := range c.Ports {
+			proto := string(port.Protocol)
+			if proto == string(corev1.ProtocolTCP) {
+				proto = "" // TCP is the default; keep values small
+			}
+			v.Ports = append(v.Ports, crdt.NamedPort{Name: port.Name, Port: port.ContainerPort, Protocol: proto})
+		}
+	}
+	return v
+}
+
+// NamespaceToValue converts a namespace into its replicated value.
+func NamespaceToValue(ns *corev1.Namespace) crdt.NamespaceValue {
+	return crdt.NamespaceValue{Labels: copyLabels(ns.Labels)}
+}
+
+// PolicyToValue converts a MultiClusterNetworkPolicy (as served by the
+// apiserver, decoded into unstructured form) into its replicated value.
+// Spec is the JSON of .spec; encoding/json sorts map keys, so equal specs give
+// equal bytes. A policy without a spec object is an error, never an empty
+// (and so maximally broad) policy.
+func PolicyToValue(u *unstructured.Unstructured) (crdt.PolicyValue, error) {
+	raw, ok := u.Object["spec"]
+	if !ok || raw == nil {
+		return crdt.PolicyValue{}, fmt.Errorf("multiclusternetworkpolicy %s/%s has no spec", u.GetNamespace(), u.GetName())
+	}
+	if _, isMap := raw.(map[string]any); !isMap {
+		return crdt.PolicyValue{}, fmt.Errorf("multiclusternetworkpolicy %s/%s: spec is %T, not an object", u.GetNamespace(), u.GetName(), raw)
+	}
+	spec, err := json.Marshal(raw)
+	if err != nil {
+		return crdt.PolicyValue{}, fmt.Errorf("multiclusternetworkpolicy %s/%s: encode spec: %w", u.GetNamespace(), u.GetName(), err)
+	}
+	return crdt.PolicyValue{UID: string(u.GetUID()), Generation: u.GetGeneration(), Spec: spec}, nil
+}
+
+// ClusterProperty is one about.k8s.io ClusterProperty: its name is the
+// property (used as a label key), spec.value its value.
+type ClusterProperty struct {
+	Name  string
+	Value string
+}
+
+// ClusterPropertyFrom reads a ClusterProperty from its unstructured form.
+func ClusterPropertyFrom(u *unstructured.Unstructured) (ClusterProperty, error) {
+	v, found, err := unstructured.NestedString(u.Object, "spec", "value")
+	if err != nil {
+		return ClusterProperty{}, fmt.Errorf("clusterproperty %s: %w", u.GetName(), err)
+	}
+	if !found {
+		return ClusterProperty{}, fmt.Errorf("clusterproperty %s has no spec.value", u.GetName())
+	}
+	return ClusterProperty{Name: u.GetName(), Value: v}, nil
+}
+
+// ClusterInfo is what the daemon knows about its cluster's network besides
+// ClusterProperties (from Submariner's Cluster/Endpoint and Globalnet).
+type ClusterInfo struct {
+	PodCIDRs           []string
+	ServiceCIDRs       []string
+	GlobalCIDRs        []string
+	Globalnet          bool
+	ClusterEgressIPs   []string
+	NamespaceEgressIPs map[string][]string
+	GossipName         string
+}
+
+// ClusterValueFrom builds this cluster's KindCluster value. Labels are
+// cluster.clusterset.k8s.io=<clusterID> plus one label per ClusterProperty
+// whose name is a valid label key and whose value is a valid label value;
+// properties that cannot be labels are returned as errors (the value is
+// still usable). A property named cluster.clusterset.k8s.io never overrides
+// the cluster ID.
+func ClusterValueFrom(clusterID string, props []ClusterProperty, info ClusterInfo) (crdt.ClusterValue, []error) {
+	var errs []error
+	labels := map[string]string{ClusterIDLabel: clusterID}
+	if msgs := validation.IsValidLabelValue(clusterID); len(msgs) > 0 || clusterID == "" {
+		errs = append(errs, fmt.Errorf("cluster ID %q is not a valid label value: %v", clusterID, msgs))
+	}
+	sorted := append([]ClusterProperty(nil), props...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, p := range sorted {
+		if p.Name == ClusterIDLabel {
+			if p.Value != clusterID {
+				errs = append(errs, fmt.Errorf("clusterproperty %s=%q disagrees with cluster ID %q; using the cluster ID", p.Name, p.Value, clusterID))
+			}
+			continue
+		}
+		if msgs := validation.IsQualifiedName(p.Name); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("clusterproperty %q: name is not a valid label key: %v", p.Name, msgs))
+			continue
+		}
+		if msgs := validation.IsValidLabelValue(p.Value); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("clusterproperty %q: value is not a valid label value: %v", p.Name, msgs))
+			continue
+		}
+		labels[p.Name] = p.Value
+	}
+	v := crdt.ClusterValue{
+		Labels:           labels,
+		PodCIDRs:         append([]string(nil), info.PodCIDRs...),
+		ServiceCIDRs:     append([]string(nil), info.ServiceCIDRs...),
+		GlobalCIDRs:      append([]string(nil), info.GlobalCIDRs...),
+		Globalnet:        info.Globalnet,
+		ClusterEgressIPs: append([]string(nil), info.ClusterEgressIPs...),
+		GossipName:       info.GossipName,
+	}
+	if len(info.NamespaceEgressIPs) > 0 {
+		v.NamespaceEgressIPs = make(map[string][]string, len(info.NamespaceEgressIPs))
+		for ns, ips := range info.NamespaceEgressIPs {
+			v.NamespaceEgressIPs[ns] = append([]string(nil), ips...)
+		}
+	}
+	return v, errs
+}
+
+func copyLabels(in map[string]string) map[string]string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		out[k] = v
+	}
+	return out
+}
+
+// EncodeCanonical encodes a value struct like crdt.EncodeValue (stamping the
+// format tag and enforcing crdt.MaxValueBytes) but with map keys sorted, so
+// equal values always give equal bytes. Byte equality is what makes no-op
+// detection and Diff against persisted entries work; crdt.DecodeValue reads
+// the result unchanged.
+func EncodeCanonical(v any) ([]byte, error) {
+	switch x := v.(type) {
+	case *crdt.ClusterValue:
+		x.Format = crdt.ValueFormat
+	case *crdt.NamespaceValue:
+		x.Format = crdt.ValueFormat
+	case *crdt.PodValue:
+		x.Format = crdt.ValueFormat
+	case *crdt.PolicyValue:
+		x.Format = crdt.ValueFormat
+	case *crdt.ReportValue:
+		x.Format = crdt.ValueFormat
+	default:
+		return nil, fmt.Errorf("kube: cannot encode value of type %T", v)
+	}
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	if buf.Len() > crdt.MaxValueBytes {
+		return nil, crdt.ErrValueTooLarge
+	}
+	return buf.Bytes(), nil
+}
