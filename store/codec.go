@@ -1,0 +1,178 @@
+package store
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strings"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// Bucket names. Every bucket is top level; see ARCHITECTURE.md "Store".
+var (
+	bucketMeta     = []byte("meta")      // schema version, self, writer epoch/version
+	bucketEntries  = []byte("entries")   // (origin, kind, name) -> record
+	bucketOrigins  = []byte("origins")   // (origin) -> digest record
+	bucketPodNS    = []byte("ix_pod_ns") // (cluster, ns, pod) -> IPs
+	bucketPodLabel = []byte("ix_pod_lv") // (key, value, cluster, ns, pod) -> IPs
+	bucketPodLKey  = []byte("ix_pod_lk") // (key, cluster, ns, pod) -> IPs
+	bucketNS       = []byte("ix_ns")     // (cluster, ns) -> ""
+	bucketPolicy   = []byte("ix_policy") // (origin, name) -> ""
+
+	allBuckets   = [][]byte{bucketMeta, bucketEntries, bucketOrigins, bucketPodNS, bucketPodLabel, bucketPodLKey, bucketNS, bucketPolicy}
+	indexBuckets = [][]byte{bucketPodNS, bucketPodLabel, bucketPodLKey, bucketNS, bucketPolicy}
+
+	metaSchema      = []byte("schema")
+	metaSelf        = []byte("self")
+	metaEpoch       = []byte("writer_epoch")
+	metaLastVersion = []byte("writer_last_version")
+)
+
+// entry record layout (value of bucketEntries):
+//
+//	[0]     flags (bit 0 = tombstone)
+//	[1:9]   version, big endian
+//	[9:17]  stamp, big endian two's complement
+//	[17:]   value bytes (msgpack, opaque to the store)
+const (
+	recHeader   = 17
+	flagDeleted = 1
+)
+
+// digest record layout (value of bucketOrigins): Max, Hash, GC, Retired as
+// four big-endian uint64.
+const digestRecSize = 32
+
+func entryKey(k crdt.Key) []byte {
+	dst := make([]byte, 0, len(k.Origin)+len(k.Name)+1+3*termSize)
+	dst = appendComponent(dst, k.Origin)
+	dst = appendComponent(dst, string([]byte{byte(k.Kind)}))
+	return appendComponent(dst, k.Name)
+}
+
+// entryPrefix returns the key prefix of all entries of origin and kind.
+func entryPrefix(origin string, kind crdt.Kind) []byte {
+	return encodeKey(origin, string([]byte{byte(kind)}))
+}
+
+func decodeEntryKey(b []byte) (crdt.Key, error) {
+	c, err := decodeKey(b, 3)
+	if err != nil {
+		return crdt.Key{}, err
+	}
+	if len(c[1]) != 1 {
+		return crdt.Key{}, fmt.Errorf("%w: kind component of %d bytes", errBadKey, len(c[1]))
+	}
+	return crdt.Key{Origin: c[0], Kind: crdt.Kind(c[1][0]), Name: c[2]}, nil
+}
+
+func encodeRecord(e *crdt.Entry) []byte {
+	b := make([]byte, recHeader+len(e.Value))
+	if e.Deleted {
+		b[0] = flagDeleted
+	}
+	binary.BigEndian.PutUint64(b[1:9], uint64(e.Version))
+	binary.BigEndian.PutUint64(b[9:17], uint64(e.Stamp))
+	copy(b[recHeader:], e.Value)
+	return b
+}
+
+// decodeRecord fills the non-key fields of e. e.Value aliases b.
+func decodeRecord(b []byte, e *crdt.Entry) error {
+	if len(b) < recHeader || b[0]&^flagDeleted != 0 {
+		return fmt.Errorf("store: malformed entry record (%d bytes)", len(b))
+	}
+	e.Deleted = b[0]&flagDeleted != 0
+	e.Version = crdt.Version(binary.BigEndian.Uint64(b[1:9]))
+	e.Stamp = int64(binary.BigEndian.Uint64(b[9:17]))
+	e.Value = b[recHeader:]
+	return nil
+}
+
+func encodeDigest(d crdt.OriginDigest) []byte {
+	b := make([]byte, digestRecSize)
+	binary.BigEndian.PutUint64(b[0:8], uint64(d.Max))
+	binary.BigEndian.PutUint64(b[8:16], d.Hash)
+	binary.BigEndian.PutUint64(b[16:24], uint64(d.GC))
+	binary.BigEndian.PutUint64(b[24:32], uint64(d.Retired))
+	return b
+}
+
+func decodeDigest(b []byte) (crdt.OriginDigest, error) {
+	if len(b) != digestRecSize {
+		return crdt.OriginDigest{}, fmt.Errorf("store: malformed digest record (%d bytes)", len(b))
+	}
+	return crdt.OriginDigest{
+		Max:     crdt.Version(binary.BigEndian.Uint64(b[0:8])),
+		Hash:    binary.BigEndian.Uint64(b[8:16]),
+		GC:      crdt.Version(binary.BigEndian.Uint64(b[16:24])),
+		Retired: crdt.Version(binary.BigEndian.Uint64(b[24:32])),
+	}, nil
+}
+
+func u32(v uint32) []byte { b := make([]byte, 4); binary.BigEndian.PutUint32(b, v); return b }
+func u64(v uint64) []byte { b := make([]byte, 8); binary.BigEndian.PutUint64(b, v); return b }
+
+// splitPodName splits "namespace/name". A name without '/' (never produced
+// by kube/, but possible from a buggy peer) is indexed under namespace "".
+func splitPodName(name string) (ns, pod string) {
+	ns, pod, ok := strings.Cut(name, "/")
+	if !ok {
+		return "", name
+	}
+	return ns, pod
+}
+
+// indexKey is one index key derived from an entry.
+type indexKey struct {
+	bucket []byte
+	key    []byte
+	value  []byte
+}
+
+// indexKeys derives every index key of a stored entry. It is a pure function
+// of the entry, so the keys written for a record are exactly the keys removed
+// when the record is replaced or deleted (no orphans). Tombstones and values
+// that do not decode index nothing beyond what the key alone determines.
+func indexKeys(e *crdt.Entry) []indexKey {
+	if e.Deleted {
+		return nil
+	}
+	switch e.Kind {
+	case crdt.KindPod:
+		ns, pod := splitPodName(e.Name)
+		var v crdt.PodValue
+		decoded := crdt.DecodeValue(e.Value, &v) == nil
+		ips := encodeKey(v.IPs...)
+		out := []indexKey{{bucketPodNS, encodeKey(e.Origin, ns, pod), ips}}
+		if decoded {
+			for k, val := range v.Labels {
+				out = append(out,
+					indexKey{bucketPodLabel, encodeKey(k, val, e.Origin, ns, pod), ips},
+					indexKey{bucketPodLKey, encodeKey(k, e.Origin, ns, pod), ips})
+			}
+		}
+		return out
+	case crdt.KindNamespace:
+		return []indexKey{{bucketNS, encodeKey(e.Origin, e.Name), nil}}
+	case crdt.KindPolicy:
+		return []indexKey{{bucketPolicy, encodeKey(e.Origin, e.Name), nil}}
+	}
+	return nil
+}
+
+func decodeIPs(b []byte) ([]string, error) {
+	var out []string
+	for len(b) > 0 {
+		c, rest, err := nextComponent(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, string(c))
+		b = rest
+	}
+	return out, nil
+}
+
+func beU32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
+func beU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

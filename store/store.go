@@ -1,0 +1,755 @@
+// Package store mirrors coastguard's replicated CRDT state (package crdt) in
+// a local bbolt file, so a restarting daemon has its full picture - and can
+// enforce correctly - before any peer answers.
+//
+// Layout, key encoding and crash-safety rules are described in
+// docs/ARCHITECTURE.md, section "Store".
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// SchemaVersion is the layout version this build writes. Files with a larger
+// version are refused; files with a smaller one would be migrated (there is
+// no older layout yet).
+const SchemaVersion uint32 = 1
+
+// ErrCorrupt wraps every error that means the file content cannot be trusted.
+var ErrCorrupt = errors.New("store: file is corrupt")
+
+// ErrClosed is returned by operations on a closed store.
+var ErrClosed = errors.New("store: closed")
+
+// SchemaError is returned when the file was written by a newer coastguard.
+type SchemaError struct {
+	Path      string
+	Found     uint32
+	Supported uint32
+}
+
+func (e *SchemaError) Error() string {
+	return fmt.Sprintf("store: %s has schema version %d but this coastguard supports at most %d; "+
+		"refusing to open it (run a newer coastguard, or move the file away to resync from peers)",
+		e.Path, e.Found, e.Supported)
+}
+
+// Options tune a Store. The zero value is usable.
+type Options struct {
+	// Registerer receives the store's metrics; nil registers nothing.
+	Registerer prometheus.Registerer
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// LockTimeout bounds the wait for the file lock held by another process
+	// (default 5s). A locked file is an error, never "corrupt".
+	LockTimeout time.Duration
+	// SkipCheck skips bbolt's full page consistency check at open.
+	SkipCheck bool
+	// MaxBatch caps the write requests coalesced into one transaction
+	// (default 1024).
+	MaxBatch int
+	// QueueSize bounds the commit queue (default 256); writers block when it
+	// is full.
+	QueueSize int
+	// Now is the clock used for moved-aside file names and write stamps
+	// (default time.Now).
+	Now func() time.Time
+}
+
+func (o *Options) defaults() {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.LockTimeout <= 0 {
+		o.LockTimeout = 5 * time.Second
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1024
+	}
+	if o.QueueSize <= 0 {
+		o.QueueSize = 256
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// OpenInfo reports what Open found.
+type OpenInfo struct {
+	// Created is true when a fresh file was created (missing, or the old one
+	// was moved aside).
+	Created bool
+	// MovedAside is the path the corrupt file was renamed to, if any.
+	MovedAside string
+	// Corrupt is the reason the old file was rejected, if any.
+	Corrupt error
+}
+
+// WriterMeta is this cluster's writer state.
+type WriterMeta struct {
+	Epoch       uint32
+	LastVersion crdt.Version
+}
+
+// Store is an open bbolt mirror. Reads may run concurrently; writes go
+// through a single group-commit goroutine.
+type Store struct {
+	db   *bolt.DB
+	path string
+	opts Options
+	log  *slog.Logger
+	m    *metrics
+	info OpenInfo
+
+	mu     sync.Mutex // guards closed, failed, queue sends vs close
+	closed bool
+	failed error
+	queue  chan *commitReq
+	done   chan struct{}
+
+	countMu sync.Mutex
+	counts  map[string]int // entries per origin, for the gauge
+}
+
+// Open opens or creates the store at path. A corrupt or truncated file is
+// moved aside to <path>.corrupt-<timestamp> (never deleted), reported in
+// Info(), the log and a metric, and a fresh store is created so the daemon
+// resyncs from its peers. A file from a newer schema is refused with a
+// *SchemaError.
+func Open(path string, opts Options) (*Store, error) {
+	opts.defaults()
+	s := &Store{
+		path:   path,
+		opts:   opts,
+		log:    opts.Logger.With("component", "store", "path", path),
+		m:      newMetrics(opts.Registerer),
+		counts: map[string]int{},
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
+	db, created, corrupt, err := tryOpen(path, &opts)
+	if err != nil {
+		return nil, err
+	}
+	if corrupt != nil {
+		if err := s.moveAside(corrupt); err != nil {
+			return nil, err
+		}
+		db, created, corrupt, err = tryOpen(path, &opts)
+		if err != nil {
+			return nil, err
+		}
+		if corrupt != nil {
+			return nil, fmt.Errorf("store: fresh file %s is unusable: %w", path, corrupt)
+		}
+	}
+	s.db = db
+	s.info.Created = s.info.Created || created
+	s.start()
+	return s, nil
+}
+
+// moveAside renames the current file to <path>.corrupt-<timestamp>.
+func (s *Store) moveAside(cause error) error {
+	ts := s.opts.Now().UTC().Format("20060102T150405.000000000Z")
+	dst := s.path + ".corrupt-" + ts
+	if err := os.Rename(s.path, dst); err != nil {
+		return fmt.Errorf("store: cannot move corrupt file aside (%v): %w", cause, err)
+	}
+	s.info.MovedAside = dst
+	s.info.Corrupt = cause
+	s.info.Created = true
+	s.m.corruptFiles.Inc()
+	s.log.Error("store file is corrupt; moved it aside and starting empty - state will be resynced from peers",
+		"moved_to", dst, "error", cause)
+	return nil
+}
+
+// tryOpen opens path and verifies it. corrupt != nil means the file must be
+// moved aside; err != nil is a hard error (locked, permission, newer schema).
+func tryOpen(path string, opts *Options) (db *bolt.DB, created bool, corrupt, err error) {
+	// A truncated mmap'd file faults (SIGBUS) instead of returning an error;
+	// turn faults into recoverable panics on this goroutine.
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if db != nil {
+				closeQuietly(db)
+			}
+			db, err = nil, nil
+			corrupt = fmt.Errorf("%w: panic while opening: %v", ErrCorrupt, r)
+		}
+	}()
+	fi, statErr := os.Stat(path)
+	switch {
+	case errors.Is(statErr, fs.ErrNotExist):
+		created = true
+	case statErr != nil:
+		return nil, false, nil, fmt.Errorf("store: %w", statErr)
+	case !fi.Mode().IsRegular():
+		return nil, false, nil, fmt.Errorf("store: %s is not a regular file", path)
+	case fi.Size() == 0:
+		return nil, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil
+	}
+	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
+	if err != nil {
+		switch {
+		case errors.Is(err, berrors.ErrTimeout):
+			return nil, false, nil, fmt.Errorf("store: %s is locked by another process: %w", path, err)
+		case errors.Is(err, fs.ErrPermission):
+			return nil, false, nil, fmt.Errorf("store: %w", err)
+		}
+		return nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err), nil
+	}
+	if created {
+		if err := initBuckets(db); err != nil {
+			closeQuietly(db)
+			return nil, false, nil, fmt.Errorf("store: initialise %s: %w", path, err)
+		}
+		return db, true, nil, nil
+	}
+	if corrupt, err = verify(db, path, fi.Size(), opts.SkipCheck); corrupt != nil || err != nil {
+		closeQuietly(db)
+		return nil, false, corrupt, err
+	}
+	return db, false, nil, nil
+}
+
+func closeQuietly(db *bolt.DB) {
+	defer func() { _ = recover() }()
+	_ = db.Close()
+}
+
+func initBuckets(db *bolt.DB) error {
+	return db.Update(func(tx *bolt.Tx) error {
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(metaSchema, u32(SchemaVersion))
+	})
+}
+
+// verify checks an existing file: size against the high-water mark, schema,
+// buckets, and (unless skipped) bbolt's page check.
+func verify(db *bolt.DB, path string, size int64, skipCheck bool) (corrupt, err error) {
+	err = db.View(func(tx *bolt.Tx) error {
+		if need := tx.Size(); size < need {
+			corrupt = fmt.Errorf("%w: truncated: file has %d bytes, its metadata needs %d", ErrCorrupt, size, need)
+			return nil
+		}
+		meta := tx.Bucket(bucketMeta)
+		if meta == nil {
+			corrupt = fmt.Errorf("%w: no %q bucket", ErrCorrupt, bucketMeta)
+			return nil
+		}
+		sv := meta.Get(metaSchema)
+		if len(sv) != 4 {
+			corrupt = fmt.Errorf("%w: malformed schema version", ErrCorrupt)
+			return nil
+		}
+		if v := beU32(sv); v > SchemaVersion {
+			return &SchemaError{Path: path, Found: v, Supported: SchemaVersion}
+		} else if v == 0 {
+			corrupt = fmt.Errorf("%w: schema version 0", ErrCorrupt)
+			return nil
+		}
+		for _, name := range allBuckets {
+			if tx.Bucket(name) == nil {
+				corrupt = fmt.Errorf("%w: bucket %q missing", ErrCorrupt, name)
+				return nil
+			}
+		}
+		if !skipCheck {
+			var errs []error
+			for e := range tx.Check() {
+				if len(errs) < 8 {
+					errs = append(errs, e)
+				}
+			}
+			if len(errs) > 0 {
+				corrupt = fmt.Errorf("%w: page check: %w", ErrCorrupt, errors.Join(errs...))
+			}
+		}
+		return nil
+	})
+	return corrupt, err
+}
+
+// Info reports what Open found (fresh file, moved-aside corrupt file).
+func (s *Store) Info() OpenInfo { return s.info }
+
+// Path returns the file path.
+func (s *Store) Path() string { return s.path }
+
+// Close drains the commit queue and closes the file.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.done
+	return s.db.Close()
+}
+
+// FileSize returns the current size of the bbolt file in bytes.
+func (s *Store) FileSize() (int64, error) {
+	var n int64
+	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
+	return n, err
+}
+
+// ---------------------------------------------------------------- load
+
+// Snapshot is everything persisted, as loaded at start.
+type Snapshot struct {
+	Self    string
+	Writer  WriterMeta
+	Digest  crdt.Digest
+	Entries []crdt.Entry
+	// Reset lists origins whose persisted digest did not match their
+	// entries; their Max was lowered to 0 so they are re-pulled from peers.
+	Reset []string
+}
+
+// Load reads the whole store. Entry values are copied out of the mmap into
+// a few large slabs (no per-entry value allocation). Malformed records yield
+// an error wrapping ErrCorrupt.
+func (s *Store) Load() (snap *Snapshot, err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			snap, err = nil, fmt.Errorf("%w: panic while loading: %v", ErrCorrupt, r)
+		}
+	}()
+	snap = &Snapshot{Digest: crdt.Digest{}}
+	err = s.db.View(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		snap.Self = string(meta.Get(metaSelf))
+		if b := meta.Get(metaEpoch); len(b) == 4 {
+			snap.Writer.Epoch = beU32(b)
+		}
+		if b := meta.Get(metaLastVersion); len(b) == 8 {
+			snap.Writer.LastVersion = crdt.Version(beU64(b))
+		}
+		if err := tx.Bucket(bucketOrigins).ForEach(func(k, v []byte) error {
+			c, err := decodeKey(k, 1)
+			if err != nil {
+				return fmt.Errorf("%w: origin key %x: %v", ErrCorrupt, k, err)
+			}
+			d, err := decodeDigest(v)
+			if err != nil {
+				return fmt.Errorf("%w: origin %q: %v", ErrCorrupt, c[0], err)
+			}
+			snap.Digest[c[0]] = d
+			return nil
+		}); err != nil {
+			return err
+		}
+		entries, err := loadEntries(tx.Bucket(bucketEntries))
+		if err != nil {
+			return err
+		}
+		snap.Entries = entries
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for i := range snap.Entries {
+		counts[snap.Entries[i].Origin]++
+	}
+	snap.Reset = reconcileDigests(snap.Digest, snap.Entries)
+	for _, o := range snap.Reset {
+		s.m.resetOrigins.Inc()
+		s.log.Warn("persisted digest disagrees with stored entries; origin will be re-pulled from peers", "origin", o)
+	}
+	s.countMu.Lock()
+	s.counts = counts
+	for o, n := range counts {
+		s.m.entriesPerOrigin.WithLabelValues(o).Set(float64(n))
+	}
+	s.countMu.Unlock()
+	return snap, nil
+}
+
+const slabSize = 4 << 20
+
+func loadEntries(b *bolt.Bucket) ([]crdt.Entry, error) {
+	entries := make([]crdt.Entry, 0, 1024)
+	var slab []byte
+	var lastOrigin string
+	c := b.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		var e crdt.Entry
+		origin, rest, err := nextComponent(k)
+		if err == nil {
+			var kind, name []byte
+			if kind, rest, err = nextComponent(rest); err == nil {
+				if name, rest, err = nextComponent(rest); err == nil && (len(rest) != 0 || len(kind) != 1) {
+					err = errBadKey
+				}
+				if err == nil {
+					// Entries are sorted by origin: reuse the origin string.
+					if string(origin) != lastOrigin {
+						lastOrigin = string(origin)
+					}
+					e.Origin = lastOrigin
+					e.Kind = crdt.Kind(kind[0])
+					e.Name = string(name)
+				}
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: entry key %x: %v", ErrCorrupt, k, err)
+		}
+		if err := decodeRecord(v, &e); err != nil {
+			return nil, fmt.Errorf("%w: entry %s: %v", ErrCorrupt, e.Key, err)
+		}
+		if n := len(e.Value); n > 0 {
+			if n > len(slab) {
+				sz := slabSize
+				if n > sz {
+					sz = n
+				}
+				slab = make([]byte, sz)
+			}
+			copy(slab, e.Value)
+			e.Value = slab[:n:n]
+			slab = slab[n:]
+		} else {
+			e.Value = nil
+		}
+		entries = append(entries, e)
+	}
+	return entries, nil
+}
+
+// ---------------------------------------------------------------- writes
+
+// commitReq is one unit of the group committer: a set of changes and the
+// digests that cover them, persisted atomically (possibly together with
+// other requests) in one bbolt transaction.
+type commitReq struct {
+	changes []crdt.Change
+	digests crdt.Digest
+	writer  *WriterMeta
+	self    *string
+	// onCommit runs on the committer goroutine after a successful commit,
+	// in commit order, before the waiter is released.
+	onCommit func()
+	done     chan error
+}
+
+func (s *Store) start() {
+	s.queue = make(chan *commitReq, s.opts.QueueSize)
+	s.done = make(chan struct{})
+	go s.committer()
+}
+
+// enqueue hands req to the committer. Requests commit in enqueue order.
+func (s *Store) enqueue(req *commitReq) error {
+	req.done = make(chan error, 1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	if s.failed != nil {
+		return s.failed
+	}
+	s.queue <- req
+	return nil
+}
+
+// Commit persists changes, the digests of the origins they touch, and
+// optionally the writer metadata, atomically, and returns after the
+// transaction is fsynced. Concurrent Commit calls are coalesced into one
+// transaction (group commit).
+func (s *Store) Commit(changes []crdt.Change, digests crdt.Digest, writer *WriterMeta) error {
+	req := &commitReq{changes: changes, digests: digests, writer: writer}
+	if err := s.enqueue(req); err != nil {
+		return err
+	}
+	return <-req.done
+}
+
+// SetSelf records the local cluster ID the file belongs to.
+func (s *Store) SetSelf(self string) error {
+	req := &commitReq{self: &self}
+	if err := s.enqueue(req); err != nil {
+		return err
+	}
+	return <-req.done
+}
+
+func (s *Store) committer() {
+	defer close(s.done)
+	batch := make([]*commitReq, 0, s.opts.MaxBatch)
+	for req := range s.queue {
+		batch = append(batch[:0], req)
+	drain:
+		for len(batch) < s.opts.MaxBatch {
+			select {
+			case r, ok := <-s.queue:
+				if !ok {
+					break drain
+				}
+				batch = append(batch, r)
+			default:
+				break drain
+			}
+		}
+		s.commitBatch(batch)
+		clear(batch)
+	}
+}
+
+func (s *Store) commitBatch(batch []*commitReq) {
+	s.mu.Lock()
+	failed := s.failed
+	s.mu.Unlock()
+	if failed != nil {
+		for _, r := range batch {
+			r.done <- failed
+		}
+		return
+	}
+	start := time.Now()
+	nchanges := 0
+	countDelta := map[string]int{}
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		w := newTxWriter(tx)
+		digests := crdt.Digest{}
+		var writer *WriterMeta
+		for _, r := range batch {
+			for i := range r.changes {
+				d, err := w.apply(&r.changes[i])
+				if err != nil {
+					return err
+				}
+				if d != 0 {
+					countDelta[r.changes[i].Key.Origin] += d
+				}
+			}
+			nchanges += len(r.changes)
+			for o, d := range r.digests {
+				digests[o] = d
+			}
+			if r.writer != nil {
+				writer = r.writer
+			}
+			if r.self != nil {
+				if err := w.meta.Put(metaSelf, []byte(*r.self)); err != nil {
+					return err
+				}
+			}
+		}
+		for o, d := range digests {
+			if err := w.origins.Put(encodeKey(o), encodeDigest(d)); err != nil {
+				return fmt.Errorf("store: persist digest of %q: %w", o, err)
+			}
+		}
+		if writer != nil {
+			if err := w.meta.Put(metaEpoch, u32(writer.Epoch)); err != nil {
+				return err
+			}
+			if err := w.meta.Put(metaLastVersion, u64(uint64(writer.LastVersion))); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	s.m.commitLatency.Observe(time.Since(start).Seconds())
+	s.m.batchRequests.Observe(float64(len(batch)))
+	s.m.batchChanges.Observe(float64(nchanges))
+	if err != nil {
+		err = fmt.Errorf("store: commit failed, refusing further writes until restart: %w", err)
+		s.log.Error("store commit failed", "error", err)
+		s.mu.Lock()
+		s.failed = err
+		s.mu.Unlock()
+	} else {
+		s.countMu.Lock()
+		for o, d := range countDelta {
+			s.counts[o] += d
+			s.m.entriesPerOrigin.WithLabelValues(o).Set(float64(s.counts[o]))
+		}
+		s.countMu.Unlock()
+	}
+	for _, r := range batch {
+		if err == nil && r.onCommit != nil {
+			r.onCommit()
+		}
+		r.done <- err
+	}
+}
+
+type txWriter struct {
+	entries, origins, meta *bolt.Bucket
+	idx                    map[string]*bolt.Bucket
+	tx                     *bolt.Tx
+}
+
+func newTxWriter(tx *bolt.Tx) *txWriter {
+	w := &txWriter{
+		tx:      tx,
+		entries: tx.Bucket(bucketEntries),
+		origins: tx.Bucket(bucketOrigins),
+		meta:    tx.Bucket(bucketMeta),
+		idx:     map[string]*bolt.Bucket{},
+	}
+	for _, n := range indexBuckets {
+		w.idx[string(n)] = tx.Bucket(n)
+	}
+	return w
+}
+
+// apply writes one change. Index keys of the record being replaced are
+// derived from the record AS STORED (not from Change.Old), so the indexes
+// can never keep an orphan even if a caller's Old is stale. It returns the
+// change in the number of stored entries (-1, 0, +1).
+func (w *txWriter) apply(ch *crdt.Change) (int, error) {
+	key := entryKey(ch.Key)
+	delta := 0
+	if old := w.entries.Get(key); old != nil {
+		e := crdt.Entry{Key: ch.Key}
+		if err := decodeRecord(old, &e); err != nil {
+			return 0, fmt.Errorf("store: stored %s: %w", ch.Key, err)
+		}
+		for _, ik := range indexKeys(&e) {
+			if err := w.idx[string(ik.bucket)].Delete(ik.key); err != nil {
+				return 0, err
+			}
+		}
+		delta--
+	}
+	if ch.New == nil {
+		if delta == 0 {
+			return 0, nil
+		}
+		return delta, w.entries.Delete(key)
+	}
+	if ch.New.Key != ch.Key {
+		return 0, fmt.Errorf("store: change for %s carries entry %s", ch.Key, ch.New.Key)
+	}
+	if err := w.entries.Put(key, encodeRecord(ch.New)); err != nil {
+		return 0, fmt.Errorf("store: put %s: %w", ch.Key, err)
+	}
+	for _, ik := range indexKeys(ch.New) {
+		if err := w.idx[string(ik.bucket)].Put(ik.key, ik.value); err != nil {
+			return 0, fmt.Errorf("store: index %s: %w", ch.Key, err)
+		}
+	}
+	return delta + 1, nil
+}
+
+// ---------------------------------------------------------------- queries
+
+// PodRef is one pod found by an index query.
+type PodRef struct {
+	Cluster   string
+	Namespace string
+	Name      string
+	IPs       []string
+}
+
+// PodsInNamespace returns the live pods of (cluster, namespace), sorted by
+// name. Proposal: `$cluster_$namespace_$pod -> ip`.
+func (s *Store) PodsInNamespace(cluster, namespace string) ([]PodRef, error) {
+	return s.scanPods(bucketPodNS, encodeKey(cluster, namespace), 3, podFields{cluster: 0, ns: 1, pod: 2})
+}
+
+// PodsWithLabelInNamespace returns live pods of (cluster, namespace) whose
+// label key equals value. Proposal: `label_$label_$cluster_$namespace_$pod -> ip`.
+func (s *Store) PodsWithLabelInNamespace(key, value, cluster, namespace string) ([]PodRef, error) {
+	return s.scanPods(bucketPodLabel, encodeKey(key, value, cluster, namespace), 5, podFields{cluster: 2, ns: 3, pod: 4})
+}
+
+// PodsWithLabelInCluster returns live pods of cluster whose label key
+// equals value, sorted by (namespace, name).
+func (s *Store) PodsWithLabelInCluster(key, value, cluster string) ([]PodRef, error) {
+	return s.scanPods(bucketPodLabel, encodeKey(key, value, cluster), 5, podFields{cluster: 2, ns: 3, pod: 4})
+}
+
+// PodsWithLabelKey returns live pods in every cluster that carry label key
+// (any value): the Exists operator. Sorted by (cluster, namespace, name).
+func (s *Store) PodsWithLabelKey(key string) ([]PodRef, error) {
+	return s.scanPods(bucketPodLKey, encodeKey(key), 4, podFields{cluster: 1, ns: 2, pod: 3})
+}
+
+// PodsWithLabelKeyInCluster is PodsWithLabelKey scoped to one cluster.
+func (s *Store) PodsWithLabelKeyInCluster(key, cluster string) ([]PodRef, error) {
+	return s.scanPods(bucketPodLKey, encodeKey(key, cluster), 4, podFields{cluster: 1, ns: 2, pod: 3})
+}
+
+// NamespacesInCluster returns the live namespaces of cluster, sorted.
+func (s *Store) NamespacesInCluster(cluster string) ([]string, error) {
+	return s.scanNames(bucketNS, encodeKey(cluster))
+}
+
+// PoliciesOfOrigin returns the names ("namespace/name") of the live
+// MultiClusterNetworkPolicies created in origin, sorted.
+func (s *Store) PoliciesOfOrigin(origin string) ([]string, error) {
+	return s.scanNames(bucketPolicy, encodeKey(origin))
+}
+
+type podFields struct{ cluster, ns, pod int }
+
+func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) ([]PodRef, error) {
+	var out []PodRef
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucket).Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			comps, err := decodeKey(k, n)
+			if err != nil {
+				return fmt.Errorf("%w: index %s key %x: %v", ErrCorrupt, bucket, k, err)
+			}
+			ips, err := decodeIPs(v)
+			if err != nil {
+				return fmt.Errorf("%w: index %s value: %v", ErrCorrupt, bucket, err)
+			}
+			out = append(out, PodRef{Cluster: comps[f.cluster], Namespace: comps[f.ns], Name: comps[f.pod], IPs: ips})
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (s *Store) scanNames(bucket, prefix []byte) ([]string, error) {
+	var out []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucket).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			comps, err := decodeKey(k, 2)
+			if err != nil {
+				return fmt.Errorf("%w: index %s key %x: %v", ErrCorrupt, bucket, k, err)
+			}
+			out = append(out, comps[1])
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,432 @@
+package store
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+func openTestStore(t *testing.T, path string, opts Options) *Store {
+	t.Helper()
+	s, err := Open(path, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+func podEntry(t testing.TB, origin, name string, v crdt.Version, labels map[string]string, ips ...string) *crdt.Entry {
+	b, err := crdt.EncodeValue(&crdt.PodValue{Labels: labels, IPs: ips})
+	require.NoError(t, err)
+	return &crdt.Entry{Key: crdt.Key{Origin: origin, Kind: crdt.KindPod, Name: name}, Version: v, Value: b, Stamp: 42}
+}
+
+func nsEntry(t testing.TB, origin, name string, v crdt.Version) *crdt.Entry {
+	b, err := crdt.EncodeValue(&crdt.NamespaceValue{Labels: map[string]string{"team": name}})
+	require.NoError(t, err)
+	return &crdt.Entry{Key: crdt.Key{Origin: origin, Kind: crdt.KindNamespace, Name: name}, Version: v, Value: b}
+}
+
+func policyEntry(t testing.TB, origin, name string, v crdt.Version) *crdt.Entry {
+	b, err := crdt.EncodeValue(&crdt.PolicyValue{UID: "u", Spec: []byte(`{}`)})
+	require.NoError(t, err)
+	return &crdt.Entry{Key: crdt.Key{Origin: origin, Kind: crdt.KindPolicy, Name: name}, Version: v, Value: b}
+}
+
+func put(e *crdt.Entry) crdt.Change { return crdt.Change{Key: e.Key, New: e} }
+
+func names(refs []PodRef) []string {
+	out := make([]string, len(refs))
+	for i, r := range refs {
+		out[i] = r.Cluster + "|" + r.Namespace + "|" + r.Name
+	}
+	return out
+}
+
+func TestQueries(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	require.True(t, s.Info().Created)
+	app := func(v string) map[string]string { return map[string]string{"app": v} }
+	tomb := podEntry(t, "foo", "default/dead", 9, app("web"), "10.0.0.9")
+	tomb.Deleted, tomb.Value = true, nil
+	changes := []crdt.Change{
+		put(podEntry(t, "foo", "default/web-1", 1, map[string]string{"app": "web", "tier": "fe"}, "10.0.0.1", "fd00::1")),
+		put(podEntry(t, "foo", "default/web-2", 2, app("web"), "10.0.0.2")),
+		put(podEntry(t, "foo", "default/db-1", 3, app("db"), "10.0.0.3")),
+		put(podEntry(t, "foo", "default_x/web-3", 4, app("web"), "10.0.0.4")),
+		put(podEntry(t, "foo", "kube/web-4", 5, app("web"), "10.0.0.5")),
+		put(podEntry(t, "foobar", "default/web-5", 1, app("web"), "10.1.0.1")),
+		put(podEntry(t, "foo_bar", "default/web-6", 1, map[string]string{"app": "web_x"}, "10.2.0.1")),
+		put(podEntry(t, "foo", "default/nolabel", 6, nil, "10.0.0.6")),
+		put(tomb),
+		put(nsEntry(t, "foo", "default", 7)),
+		put(nsEntry(t, "foo", "default_x", 8)),
+		put(nsEntry(t, "foobar", "other", 2)),
+		put(policyEntry(t, "foo", "default/allow", 10)),
+		put(policyEntry(t, "foobar", "default/deny", 3)),
+	}
+	digests := crdt.Digest{"foo": {Max: 10}, "foobar": {Max: 3}, "foo_bar": {Max: 1}}
+	require.NoError(t, s.Commit(changes, digests, nil))
+
+	refs, err := s.PodsInNamespace("foo", "default")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo|default|db-1", "foo|default|nolabel", "foo|default|web-1", "foo|default|web-2"}, names(refs))
+	require.Equal(t, []string{"10.0.0.1", "fd00::1"}, refs[2].IPs)
+
+	refs, err = s.PodsInNamespace("foo", "default_x")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo|default_x|web-3"}, names(refs))
+
+	refs, err = s.PodsWithLabelInNamespace("app", "web", "foo", "default")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo|default|web-1", "foo|default|web-2"}, names(refs))
+	require.Equal(t, []string{"10.0.0.2"}, refs[1].IPs)
+
+	refs, err = s.PodsWithLabelInCluster("app", "web", "foo")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo|default|web-1", "foo|default|web-2", "foo|default_x|web-3", "foo|kube|web-4"}, names(refs))
+
+	refs, err = s.PodsWithLabelInCluster("app", "web", "foobar")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foobar|default|web-5"}, names(refs))
+
+	refs, err = s.PodsWithLabelKey("app")
+	require.NoError(t, err)
+	require.Len(t, refs, 7)
+	refs, err = s.PodsWithLabelKeyInCluster("tier", "foo")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo|default|web-1"}, names(refs))
+	refs, err = s.PodsWithLabelKeyInCluster("app", "foo_bar")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo_bar|default|web-6"}, names(refs))
+	refs, err = s.PodsWithLabelKeyInCluster("app", "fo")
+	require.NoError(t, err)
+	require.Empty(t, refs)
+
+	nss, err := s.NamespacesInCluster("foo")
+	require.NoError(t, err)
+	require.Equal(t, []string{"default", "default_x"}, nss)
+	nss, err = s.NamespacesInCluster("foobar")
+	require.NoError(t, err)
+	require.Equal(t, []string{"other"}, nss)
+
+	pols, err := s.PoliciesOfOrigin("foo")
+	require.NoError(t, err)
+	require.Equal(t, []string{"default/allow"}, pols)
+	pols, err = s.PoliciesOfOrigin("foobar")
+	require.NoError(t, err)
+	require.Equal(t, []string{"default/deny"}, pols)
+
+	// Update: relabel web-2 to db; delete web-1 by tombstone; drop the policy.
+	web1Tomb := &crdt.Entry{Key: changes[0].Key, Version: 20, Deleted: true}
+	require.NoError(t, s.Commit([]crdt.Change{
+		put(podEntry(t, "foo", "default/web-2", 21, app("db"), "10.0.0.22")),
+		{Key: changes[0].Key, Old: changes[0].New, New: web1Tomb},
+		{Key: changes[12].Key, Old: changes[12].New, New: nil},
+	}, crdt.Digest{"foo": {Max: 21}}, nil))
+	refs, err = s.PodsWithLabelInNamespace("app", "db", "foo", "default")
+	require.NoError(t, err)
+	require.Equal(t, []string{"foo|default|db-1", "foo|default|web-2"}, names(refs))
+	require.Equal(t, []string{"10.0.0.22"}, refs[1].IPs)
+	refs, err = s.PodsWithLabelInNamespace("app", "web", "foo", "default")
+	require.NoError(t, err)
+	require.Empty(t, refs)
+	refs, err = s.PodsWithLabelKeyInCluster("tier", "foo")
+	require.NoError(t, err)
+	require.Empty(t, refs)
+	pols, err = s.PoliciesOfOrigin("foo")
+	require.NoError(t, err)
+	require.Empty(t, pols)
+	checkIndexes(t, s)
+
+	// The snapshot carries the tombstone, the digests and every value.
+	snap, err := s.Load()
+	require.NoError(t, err)
+	require.Equal(t, crdt.Digest{"foo": {Max: 21}, "foobar": {Max: 3}, "foo_bar": {Max: 1}}, snap.Digest)
+	got := map[crdt.Key]crdt.Entry{}
+	for _, e := range snap.Entries {
+		got[e.Key] = e
+	}
+	require.Len(t, got, len(changes)-1) // policy removed
+	require.True(t, got[web1Tomb.Key].Deleted)
+	require.Equal(t, crdt.Version(20), got[web1Tomb.Key].Version)
+	require.Equal(t, changes[2].New.Value, got[changes[2].Key].Value)
+	require.Equal(t, int64(42), got[changes[2].Key].Stamp)
+}
+
+// expectedIndexes brute-forces the index content from the entries bucket.
+func expectedIndexes(t *testing.T, tx *bolt.Tx) map[string]map[string]string {
+	want := map[string]map[string]string{}
+	for _, b := range indexBuckets {
+		want[string(b)] = map[string]string{}
+	}
+	require.NoError(t, tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+		key, err := decodeEntryKey(k)
+		require.NoError(t, err)
+		e := crdt.Entry{Key: key}
+		require.NoError(t, decodeRecord(v, &e))
+		for _, ik := range indexKeys(&e) {
+			want[string(ik.bucket)][string(ik.key)] = string(ik.value)
+		}
+		return nil
+	}))
+	return want
+}
+
+// checkIndexes asserts every index bucket equals the brute-force derivation
+// from the entries: nothing missing, nothing orphaned.
+func checkIndexes(t *testing.T, s *Store) {
+	t.Helper()
+	require.NoError(t, s.db.View(func(tx *bolt.Tx) error {
+		want := expectedIndexes(t, tx)
+		for _, b := range indexBuckets {
+			got := map[string]string{}
+			require.NoError(t, tx.Bucket(b).ForEach(func(k, v []byte) error {
+				got[string(k)] = string(v)
+				return nil
+			}))
+			require.Equal(t, want[string(b)], got, "index %s", b)
+		}
+		return nil
+	}))
+}
+
+func TestIndexConsistencyRandom(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	r := rand.New(rand.NewPCG(7, 8))
+	origins := []string{"a", "a_b", "ab", "b"}
+	nss := []string{"default", "default_x", "kube", "x\x00y"}
+	labelKeys := []string{"app", "app_x", "tier", "k\x00"}
+	labelVals := []string{"web", "db", "web_x", ""}
+	version := map[string]crdt.Version{}
+	current := map[crdt.Key]*crdt.Entry{}
+	var keys []crdt.Key
+	for round := range 150 {
+		var changes []crdt.Change
+		digests := crdt.Digest{}
+		for range 1 + r.IntN(20) {
+			o := origins[r.IntN(len(origins))]
+			version[o]++
+			v := version[o]
+			var k crdt.Key
+			if len(keys) > 0 && r.IntN(3) > 0 {
+				k = keys[r.IntN(len(keys))]
+				o = k.Origin
+				version[o]++
+				v = version[o]
+			} else {
+				kind := []crdt.Kind{crdt.KindPod, crdt.KindPod, crdt.KindPod, crdt.KindNamespace, crdt.KindPolicy, crdt.KindCluster}[r.IntN(6)]
+				name := fmt.Sprintf("%s/p%d", nss[r.IntN(len(nss))], r.IntN(30))
+				if kind == crdt.KindNamespace {
+					name = nss[r.IntN(len(nss))]
+				}
+				k = crdt.Key{Origin: o, Kind: kind, Name: name}
+				if _, ok := current[k]; !ok {
+					keys = append(keys, k)
+				}
+			}
+			old := current[k]
+			var ne *crdt.Entry
+			switch op := r.IntN(10); {
+			case op < 6: // upsert with random labels
+				labels := map[string]string{}
+				for range r.IntN(3) {
+					labels[labelKeys[r.IntN(len(labelKeys))]] = labelVals[r.IntN(len(labelVals))]
+				}
+				switch k.Kind {
+				case crdt.KindPod:
+					ne = podEntry(t, k.Origin, k.Name, v, labels, fmt.Sprintf("10.%d.%d.%d", round%250, r.IntN(250), r.IntN(250)))
+				case crdt.KindNamespace:
+					ne = nsEntry(t, k.Origin, k.Name, v)
+				case crdt.KindPolicy:
+					ne = policyEntry(t, k.Origin, k.Name, v)
+				default:
+					ne = &crdt.Entry{Key: k, Version: v, Value: []byte{0x80}}
+				}
+				if r.IntN(20) == 0 {
+					ne.Value = []byte("not msgpack") // undecodable values must not break indexing
+				}
+			case op < 8: // tombstone
+				ne = &crdt.Entry{Key: k, Version: v, Deleted: true}
+			default: // removed from storage (retire / GC)
+				ne = nil
+			}
+			// Old is deliberately sometimes stale: the store must not rely on it.
+			ch := crdt.Change{Key: k, Old: old, New: ne}
+			if r.IntN(5) == 0 {
+				ch.Old = nil
+			}
+			changes = append(changes, ch)
+			if ne == nil {
+				delete(current, k)
+			} else {
+				current[k] = ne
+			}
+			digests[o] = crdt.OriginDigest{Max: version[o]}
+		}
+		require.NoError(t, s.Commit(changes, digests, nil))
+		if round%10 == 0 {
+			checkIndexes(t, s)
+		}
+	}
+	checkIndexes(t, s)
+	// Entries equal the model.
+	snap, err := s.Load()
+	require.NoError(t, err)
+	require.Len(t, snap.Entries, len(current))
+	for _, e := range snap.Entries {
+		want := current[e.Key]
+		require.NotNil(t, want, e.Key.String())
+		require.Equal(t, want.Version, e.Version)
+		require.Equal(t, want.Deleted, e.Deleted)
+		require.True(t, bytes.Equal(want.Value, e.Value))
+	}
+	// Brute-force query comparison for every (label, cluster, ns).
+	for _, o := range origins {
+		for _, ns := range nss {
+			refs, err := s.PodsInNamespace(o, ns)
+			require.NoError(t, err)
+			var want []string
+			for k, e := range current {
+				if k.Kind == crdt.KindPod && k.Origin == o && !e.Deleted {
+					if pns, pod := splitPodName(k.Name); pns == ns {
+						want = append(want, o+"|"+ns+"|"+pod)
+					}
+				}
+			}
+			slices.Sort(want)
+			require.Equal(t, want, append([]string(nil), names(refs)...), "%s/%s", o, ns)
+		}
+	}
+}
+
+func TestSchemaVersionNewerRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	s, err := Open(path, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMeta).Put(metaSchema, u32(SchemaVersion+1))
+	}))
+	require.NoError(t, s.Close())
+	_, err = Open(path, Options{})
+	var se *SchemaError
+	require.ErrorAs(t, err, &se)
+	require.Equal(t, SchemaVersion+1, se.Found)
+	require.Contains(t, err.Error(), fmt.Sprintf("schema version %d", SchemaVersion+1))
+	require.Contains(t, err.Error(), fmt.Sprintf("supports at most %d", SchemaVersion))
+	// Refused, not moved aside.
+	matches, _ := filepath.Glob(path + ".corrupt-*")
+	require.Empty(t, matches)
+	_, err = os.Stat(path)
+	require.NoError(t, err)
+}
+
+func TestReopenKeepsData(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	s, err := Open(path, Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Commit([]crdt.Change{put(podEntry(t, "c", "ns/p", 1, nil, "1.2.3.4"))},
+		crdt.Digest{"c": {Max: 1, Hash: 5}}, &WriterMeta{Epoch: 3, LastVersion: 7}))
+	require.NoError(t, s.Close())
+	s2 := openTestStore(t, path, Options{})
+	require.False(t, s2.Info().Created)
+	snap, err := s2.Load()
+	require.NoError(t, err)
+	require.Len(t, snap.Entries, 1)
+	require.Equal(t, WriterMeta{Epoch: 3, LastVersion: 7}, snap.Writer)
+}
+
+func TestLockedFileIsAnErrorNotCorruption(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	openTestStore(t, path, Options{})
+	_, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	require.ErrorContains(t, err, "locked")
+	matches, _ := filepath.Glob(path + ".corrupt-*")
+	require.Empty(t, matches)
+}
+
+// populated writes a store with enough data to span many pages.
+func populated(t *testing.T, path string) []byte {
+	s, err := Open(path, Options{})
+	require.NoError(t, err)
+	var changes []crdt.Change
+	for i := range 3000 {
+		changes = append(changes, put(podEntry(t, "c", fmt.Sprintf("ns%d/pod-%d", i%7, i), crdt.Version(i+1),
+			map[string]string{"app": fmt.Sprint(i % 13)}, fmt.Sprintf("10.0.%d.%d", i/250, i%250))))
+	}
+	require.NoError(t, s.Commit(changes, crdt.Digest{"c": {Max: 3000}}, nil))
+	require.NoError(t, s.Close())
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
+}
+
+func TestCorruptFileMovedAside(t *testing.T) {
+	cases := map[string]func(b []byte) []byte{
+		"truncated-half": func(b []byte) []byte { return b[:len(b)/2] },
+		"truncated-odd":  func(b []byte) []byte { return b[:len(b)/3+123] },
+		"empty":          func(b []byte) []byte { return nil },
+		"junk":           func(b []byte) []byte { return bytes.Repeat([]byte("coastguard"), 5000) },
+		"meta-garbled": func(b []byte) []byte {
+			for i := 16; i < 200; i++ { // both meta pages' headers
+				b[i] ^= 0x5A
+				b[4096+i] ^= 0x5A
+			}
+			return b
+		},
+		"pages-garbled": func(b []byte) []byte {
+			r := rand.New(rand.NewPCG(9, 9))
+			for p := 2; p < len(b)/4096; p++ {
+				off := p*4096 + r.IntN(64)
+				for i := range 32 {
+					b[off+i] = byte(r.Uint32())
+				}
+			}
+			return b
+		},
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "s.db")
+			orig := populated(t, path)
+			bad := mutate(append([]byte(nil), orig...))
+			require.NoError(t, os.WriteFile(path, bad, 0o600))
+			reg := prometheus.NewRegistry()
+			s, err := Open(path, Options{Registerer: reg})
+			require.NoError(t, err)
+			defer s.Close()
+			info := s.Info()
+			require.True(t, info.Created)
+			require.ErrorIs(t, info.Corrupt, ErrCorrupt)
+			require.NotEmpty(t, info.MovedAside)
+			moved, err := os.ReadFile(info.MovedAside)
+			require.NoError(t, err, "moved-aside file must exist")
+			require.True(t, bytes.Equal(bad, moved), "moved-aside file must be untouched")
+			require.Equal(t, 1.0, testutil.ToFloat64(s.m.corruptFiles))
+			// The fresh store is empty and writable.
+			snap, err := s.Load()
+			require.NoError(t, err)
+			require.Empty(t, snap.Entries)
+			require.NoError(t, s.Commit([]crdt.Change{put(podEntry(t, "c", "ns/p", 1, nil))}, crdt.Digest{"c": {Max: 1}}, nil))
+		})
+	}
+}
+
+func TestCommitAfterCloseFails(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.ErrorIs(t, s.Commit(nil, nil, nil), ErrClosed)
+	require.NoError(t, s.Close())
+}
