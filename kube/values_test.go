@@ -20,9 +20,9 @@ func fullPod() *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: "web-1", Namespace: "shop", UID: "u1", ResourceVersion: "42",
-			Labels:      map[string]string{"app": "web", "tier": "front"},
-			Annotations: map[string]string{"big": strings.Repeat("x", 1000)},
-			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
+			Labels:          map[string]string{"app": "web", "tier": "front"},
+			Annotations:     map[string]string{"big": strings.Repeat("x", 1000)},
+			ManagedFields:   []metav1.ManagedFieldsEntry{{Manager: "kubelet"}},
 			OwnerReferences: []metav1.OwnerReference{{Name: "rs"}},
 		},
 		Spec: corev1.PodSpec{
