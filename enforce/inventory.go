@@ -1,0 +1,353 @@
+// Package enforce translates MultiClusterNetworkPolicies plus the inventory
+// of every cluster (cluster labels, namespaces, pods) into the plain
+// networking.k8s.io/v1 NetworkPolicies one enforcing cluster must apply.
+//
+// The package is pure: no goroutines, no clock, no network, no client-go.
+// The daemon keeps an Inventory up to date from replicated state and calls
+// TranslatePolicy for the policies Affected by each change; `coastguardd
+// render` builds an Inventory from files and calls Translate. Both therefore
+// run exactly the same code. The semantics are written down in
+// docs/SEMANTICS.md.
+package enforce
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+)
+
+// ClusterIDLabel is carried by every cluster; its value is the cluster ID.
+const ClusterIDLabel = "cluster.clusterset.k8s.io"
+
+// NamespaceNameLabel is set by the apiserver on every namespace; the
+// inventory adds it too so remote namespaceSelectors behave like local ones.
+const NamespaceNameLabel = corev1.LabelMetadataName
+
+// Cluster is one member of the cluster set.
+type Cluster struct {
+	ID string
+	// Labels from ClusterProperty objects. The inventory always sets
+	// cluster.clusterset.k8s.io=<ID>, overriding any other value.
+	Labels map[string]string
+
+	// Reserved for Globalnet support (a later issue); Translate ignores them.
+	Globalnet          bool
+	GlobalCIDRs        []string
+	ClusterEgressIPs   []string
+	NamespaceEgressIPs map[string][]string
+}
+
+// Namespace is a namespace of one cluster.
+type Namespace struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Port is a container port of a pod.
+type Port struct {
+	Name     string
+	Port     int32
+	Protocol corev1.Protocol // TCP when empty
+}
+
+// Pod holds what policy translation needs to know about a pod.
+type Pod struct {
+	Namespace   string
+	Name        string
+	Labels      map[string]string
+	IPs         []string
+	Phase       corev1.PodPhase
+	HostNetwork bool
+	Ports       []Port
+	// EgressIPs are Globalnet per-pod egress IPs (reserved, unused).
+	EgressIPs []string
+}
+
+// Eligible reports whether the pod can be a peer: it has an IP, is not
+// hostNetwork and has not terminated (Succeeded or Failed).
+func (p *Pod) Eligible() bool {
+	return len(p.IPs) > 0 && !p.HostNetwork &&
+		p.Phase != corev1.PodSucceeded && p.Phase != corev1.PodFailed
+}
+
+// PolicyRef identifies a MultiClusterNetworkPolicy in the cluster set.
+type PolicyRef struct {
+	Origin    string // cluster where the MCNP was created
+	Namespace string
+	Name      string
+}
+
+func (r PolicyRef) String() string { return r.Origin + "/" + r.Namespace + "/" + r.Name }
+
+// Compare orders refs by origin, namespace, name.
+func (r PolicyRef) Compare(o PolicyRef) int {
+	if r.Origin != o.Origin {
+		return cmpStr(r.Origin, o.Origin)
+	}
+	if r.Namespace != o.Namespace {
+		return cmpStr(r.Namespace, o.Namespace)
+	}
+	return cmpStr(r.Name, o.Name)
+}
+
+func cmpStr(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Policy is a MultiClusterNetworkPolicy together with its origin cluster.
+type Policy struct {
+	Origin     string
+	Namespace  string
+	Name       string
+	UID        string
+	Generation int64
+	Spec       apiv1.MultiClusterNetworkPolicySpec
+}
+
+// Ref returns the policy's reference.
+func (p *Policy) Ref() PolicyRef {
+	return PolicyRef{Origin: p.Origin, Namespace: p.Namespace, Name: p.Name}
+}
+
+// Inventory is the multi-cluster view the translator works on: clusters
+// with their labels, namespaces and pods (indexed per cluster and
+// namespace), and policies with pre-compiled selectors. It is not safe for
+// concurrent use.
+type Inventory struct {
+	clusters map[string]*clusterState
+	policies map[PolicyRef]*compiledPolicy
+	// sorted caches, rebuilt lazily
+	clusterIDs []string
+	policyRefs []PolicyRef
+}
+
+type clusterState struct {
+	id         string
+	known      bool // SetCluster was called (vs implied by a pod/namespace)
+	cluster    Cluster
+	labels     labels.Set
+	namespaces map[string]*namespaceState
+}
+
+type namespaceState struct {
+	present bool // the Namespace object exists
+	labels  labels.Set
+	pods    map[string]*Pod
+}
+
+// NewInventory returns an empty inventory.
+func NewInventory() *Inventory {
+	return &Inventory{
+		clusters: map[string]*clusterState{},
+		policies: map[PolicyRef]*compiledPolicy{},
+	}
+}
+
+func (inv *Inventory) cluster(id string, create bool) *clusterState {
+	c := inv.clusters[id]
+	if c == nil && create {
+		c = &clusterState{
+			id:         id,
+			labels:     labels.Set{ClusterIDLabel: id},
+			namespaces: map[string]*namespaceState{},
+		}
+		c.cluster.ID = id
+		inv.clusters[id] = c
+		inv.clusterIDs = nil
+	}
+	return c
+}
+
+func (c *clusterState) namespace(name string, create bool) *namespaceState {
+	ns := c.namespaces[name]
+	if ns == nil && create {
+		ns = &namespaceState{pods: map[string]*Pod{}}
+		c.namespaces[name] = ns
+	}
+	return ns
+}
+
+func (c *clusterState) dropIfEmpty(name string) {
+	if ns := c.namespaces[name]; ns != nil && !ns.present && len(ns.pods) == 0 {
+		delete(c.namespaces, name)
+	}
+}
+
+// SetCluster adds or replaces a cluster's description and labels.
+func (inv *Inventory) SetCluster(c Cluster) {
+	cs := inv.cluster(c.ID, true)
+	cs.known = true
+	cs.cluster = c
+	cs.cluster.Labels = maps.Clone(c.Labels)
+	cs.labels = labels.Set{}
+	for k, v := range c.Labels {
+		cs.labels[k] = v
+	}
+	cs.labels[ClusterIDLabel] = c.ID
+}
+
+// RemoveCluster forgets a cluster: its labels, namespaces, pods and every
+// policy it originated.
+func (inv *Inventory) RemoveCluster(id string) {
+	if _, ok := inv.clusters[id]; ok {
+		delete(inv.clusters, id)
+		inv.clusterIDs = nil
+	}
+	for ref := range inv.policies {
+		if ref.Origin == id {
+			delete(inv.policies, ref)
+			inv.policyRefs = nil
+		}
+	}
+}
+
+// SetNamespace adds or replaces a namespace of a cluster. The label
+// kubernetes.io/metadata.name=<name> is always present, as on a real
+// apiserver.
+func (inv *Inventory) SetNamespace(cluster string, ns Namespace) {
+	st := inv.cluster(cluster, true).namespace(ns.Name, true)
+	st.present = true
+	st.labels = labels.Set{}
+	for k, v := range ns.Labels {
+		st.labels[k] = v
+	}
+	st.labels[NamespaceNameLabel] = ns.Name
+}
+
+// RemoveNamespace removes a namespace object. Pods still recorded in it are
+// kept until they are removed themselves.
+func (inv *Inventory) RemoveNamespace(cluster, name string) {
+	c := inv.cluster(cluster, false)
+	if c == nil {
+		return
+	}
+	if ns := c.namespaces[name]; ns != nil {
+		ns.present = false
+		ns.labels = nil
+		c.dropIfEmpty(name)
+	}
+}
+
+// SetPod adds or replaces a pod. The inventory keeps its own copy.
+func (inv *Inventory) SetPod(cluster string, p Pod) {
+	cp := p
+	cp.Labels = maps.Clone(p.Labels)
+	cp.IPs = slices.Clone(p.IPs)
+	cp.Ports = slices.Clone(p.Ports)
+	cp.EgressIPs = slices.Clone(p.EgressIPs)
+	inv.cluster(cluster, true).namespace(p.Namespace, true).pods[p.Name] = &cp
+}
+
+// RemovePod removes a pod.
+func (inv *Inventory) RemovePod(cluster, namespace, name string) {
+	c := inv.cluster(cluster, false)
+	if c == nil {
+		return
+	}
+	if ns := c.namespaces[namespace]; ns != nil {
+		delete(ns.pods, name)
+		c.dropIfEmpty(namespace)
+	}
+}
+
+// SetPolicy adds or replaces a policy. An invalid policy (see
+// apiv1.ValidateSpec) is still recorded, so that every enforcing cluster
+// reports the same error for it, but it generates nothing; the error is
+// also returned.
+func (inv *Inventory) SetPolicy(p Policy) error {
+	if p.Origin == "" || p.Namespace == "" || p.Name == "" {
+		return fmt.Errorf("policy %q: origin, namespace and name are required", p.Ref())
+	}
+	cp := compilePolicy(p)
+	if _, ok := inv.policies[cp.ref]; !ok {
+		inv.policyRefs = nil
+	}
+	inv.policies[cp.ref] = cp
+	if cp.err != nil {
+		return fmt.Errorf("policy %s: %w", cp.ref, cp.err)
+	}
+	return nil
+}
+
+// RemovePolicy removes a policy.
+func (inv *Inventory) RemovePolicy(ref PolicyRef) {
+	if _, ok := inv.policies[ref]; ok {
+		delete(inv.policies, ref)
+		inv.policyRefs = nil
+	}
+}
+
+// Policy returns a recorded policy.
+func (inv *Inventory) Policy(ref PolicyRef) (Policy, bool) {
+	cp, ok := inv.policies[ref]
+	if !ok {
+		return Policy{}, false
+	}
+	return cp.policy, true
+}
+
+// Clusters returns the IDs of every cluster known to the inventory, sorted.
+func (inv *Inventory) Clusters() []string {
+	if inv.clusterIDs == nil {
+		inv.clusterIDs = slices.Sorted(maps.Keys(inv.clusters))
+	}
+	return slices.Clone(inv.clusterIDs)
+}
+
+func (inv *Inventory) sortedClusters() []string {
+	if inv.clusterIDs == nil {
+		inv.clusterIDs = slices.Sorted(maps.Keys(inv.clusters))
+	}
+	return inv.clusterIDs
+}
+
+// Policies returns the refs of every recorded policy, sorted.
+func (inv *Inventory) Policies() []PolicyRef {
+	return slices.Clone(inv.sortedPolicies())
+}
+
+func (inv *Inventory) sortedPolicies() []PolicyRef {
+	if inv.policyRefs == nil {
+		inv.policyRefs = slices.SortedFunc(maps.Keys(inv.policies), PolicyRef.Compare)
+	}
+	return inv.policyRefs
+}
+
+// HasNamespace reports whether the Namespace object exists in a cluster.
+func (inv *Inventory) HasNamespace(cluster, name string) bool {
+	c := inv.cluster(cluster, false)
+	if c == nil {
+		return false
+	}
+	ns := c.namespaces[name]
+	return ns != nil && ns.present
+}
+
+// clusterLabels returns the labels of a cluster, including clusters the
+// inventory has never heard of (only their ID label then).
+func (inv *Inventory) clusterLabels(id string) labels.Set {
+	if c := inv.clusters[id]; c != nil {
+		return c.labels
+	}
+	return labels.Set{ClusterIDLabel: id}
+}
+
+// selector compiles a label selector; nil stays nil (meaning "absent").
+func selector(ls *metav1.LabelSelector) (labels.Selector, error) {
+	if ls == nil {
+		return nil, nil
+	}
+	return metav1.LabelSelectorAsSelector(ls)
+}

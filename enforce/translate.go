@@ -1,0 +1,599 @@
+package enforce
+
+import (
+	"cmp"
+	"encoding/json"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+)
+
+// Splitting limits: a generated NetworkPolicy holds at most MaxIPBlocks
+// ipBlock peers and about MaxPolicyBytes of JSON; larger policies are split
+// into parts that share podSelector and policyTypes (NetworkPolicies are
+// additive, so the union of the parts allows exactly what one would).
+const (
+	MaxIPBlocks    = 1000
+	MaxPolicyBytes = 512 << 10
+)
+
+// Result is the outcome of translating one policy for one enforcing cluster.
+type Result struct {
+	// Selected is true when the enforcing cluster is one of the policy's
+	// enforcing clusters (spec.clusterSelector).
+	Selected bool
+	// SkippedNoNamespace is true when the cluster is selected but has no
+	// namespace of the policy's name; nothing is generated then.
+	SkippedNoNamespace bool
+	// Error is set for an invalid policy; nothing is generated then.
+	Error string
+	// NetworkPolicies are the generated objects, in part order.
+	NetworkPolicies []networkingv1.NetworkPolicy
+	// RemotePeers counts distinct remote pod IPs rendered as ipBlocks.
+	RemotePeers int
+}
+
+type compiledPolicy struct {
+	ref        PolicyRef
+	policy     Policy
+	err        error
+	clusterSel labels.Selector // nil: origin only
+	types      []networkingv1.PolicyType
+	ingress    []compiledRule
+	egress     []compiledRule
+}
+
+type compiledRule struct {
+	ports    []networkingv1.NetworkPolicyPort
+	hasNamed bool
+	allPeers bool // from/to empty: every peer
+	peers    []compiledPeer
+}
+
+type compiledPeer struct {
+	ipBlock    *networkingv1.IPBlock
+	clusterSel labels.Selector // nil: the enforcing cluster only
+	nsSel      labels.Selector // nil: the policy's namespace
+	podSel     labels.Selector // nil: every pod
+	native     networkingv1.NetworkPolicyPeer
+	size       int
+}
+
+func compilePolicy(p Policy) *compiledPolicy {
+	cp := &compiledPolicy{ref: p.Ref()}
+	cp.policy = p
+	cp.policy.Spec = *p.Spec.DeepCopy()
+	spec := &cp.policy.Spec
+	if errs := apiv1.ValidateSpec(spec, field.NewPath("spec")); len(errs) > 0 {
+		cp.err = errs.ToAggregate()
+		return cp
+	}
+	var err error
+	fail := func(e error) *compiledPolicy {
+		cp.err = e
+		return cp
+	}
+	if cp.clusterSel, err = selector(spec.ClusterSelector); err != nil {
+		return fail(err)
+	}
+	cp.types = effectiveTypes(spec)
+	for _, r := range spec.Ingress {
+		cr, err := compileRule(r.Ports, r.From)
+		if err != nil {
+			return fail(err)
+		}
+		cp.ingress = append(cp.ingress, cr)
+	}
+	for _, r := range spec.Egress {
+		cr, err := compileRule(r.Ports, r.To)
+		if err != nil {
+			return fail(err)
+		}
+		cp.egress = append(cp.egress, cr)
+	}
+	return cp
+}
+
+// effectiveTypes applies NetworkPolicy defaulting: Ingress always, Egress
+// when egress rules exist; explicit types are kept (deduplicated, ordered).
+func effectiveTypes(spec *apiv1.MultiClusterNetworkPolicySpec) []networkingv1.PolicyType {
+	in, eg := false, false
+	if len(spec.PolicyTypes) == 0 {
+		in, eg = true, len(spec.Egress) > 0
+	}
+	for _, t := range spec.PolicyTypes {
+		switch t {
+		case networkingv1.PolicyTypeIngress:
+			in = true
+		case networkingv1.PolicyTypeEgress:
+			eg = true
+		}
+	}
+	var out []networkingv1.PolicyType
+	if in {
+		out = append(out, networkingv1.PolicyTypeIngress)
+	}
+	if eg {
+		out = append(out, networkingv1.PolicyTypeEgress)
+	}
+	return out
+}
+
+func compileRule(ports []networkingv1.NetworkPolicyPort, peers []apiv1.MultiClusterNetworkPolicyPeer) (compiledRule, error) {
+	cr := compiledRule{allPeers: len(peers) == 0}
+	for _, p := range ports {
+		cr.ports = append(cr.ports, *p.DeepCopy())
+		if p.Port != nil && p.Port.Type == intstr.String {
+			cr.hasNamed = true
+		}
+	}
+	for i := range peers {
+		p := &peers[i]
+		var c compiledPeer
+		if p.IPBlock != nil {
+			c.ipBlock = p.IPBlock.DeepCopy()
+			c.size = ipBlockSize(c.ipBlock)
+			cr.peers = append(cr.peers, c)
+			continue
+		}
+		var err error
+		if c.clusterSel, err = selector(p.ClusterSelector); err != nil {
+			return cr, err
+		}
+		if c.nsSel, err = selector(p.NamespaceSelector); err != nil {
+			return cr, err
+		}
+		if c.podSel, err = selector(p.PodSelector); err != nil {
+			return cr, err
+		}
+		// The native form for the enforcing cluster: NetworkPolicy's own
+		// namespace/pod dimensions. A peer with only clusterSelector means
+		// every pod of the policy's namespace: podSelector {}.
+		c.native = networkingv1.NetworkPolicyPeer{
+			NamespaceSelector: p.NamespaceSelector.DeepCopy(),
+			PodSelector:       p.PodSelector.DeepCopy(),
+		}
+		if c.native.NamespaceSelector == nil && c.native.PodSelector == nil {
+			c.native.PodSelector = &metav1.LabelSelector{}
+		}
+		b, _ := json.Marshal(c.native)
+		c.size = len(b) + 8
+		cr.peers = append(cr.peers, c)
+	}
+	return cr, nil
+}
+
+func ipBlockSize(b *networkingv1.IPBlock) int {
+	n := 32 + len(b.CIDR)
+	for _, e := range b.Except {
+		n += len(e) + 3
+	}
+	return n
+}
+
+// enforcedAt reports whether the policy is enforced in cluster c.
+func (cp *compiledPolicy) enforcedAt(inv *Inventory, c string) bool {
+	if cp.clusterSel == nil {
+		return c == cp.ref.Origin
+	}
+	return cp.clusterSel.Matches(inv.clusterLabels(c))
+}
+
+// peerClusters calls fn for each cluster the peer's cluster dimension
+// selects, in sorted order.
+func (p *compiledPeer) peerClusters(inv *Inventory, enforcing string, fn func(string)) {
+	if p.clusterSel == nil {
+		fn(enforcing)
+		return
+	}
+	ids := inv.sortedClusters()
+	seenEnforcing := false
+	for _, id := range ids {
+		if id == enforcing {
+			seenEnforcing = true
+		}
+		if p.clusterSel.Matches(inv.clusterLabels(id)) {
+			fn(id)
+		}
+	}
+	// The enforcing cluster is a member even before the inventory knows it.
+	if !seenEnforcing && p.clusterSel.Matches(inv.clusterLabels(enforcing)) {
+		fn(enforcing)
+	}
+}
+
+// remotePod is a matching pod of a remote cluster, keyed by IP.
+type remotePod struct {
+	key string // cluster/namespace/name, for deterministic tie-breaks
+	pod *Pod
+}
+
+// collectRemote adds the eligible pods the peer selects in remote cluster
+// r (namespace and pod dimensions evaluated against r's own labels).
+func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map[netip.Addr]remotePod) {
+	c := inv.clusters[r]
+	if c == nil {
+		return
+	}
+	visit := func(nsName string, ns *namespaceState) {
+		for _, pod := range ns.pods {
+			if !pod.Eligible() {
+				continue
+			}
+			if p.podSel != nil && !p.podSel.Matches(labels.Set(pod.Labels)) {
+				continue
+			}
+			key := r + "/" + nsName + "/" + pod.Name
+			for _, s := range pod.IPs {
+				a, err := netip.ParseAddr(s)
+				if err != nil {
+					continue
+				}
+				a = a.Unmap().WithZone("")
+				if prev, ok := out[a]; ok && prev.key <= key {
+					continue
+				}
+				out[a] = remotePod{key: key, pod: pod}
+			}
+		}
+	}
+	if p.nsSel == nil {
+		if ns := c.namespaces[policyNS]; ns != nil {
+			visit(policyNS, ns)
+		}
+		return
+	}
+	for name, ns := range c.namespaces {
+		if ns.present && p.nsSel.Matches(ns.labels) {
+			visit(name, ns)
+		}
+	}
+}
+
+func hostPrefix(a netip.Addr) string {
+	return netip.PrefixFrom(a, a.BitLen()).String()
+}
+
+// outRule is a translated rule before packing into parts.
+type outRule struct {
+	ports    []networkingv1.NetworkPolicyPort
+	allPeers bool
+	peers    []networkingv1.NetworkPolicyPeer
+	sizes    []int
+}
+
+// translateRule turns one compiled rule into zero or more output rules.
+// Never widen: a rule whose peers all translate to nothing is dropped.
+func translateRule(inv *Inventory, enforcing, policyNS string, r *compiledRule, egress bool, remoteSeen map[netip.Addr]struct{}) []outRule {
+	if r.allPeers {
+		return []outRule{{ports: clonePorts(r.ports), allPeers: true}}
+	}
+	base := outRule{ports: clonePorts(r.ports)}
+	remote := map[netip.Addr]remotePod{}
+	nativeSeen := map[string]bool{}
+	for i := range r.peers {
+		p := &r.peers[i]
+		if p.ipBlock != nil {
+			base.peers = append(base.peers, networkingv1.NetworkPolicyPeer{IPBlock: p.ipBlock.DeepCopy()})
+			base.sizes = append(base.sizes, p.size)
+			continue
+		}
+		p.peerClusters(inv, enforcing, func(c string) {
+			if c == enforcing {
+				b, _ := json.Marshal(p.native)
+				if k := string(b); !nativeSeen[k] {
+					nativeSeen[k] = true
+					base.peers = append(base.peers, *p.native.DeepCopy())
+					base.sizes = append(base.sizes, p.size)
+				}
+				return
+			}
+			p.collectRemote(inv, c, policyNS, remote)
+		})
+	}
+	addrs := make([]netip.Addr, 0, len(remote))
+	for a := range remote {
+		addrs = append(addrs, a)
+		remoteSeen[a] = struct{}{}
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+
+	if !egress || !r.hasNamed {
+		// Ports pass through: in ingress the destination is the local
+		// selected pod, so its CNI resolves named ports itself.
+		for _, a := range addrs {
+			base.peers = appendIPBlock(base.peers, &base.sizes, a)
+		}
+		if len(base.peers) == 0 {
+			return nil
+		}
+		return []outRule{base}
+	}
+
+	// Egress with named ports: local peers (native) and ipBlocks keep the
+	// rule as written; remote pods get their named ports expanded to their
+	// own numeric ports, grouped by identical resolved port lists.
+	var out []outRule
+	if len(base.peers) > 0 {
+		out = append(out, base)
+	}
+	type group struct {
+		ports []networkingv1.NetworkPolicyPort
+		rule  outRule
+	}
+	groups := map[string]*group{}
+	var keys []string
+	for _, a := range addrs {
+		ports := resolvePorts(r.ports, remote[a].pod)
+		if len(ports) == 0 {
+			// Nothing of the rule's ports exists on this pod; an empty
+			// port list would mean "all ports", so the pod is left out.
+			continue
+		}
+		b, _ := json.Marshal(ports)
+		k := string(b)
+		g := groups[k]
+		if g == nil {
+			g = &group{ports: ports}
+			groups[k] = g
+			keys = append(keys, k)
+		}
+		g.rule.peers = appendIPBlock(g.rule.peers, &g.rule.sizes, a)
+	}
+	// Groups are in order of their lowest address (addrs is sorted).
+	for _, k := range keys {
+		g := groups[k]
+		g.rule.ports = g.ports
+		out = append(out, g.rule)
+	}
+	return out
+}
+
+func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip.Addr) []networkingv1.NetworkPolicyPeer {
+	b := &networkingv1.IPBlock{CIDR: hostPrefix(a)}
+	*sizes = append(*sizes, ipBlockSize(b))
+	return append(peers, networkingv1.NetworkPolicyPeer{IPBlock: b})
+}
+
+// resolvePorts expands named ports against a destination pod's container
+// ports (matching name and protocol, TCP by default). Numeric entries pass
+// through. The result is sorted and deduplicated.
+func resolvePorts(ports []networkingv1.NetworkPolicyPort, pod *Pod) []networkingv1.NetworkPolicyPort {
+	var out []networkingv1.NetworkPolicyPort
+	for _, p := range ports {
+		if p.Port == nil || p.Port.Type != intstr.String {
+			out = append(out, *p.DeepCopy())
+			continue
+		}
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		for _, cp := range pod.Ports {
+			cproto := cp.Protocol
+			if cproto == "" {
+				cproto = corev1.ProtocolTCP
+			}
+			if cp.Name == p.Port.StrVal && cproto == proto && cp.Port > 0 {
+				pr := proto
+				port := intstr.FromInt32(cp.Port)
+				out = append(out, networkingv1.NetworkPolicyPort{Protocol: &pr, Port: &port})
+			}
+		}
+	}
+	slices.SortFunc(out, comparePorts)
+	return slices.CompactFunc(out, func(a, b networkingv1.NetworkPolicyPort) bool { return comparePorts(a, b) == 0 })
+}
+
+func comparePorts(a, b networkingv1.NetworkPolicyPort) int {
+	pa, pb := "TCP", "TCP"
+	if a.Protocol != nil {
+		pa = string(*a.Protocol)
+	}
+	if b.Protocol != nil {
+		pb = string(*b.Protocol)
+	}
+	if c := strings.Compare(pa, pb); c != 0 {
+		return c
+	}
+	portKey := func(p *intstr.IntOrString) (int, int32, string) {
+		if p == nil {
+			return 0, 0, ""
+		}
+		if p.Type == intstr.String {
+			return 2, 0, p.StrVal
+		}
+		return 1, p.IntVal, ""
+	}
+	ak, ai, as := portKey(a.Port)
+	bk, bi, bs := portKey(b.Port)
+	if c := cmp.Compare(ak, bk); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(ai, bi); c != 0 {
+		return c
+	}
+	if c := strings.Compare(as, bs); c != 0 {
+		return c
+	}
+	ea, eb := int32(-1), int32(-1)
+	if a.EndPort != nil {
+		ea = *a.EndPort
+	}
+	if b.EndPort != nil {
+		eb = *b.EndPort
+	}
+	return cmp.Compare(ea, eb)
+}
+
+func clonePorts(ports []networkingv1.NetworkPolicyPort) []networkingv1.NetworkPolicyPort {
+	if len(ports) == 0 {
+		return nil
+	}
+	out := make([]networkingv1.NetworkPolicyPort, len(ports))
+	for i := range ports {
+		out[i] = *ports[i].DeepCopy()
+	}
+	return out
+}
+
+// part is one generated NetworkPolicy under construction.
+type part struct {
+	ingress []networkingv1.NetworkPolicyIngressRule
+	egress  []networkingv1.NetworkPolicyEgressRule
+	blocks  int
+	size    int
+}
+
+const (
+	partOverhead = 1024 // metadata, podSelector, policyTypes
+	ruleOverhead = 64
+)
+
+// pack distributes translated rules over as few parts as the limits allow.
+// Rule order is kept; a rule too large for one part is split into several
+// rules with the same ports.
+func pack(podSelSize int, ingress, egress []outRule) []*part {
+	cur := &part{size: partOverhead + podSelSize}
+	parts := []*part{cur}
+	newPart := func() {
+		cur = &part{size: partOverhead + podSelSize}
+		parts = append(parts, cur)
+	}
+	add := func(r outRule, isEgress bool) {
+		portsSize := 0
+		if len(r.ports) > 0 {
+			b, _ := json.Marshal(r.ports)
+			portsSize = len(b)
+		}
+		emit := func(peers []networkingv1.NetworkPolicyPeer) {
+			if isEgress {
+				cur.egress = append(cur.egress, networkingv1.NetworkPolicyEgressRule{Ports: clonePorts(r.ports), To: peers})
+			} else {
+				cur.ingress = append(cur.ingress, networkingv1.NetworkPolicyIngressRule{Ports: clonePorts(r.ports), From: peers})
+			}
+		}
+		if r.allPeers {
+			if cur.size+ruleOverhead+portsSize > MaxPolicyBytes && (len(cur.ingress)+len(cur.egress)) > 0 {
+				newPart()
+			}
+			cur.size += ruleOverhead + portsSize
+			emit(nil)
+			return
+		}
+		i := 0
+		for i < len(r.peers) {
+			if cur.size+ruleOverhead+portsSize+r.sizes[i] > MaxPolicyBytes || (r.peers[i].IPBlock != nil && cur.blocks >= MaxIPBlocks) {
+				if len(cur.ingress)+len(cur.egress) > 0 {
+					newPart()
+				}
+			}
+			cur.size += ruleOverhead + portsSize
+			j := i
+			for j < len(r.peers) {
+				isBlock := r.peers[j].IPBlock != nil
+				if j > i && (cur.size+r.sizes[j] > MaxPolicyBytes || (isBlock && cur.blocks >= MaxIPBlocks)) {
+					break
+				}
+				cur.size += r.sizes[j]
+				if isBlock {
+					cur.blocks++
+				}
+				j++
+			}
+			emit(r.peers[i:j:j])
+			i = j
+		}
+	}
+	for _, r := range ingress {
+		add(r, false)
+	}
+	for _, r := range egress {
+		add(r, true)
+	}
+	return parts
+}
+
+// Evaluate translates one policy for an enforcing cluster and reports what
+// happened. A policy unknown to the inventory yields the zero Result.
+func Evaluate(enforcing string, inv *Inventory, ref PolicyRef) Result {
+	cp := inv.policies[ref]
+	if cp == nil {
+		return Result{}
+	}
+	return evaluate(enforcing, inv, cp)
+}
+
+// TranslatePolicy returns the NetworkPolicies one policy generates in an
+// enforcing cluster (nil when it generates none).
+func TranslatePolicy(enforcing string, inv *Inventory, ref PolicyRef) []networkingv1.NetworkPolicy {
+	return Evaluate(enforcing, inv, ref).NetworkPolicies
+}
+
+// Translate returns every NetworkPolicy the enforcing cluster must hold,
+// sorted by name. The output is deterministic: identical inventories give
+// identical (byte for byte, once serialised) output.
+func Translate(enforcing string, inv *Inventory) []networkingv1.NetworkPolicy {
+	var out []networkingv1.NetworkPolicy
+	for _, ref := range inv.sortedPolicies() {
+		out = append(out, evaluate(enforcing, inv, inv.policies[ref]).NetworkPolicies...)
+	}
+	slices.SortFunc(out, func(a, b networkingv1.NetworkPolicy) int {
+		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+func evaluate(enforcing string, inv *Inventory, cp *compiledPolicy) Result {
+	var res Result
+	if cp.err != nil {
+		res.Error = cp.err.Error()
+		res.Selected = cp.policy.Spec.ClusterSelector == nil && enforcing == cp.ref.Origin
+		if !res.Selected && cp.policy.Spec.ClusterSelector != nil {
+			if s, err := metav1.LabelSelectorAsSelector(cp.policy.Spec.ClusterSelector); err == nil {
+				res.Selected = s.Matches(inv.clusterLabels(enforcing))
+			}
+		}
+		return res
+	}
+	if !cp.enforcedAt(inv, enforcing) {
+		return res
+	}
+	res.Selected = true
+	if !inv.HasNamespace(enforcing, cp.ref.Namespace) {
+		res.SkippedNoNamespace = true
+		return res
+	}
+	remoteSeen := map[netip.Addr]struct{}{}
+	hasType := func(t networkingv1.PolicyType) bool { return slices.Contains(cp.types, t) }
+	var ingress, egress []outRule
+	if hasType(networkingv1.PolicyTypeIngress) {
+		for i := range cp.ingress {
+			ingress = append(ingress, translateRule(inv, enforcing, cp.ref.Namespace, &cp.ingress[i], false, remoteSeen)...)
+		}
+	}
+	if hasType(networkingv1.PolicyTypeEgress) {
+		for i := range cp.egress {
+			egress = append(egress, translateRule(inv, enforcing, cp.ref.Namespace, &cp.egress[i], true, remoteSeen)...)
+		}
+	}
+	res.RemotePeers = len(remoteSeen)
+	podSel, _ := json.Marshal(cp.policy.Spec.PodSelector)
+	parts := pack(len(podSel), ingress, egress)
+	for i, pt := range parts {
+		res.NetworkPolicies = append(res.NetworkPolicies, buildNetworkPolicy(cp, i, len(parts), pt))
+	}
+	return res
+}
