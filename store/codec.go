@@ -3,6 +3,7 @@ package store
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -176,3 +177,5 @@ func decodeIPs(b []byte) ([]string, error) {
 
 func beU32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
 func beU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+func sortStrings(s []string) { slices.Sort(s) }

@@ -293,6 +293,34 @@ func verify(db *bolt.DB, path string, size int64, skipCheck bool) (corrupt, err 
 	return corrupt, err
 }
 
+// recoverCorrupt is used when corruption is found after Open (while
+// loading): it stops the committer, moves the file aside and starts over
+// with a fresh file. Only valid before the store is shared.
+func (s *Store) recoverCorrupt(cause error) error {
+	s.mu.Lock()
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.done
+	closeQuietly(s.db)
+	if err := s.moveAside(cause); err != nil {
+		return err
+	}
+	db, _, corrupt, err := tryOpen(s.path, &s.opts)
+	if err != nil {
+		return err
+	}
+	if corrupt != nil {
+		return fmt.Errorf("store: fresh file %s is unusable: %w", s.path, corrupt)
+	}
+	s.db = db
+	s.countMu.Lock()
+	clear(s.counts)
+	s.m.entriesPerOrigin.Reset()
+	s.countMu.Unlock()
+	s.start()
+	return nil
+}
+
 // Info reports what Open found (fresh file, moved-aside corrupt file).
 func (s *Store) Info() OpenInfo { return s.info }
 
@@ -333,18 +361,27 @@ type Snapshot struct {
 	Reset []string
 }
 
-// Load reads the whole store. Entry values are copied out of the mmap into
-// a few large slabs (no per-entry value allocation). Malformed records yield
-// an error wrapping ErrCorrupt.
-func (s *Store) Load() (snap *Snapshot, err error) {
+// Load reads the whole store into memory. Entry values are copied out of
+// the mmap into a few large slabs (no per-entry value allocation).
+// Malformed records yield an error wrapping ErrCorrupt.
+func (s *Store) Load() (*Snapshot, error) {
+	var out *Snapshot
+	err := s.load(true, func(snap *Snapshot) error { out = snap; return nil })
+	return out, err
+}
+
+// load reads the store in one read transaction and calls fn inside it.
+// With copyValues false, entry values alias the mmap and are valid only
+// until fn returns (crdt.State.Restore copies what it keeps).
+func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	defer func() {
 		if r := recover(); r != nil {
-			snap, err = nil, fmt.Errorf("%w: panic while loading: %v", ErrCorrupt, r)
+			err = fmt.Errorf("%w: panic while loading: %v", ErrCorrupt, r)
 		}
 	}()
-	snap = &Snapshot{Digest: crdt.Digest{}}
-	err = s.db.View(func(tx *bolt.Tx) error {
+	snap := &Snapshot{Digest: crdt.Digest{}}
+	return s.db.View(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		snap.Self = string(meta.Get(metaSelf))
 		if b := meta.Get(metaEpoch); len(b) == 4 {
@@ -367,37 +404,34 @@ func (s *Store) Load() (snap *Snapshot, err error) {
 		}); err != nil {
 			return err
 		}
-		entries, err := loadEntries(tx.Bucket(bucketEntries))
+		entries, err := loadEntries(tx.Bucket(bucketEntries), copyValues)
 		if err != nil {
 			return err
 		}
 		snap.Entries = entries
-		return nil
+		counts := map[string]int{}
+		for i := range entries {
+			counts[entries[i].Origin]++
+		}
+		snap.Reset = reconcileDigests(snap.Digest, entries)
+		for _, o := range snap.Reset {
+			s.m.resetOrigins.Inc()
+			s.log.Warn("persisted digest disagrees with stored entries; origin will be re-pulled from peers", "origin", o)
+		}
+		s.countMu.Lock()
+		s.counts = counts
+		s.m.entriesPerOrigin.Reset()
+		for o, n := range counts {
+			s.m.entriesPerOrigin.WithLabelValues(o).Set(float64(n))
+		}
+		s.countMu.Unlock()
+		return fn(snap)
 	})
-	if err != nil {
-		return nil, err
-	}
-	counts := map[string]int{}
-	for i := range snap.Entries {
-		counts[snap.Entries[i].Origin]++
-	}
-	snap.Reset = reconcileDigests(snap.Digest, snap.Entries)
-	for _, o := range snap.Reset {
-		s.m.resetOrigins.Inc()
-		s.log.Warn("persisted digest disagrees with stored entries; origin will be re-pulled from peers", "origin", o)
-	}
-	s.countMu.Lock()
-	s.counts = counts
-	for o, n := range counts {
-		s.m.entriesPerOrigin.WithLabelValues(o).Set(float64(n))
-	}
-	s.countMu.Unlock()
-	return snap, nil
 }
 
 const slabSize = 4 << 20
 
-func loadEntries(b *bolt.Bucket) ([]crdt.Entry, error) {
+func loadEntries(b *bolt.Bucket, copyValues bool) ([]crdt.Entry, error) {
 	entries := make([]crdt.Entry, 0, 1024)
 	var slab []byte
 	var lastOrigin string
@@ -428,7 +462,7 @@ func loadEntries(b *bolt.Bucket) ([]crdt.Entry, error) {
 		if err := decodeRecord(v, &e); err != nil {
 			return nil, fmt.Errorf("%w: entry %s: %v", ErrCorrupt, e.Key, err)
 		}
-		if n := len(e.Value); n > 0 {
+		if n := len(e.Value); n > 0 && copyValues {
 			if n > len(slab) {
 				sz := slabSize
 				if n > sz {
@@ -439,7 +473,7 @@ func loadEntries(b *bolt.Bucket) ([]crdt.Entry, error) {
 			copy(slab, e.Value)
 			e.Value = slab[:n:n]
 			slab = slab[n:]
-		} else {
+		} else if n == 0 {
 			e.Value = nil
 		}
 		entries = append(entries, e)

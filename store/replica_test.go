@@ -1,0 +1,301 @@
+package store
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+func podValue(t testing.TB, labels map[string]string, ips ...string) []byte {
+	b, err := crdt.EncodeValue(&crdt.PodValue{Labels: labels, IPs: ips})
+	require.NoError(t, err)
+	return b
+}
+
+func openReplica(t *testing.T, path, self string, opts Options) *Replica {
+	t.Helper()
+	r, err := OpenReplica(path, self, opts)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = r.Close() })
+	return r
+}
+
+// stateEntries lists every stored entry of st, sorted by origin then kind
+// then name (the store's key order is not needed, only grouping by origin).
+func stateEntries(st *crdt.State) []crdt.Entry {
+	var out []crdt.Entry
+	for _, o := range st.Origins() {
+		for k := crdt.KindCluster; k <= crdt.KindReport; k++ {
+			st.Range(o, k, func(e crdt.Entry) bool { out = append(out, e); return true })
+		}
+	}
+	return out
+}
+
+func TestEntryHashMatchesCRDT(t *testing.T) {
+	st := crdt.NewState("c1")
+	require.NoError(t, st.SetEpoch(3))
+	r := rand.New(rand.NewPCG(5, 6))
+	for i := range 500 {
+		name := fmt.Sprintf("ns/p%d", r.IntN(100))
+		var val []byte
+		del := r.IntN(4) == 0
+		if !del {
+			val = podValue(t, map[string]string{"i": fmt.Sprint(i)})
+		}
+		_, _, err := st.Write(crdt.KindPod, name, val, del, int64(i))
+		require.NoError(t, err)
+	}
+	h := originHashes(stateEntries(st))
+	require.Equal(t, st.Digest()["c1"].Hash, h["c1"], "store's copy of the entry hash drifted from crdt's")
+}
+
+func TestReplicaWriteReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	reg := prometheus.NewRegistry()
+	r, err := OpenReplica(path, "c1", Options{Registerer: reg})
+	require.NoError(t, err)
+	e1 := r.Epoch()
+	require.GreaterOrEqual(t, e1, uint32(1))
+	var last crdt.Version
+	for i := range 50 {
+		d, err := r.Write(crdt.KindPod, fmt.Sprintf("default/p%d", i%20), podValue(t, map[string]string{"app": "web"}, fmt.Sprintf("10.0.0.%d", i)), i%7 == 6)
+		require.NoError(t, err)
+		require.Greater(t, d.To, last)
+		last = d.To
+	}
+	dig := r.Digest()
+	require.NoError(t, r.Close())
+
+	r2 := openReplica(t, path, "c1", Options{Registerer: reg})
+	require.Equal(t, dig, r2.Digest())
+	require.Empty(t, r2.ResetOrigins())
+	require.Greater(t, r2.Epoch(), e1, "epoch must be bumped on every open")
+	d, err := r2.Write(crdt.KindPod, "default/new", podValue(t, nil, "10.9.9.9"), false)
+	require.NoError(t, err)
+	require.Greater(t, d.To, last, "versions never regress across restarts")
+	require.Equal(t, r2.Epoch(), d.To.Epoch())
+	refs, err := r2.Store().PodsInNamespace("c1", "default")
+	require.NoError(t, err)
+	var live int
+	r2.View(func(st *crdt.State) {
+		st.Range("c1", crdt.KindPod, func(e crdt.Entry) bool {
+			if !e.Deleted {
+				live++
+			}
+			return true
+		})
+	})
+	require.Len(t, refs, live)
+	checkIndexes(t, r2.Store())
+	require.Equal(t, float64(21), testutil.ToFloat64(r2.Store().m.entriesPerOrigin.WithLabelValues("c1")))
+	n, err := testutil.GatherAndCount(reg, "coastguard_store_commit_seconds", "coastguard_store_corrupt_files_total")
+	require.NoError(t, err)
+	require.Equal(t, 2, n)
+}
+
+func TestReplicaApplyRetireAndSubscribe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r := openReplica(t, path, "c1", Options{})
+	var mu sync.Mutex
+	var got []crdt.Change
+	r.Subscribe(func(ch []crdt.Change) {
+		mu.Lock()
+		got = append(got, ch...)
+		mu.Unlock()
+	})
+	peer := crdt.NewState("peer")
+	require.NoError(t, peer.SetEpoch(1))
+	for i := range 30 {
+		_, _, err := peer.Write(crdt.KindPod, fmt.Sprintf("ns%d/p%d", i%3, i), podValue(t, map[string]string{"app": fmt.Sprint(i % 2)}, fmt.Sprintf("10.1.0.%d", i)), false, 0)
+		require.NoError(t, err)
+	}
+	_, _, err := peer.Write(crdt.KindNamespace, "ns0", mustEncode(t, &crdt.NamespaceValue{}), false, 0)
+	require.NoError(t, err)
+	changes, err := r.Apply(peer.DeltaSince(r.Digest(), 0)...)
+	require.NoError(t, err)
+	require.Len(t, changes, 31)
+	require.Equal(t, peer.Digest()["peer"].Hash, r.Digest()["peer"].Hash)
+
+	refs, err := r.Store().PodsWithLabelInNamespace("app", "1", "peer", "ns1")
+	require.NoError(t, err)
+	require.Len(t, refs, 5)
+	nss, err := r.Store().NamespacesInCluster("peer")
+	require.NoError(t, err)
+	require.Equal(t, []string{"ns0"}, nss)
+
+	// Retire the peer: everything of it disappears, from state, file and indexes.
+	rc, err := r.ApplyRetire(r.RetireRecord("peer"))
+	require.NoError(t, err)
+	require.Len(t, rc, 31)
+	refs, err = r.Store().PodsWithLabelKey("app")
+	require.NoError(t, err)
+	require.Empty(t, refs)
+	checkIndexes(t, r.Store())
+	require.NoError(t, r.Close())
+
+	mu.Lock()
+	require.Len(t, got, 62, "subscribers see every change after commit")
+	require.Nil(t, got[0].Old)
+	require.NotNil(t, got[31].Old)
+	require.Nil(t, got[31].New)
+	mu.Unlock()
+
+	r2 := openReplica(t, path, "c1", Options{})
+	require.Equal(t, crdt.Version(0), r2.Digest()["c1"].Max)
+	require.NotZero(t, r2.Digest()["peer"].Retired)
+	snap, err := r2.Store().Load()
+	require.NoError(t, err)
+	require.Empty(t, snap.Entries)
+	// A retired peer's old deltas do not resurrect anything.
+	ch, err := r2.Apply(peer.DeltaSince(crdt.Digest{}, 0)...)
+	require.NoError(t, err)
+	require.Empty(t, ch)
+}
+
+func mustEncode(t testing.TB, v any) []byte {
+	b, err := crdt.EncodeValue(v)
+	require.NoError(t, err)
+	return b
+}
+
+func TestReplicaSubscribeCommitOrder(t *testing.T) {
+	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{})
+	var mu sync.Mutex
+	var versions []crdt.Version
+	r.Subscribe(func(ch []crdt.Change) {
+		mu.Lock()
+		for _, c := range ch {
+			versions = append(versions, c.New.Version)
+		}
+		mu.Unlock()
+	})
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				_, err := r.Write(crdt.KindPod, fmt.Sprintf("ns/g%d-%d", g, i), podValue(t, nil), false)
+				require.NoError(t, err)
+			}
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, r.Close())
+	require.Len(t, versions, 320)
+	for i := 1; i < len(versions); i++ {
+		require.Greater(t, versions[i], versions[i-1], "notifications out of commit order")
+	}
+}
+
+func TestReplicaSetMinEpoch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r, err := OpenReplica(path, "c1", Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.SetMinEpoch(50))
+	require.Equal(t, uint32(50), r.Epoch())
+	require.NoError(t, r.SetMinEpoch(10)) // never lowers
+	require.Equal(t, uint32(50), r.Epoch())
+	d, err := r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
+	require.NoError(t, err)
+	require.Equal(t, uint32(50), d.To.Epoch())
+	require.NoError(t, r.Close())
+	r2 := openReplica(t, path, "c1", Options{})
+	require.Equal(t, uint32(51), r2.Epoch())
+}
+
+func TestReplicaRefusesOtherIdentity(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r, err := OpenReplica(path, "c1", Options{})
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	_, err = OpenReplica(path, "c2", Options{})
+	require.ErrorContains(t, err, `belongs to cluster "c1"`)
+}
+
+func TestReplicaObserver(t *testing.T) {
+	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "", Options{})
+	_, err := r.Write(crdt.KindPod, "ns/p", nil, true)
+	require.Error(t, err)
+	require.Error(t, r.SetMinEpoch(3))
+}
+
+func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r, err := OpenReplica(path, "c1", Options{})
+	require.NoError(t, err)
+	peer := crdt.NewState("peer")
+	require.NoError(t, peer.SetEpoch(1))
+	for i := range 10 {
+		_, _, err := peer.Write(crdt.KindPod, fmt.Sprintf("ns/p%d", i), podValue(t, nil, "10.0.0.1"), false, 0)
+		require.NoError(t, err)
+	}
+	_, err = r.Apply(peer.DeltaSince(r.Digest(), 0)...)
+	require.NoError(t, err)
+	_, err = r.Write(crdt.KindPod, "ns/mine", podValue(t, nil), false)
+	require.NoError(t, err)
+	want := r.Digest()
+	require.NoError(t, r.Close())
+
+	// Tamper with the peer's persisted hash, as a torn or buggy write would.
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		d := want["peer"]
+		d.Hash ^= 1
+		return tx.Bucket(bucketOrigins).Put(encodeKey("peer"), encodeDigest(d))
+	}))
+	require.NoError(t, db.Close())
+
+	reg := prometheus.NewRegistry()
+	r2 := openReplica(t, path, "c1", Options{Registerer: reg})
+	require.Equal(t, []string{"peer"}, r2.ResetOrigins())
+	got := r2.Digest()
+	require.Equal(t, crdt.Version(0), got["peer"].Max, "untrusted origin must be re-pulled")
+	require.Equal(t, want["peer"].Hash, got["peer"].Hash, "hash recomputed from entries")
+	require.Equal(t, want["c1"].Max, got["c1"].Max, "other origins stay trusted")
+	require.Equal(t, 1.0, testutil.ToFloat64(r2.Store().m.resetOrigins))
+	refs, err := r2.Store().PodsInNamespace("peer", "ns")
+	require.NoError(t, err)
+	require.Len(t, refs, 10, "entries stay usable for enforcement meanwhile")
+	// The peer re-sends; the origin converges.
+	_, err = r2.Apply(peer.DeltaSince(got, 0)...)
+	require.NoError(t, err)
+	require.Equal(t, peer.Digest()["peer"].Max, r2.Digest()["peer"].Max)
+	require.NoError(t, r2.Close())
+	r3 := openReplica(t, path, "c1", Options{})
+	require.Empty(t, r3.ResetOrigins())
+}
+
+func TestReplicaCorruptFileStartsEmpty(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r, err := OpenReplica(path, "c1", Options{})
+	require.NoError(t, err)
+	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
+	// A record that fails to decode at load (valid bbolt, bad content).
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketEntries).Put(entryKey(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}), []byte{7})
+	}))
+	require.NoError(t, db.Close())
+	r2 := openReplica(t, path, "c1", Options{})
+	require.NotEmpty(t, r2.Info().MovedAside)
+	require.ErrorIs(t, r2.Info().Corrupt, ErrCorrupt)
+	require.FileExists(t, r2.Info().MovedAside)
+	require.Empty(t, r2.Digest()["c1"].Max)
+	_, err = r2.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
+	require.NoError(t, err)
+}
