@@ -116,6 +116,13 @@ type OriginDigest struct {
 	GC Version
 	// Retired is the retirement watermark (Retire.UpTo); 0 when not retired.
 	Retired Version
+	// Top is the highest version stored (> Max only while the replica holds
+	// entries received out of order). Hashes are compared only between
+	// replicas with Top <= Max.
+	Top Version
+	// Reset is the progress of an in-flight reset stream the replica is
+	// receiving for this origin (0 = none), so a sender can resume it.
+	Reset Version
 }
 
 // Digest is the per-origin summary a replica gossips: O(number of clusters).
@@ -145,6 +152,8 @@ type Delta struct {
 	// stream does not confirm (used when the receiver is behind the GC
 	// watermark or hashes disagree at equal Max). See ARCHITECTURE.md.
 	Reset bool
+	// Final marks the last chunk of a reset stream (To = sender's Max).
+	Final bool
 }
 
 // Change is one effect of applying a delta or a local write, as seen by the

@@ -1,0 +1,1025 @@
+package crdt
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/btree"
+)
+
+// Limits enforced on every entry, whether written locally, applied from a
+// delta, restored from disk or decoded from the wire.
+const (
+	// MaxOriginBytes bounds an origin (cluster ID). Cluster IDs are DNS
+	// labels (<= 63 bytes); the slack is for observers and tests.
+	MaxOriginBytes = 128
+	// MaxNameBytes bounds an entry name. The longest legitimate name is a
+	// report: "<origin>/<namespace>/<name>" = 63+1+63+1+253.
+	MaxNameBytes = 1024
+)
+
+// Chunking of DeltaSince output. A chunk never exceeds DeltaChunkEntries
+// entries, and stops growing once it passes DeltaChunkBytes of payload
+// (a chunk always carries at least one entry so a single large value fits).
+const (
+	DeltaChunkEntries = 512
+	DeltaChunkBytes   = 512 << 10
+)
+
+var (
+	// ErrObserver is returned by writer-side calls on a State with no self.
+	ErrObserver = errors.New("crdt: state has no self origin (observer)")
+	// ErrNeedsEpochBump is returned by Write when the current epoch is not
+	// usable: never set, retired, exhausted, or overtaken by a version of our
+	// own origin seen from elsewhere. Call SetEpoch(MinEpoch()) (or higher)
+	// and re-publish every live object.
+	ErrNeedsEpochBump = errors.New("crdt: writer epoch must be bumped (see MinEpoch)")
+	// ErrInvalid wraps every validation failure.
+	ErrInvalid = errors.New("crdt: invalid input")
+)
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+// record is the in-memory form of one entry. Its Origin is implied by the
+// originState holding it, which keeps it to 64 bytes plus name and value.
+type record struct {
+	name    string
+	value   []byte
+	version Version
+	stamp   int64
+	kind    Kind
+	deleted bool
+	// mark is the reset session (originState.rsID) that last confirmed this
+	// record; see applyReset.
+	mark uint32
+}
+
+func recLess(a, b *record) bool {
+	if a.version != b.version {
+		return a.version < b.version
+	}
+	if a.kind != b.kind {
+		return a.kind < b.kind
+	}
+	return a.name < b.name
+}
+
+const numKinds = int(KindReport)
+
+// originState is everything a replica holds of one origin.
+type originState struct {
+	name    string
+	max     Version // contiguous watermark
+	gc      Version // tombstone GC watermark
+	retired Version // retirement watermark
+	seen    Version // highest version of this origin ever observed (writer safety)
+	hash    uint64  // sum of entryHash over stored records
+
+	byName [numKinds]map[string]*record
+	byVer  *btree.BTreeG[*record] // every stored record, by version
+	tombs  *btree.BTreeG[*record] // tombstones only, by version
+	count  int
+
+	// In-flight reset session (receiver side); rsID == 0 means none.
+	rsID       uint32
+	rsProgress Version
+	rsGC       Version
+}
+
+func newOriginState(name string) *originState {
+	o := &originState{
+		name:  name,
+		byVer: btree.NewG[*record](32, recLess),
+		tombs: btree.NewG[*record](16, recLess),
+	}
+	for i := range o.byName {
+		o.byName[i] = make(map[string]*record)
+	}
+	return o
+}
+
+// top is the highest stored version (0 when empty).
+func (o *originState) top() Version {
+	if r, ok := o.byVer.Max(); ok {
+		return r.version
+	}
+	return 0
+}
+
+// stale reports whether this replica is behind the origin's GC watermark and
+// so may hold entries whose tombstones it never saw: it must be reset.
+func (o *originState) stale() bool { return o.max < o.gc }
+
+func (o *originState) entry(r *record) Entry {
+	return Entry{
+		Key:     Key{Origin: o.name, Kind: r.kind, Name: r.name},
+		Version: r.version,
+		Deleted: r.deleted,
+		Value:   r.value,
+		Stamp:   r.stamp,
+	}
+}
+
+func (o *originState) entryPtr(r *record) *Entry {
+	e := o.entry(r)
+	return &e
+}
+
+// State is one replica's view of every origin. It is NOT safe for concurrent
+// use. Values handed out (Get, Range, Change) share memory with the State and
+// must be treated as read-only.
+type State struct {
+	self    string
+	epoch   uint32
+	origins map[string]*originState
+	rsNext  uint32
+}
+
+// NewState returns an empty state. self is the local cluster ID, the only
+// origin Write may write; "" makes a read-only observer.
+func NewState(self string) *State {
+	return &State{self: self, origins: make(map[string]*originState)}
+}
+
+// Self returns the local origin ("" for an observer).
+func (s *State) Self() string { return s.self }
+
+func (s *State) origin(name string) *originState {
+	o := s.origins[name]
+	if o == nil {
+		o = newOriginState(name)
+		s.origins[name] = o
+	}
+	return o
+}
+
+// ---------------------------------------------------------------- hashing
+
+// entryHash is a 64-bit hash of (kind, name, version, deleted): FNV-1a over
+// the fields followed by a splitmix64 finaliser. Origin hashes are the
+// wrapping sum of entryHash over stored entries, so they update in O(1).
+func entryHash(kind Kind, name string, v Version, deleted bool) uint64 {
+	const (
+		offset = 14695981039346656037
+		prime  = 1099511628211
+	)
+	h := uint64(offset)
+	h = (h ^ uint64(kind)) * prime
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * prime
+	}
+	h = (h ^ 0xff) * prime // terminator: name is variable length
+	for i := 0; i < 8; i++ {
+		h = (h ^ (uint64(v) >> (8 * i) & 0xff)) * prime
+	}
+	if deleted {
+		h = (h ^ 1) * prime
+	} else {
+		h = (h ^ 2) * prime
+	}
+	h ^= h >> 30
+	h *= 0xbf58476d1ce4e5b9
+	h ^= h >> 27
+	h *= 0x94d049bb133111eb
+	h ^= h >> 31
+	return h
+}
+
+func recHash(r *record) uint64 { return entryHash(r.kind, r.name, r.version, r.deleted) }
+
+// ------------------------------------------------------- storage primitives
+
+func (o *originState) insert(r *record) {
+	o.byName[r.kind-1][r.name] = r
+	o.byVer.ReplaceOrInsert(r)
+	if r.deleted {
+		o.tombs.ReplaceOrInsert(r)
+	}
+	o.hash += recHash(r)
+	o.count++
+}
+
+func (o *originState) remove(r *record) {
+	delete(o.byName[r.kind-1], r.name)
+	o.byVer.Delete(r)
+	if r.deleted {
+		o.tombs.Delete(r)
+	}
+	o.hash -= recHash(r)
+	o.count--
+}
+
+// replace overwrites r's contents with e's (same key).
+func (o *originState) replace(r *record, e *Entry) {
+	o.byVer.Delete(r)
+	if r.deleted {
+		o.tombs.Delete(r)
+	}
+	o.hash -= recHash(r)
+	r.version = e.Version
+	r.deleted = e.Deleted
+	r.value = cloneValue(e.Value, e.Deleted)
+	r.stamp = e.Stamp
+	o.byVer.ReplaceOrInsert(r)
+	if r.deleted {
+		o.tombs.ReplaceOrInsert(r)
+	}
+	o.hash += recHash(r)
+}
+
+func cloneValue(v []byte, deleted bool) []byte {
+	if deleted || len(v) == 0 {
+		return nil
+	}
+	return bytes.Clone(v)
+}
+
+func newRecord(e *Entry) *record {
+	return &record{
+		name:    e.Name,
+		value:   cloneValue(e.Value, e.Deleted),
+		version: e.Version,
+		stamp:   e.Stamp,
+		kind:    e.Kind,
+		deleted: e.Deleted,
+	}
+}
+
+// wins reports whether incoming e should replace stored r under the merge
+// order: higher Version wins; at equal Version (only possible when a writer
+// misbehaved) a deterministic content order decides so merge stays a join.
+func wins(e *Entry, r *record) bool {
+	if e.Version != r.version {
+		return e.Version > r.version
+	}
+	if e.Deleted != r.deleted {
+		return e.Deleted // tombstone beats a value with the same version
+	}
+	if e.Stamp != r.stamp {
+		return e.Stamp > r.stamp
+	}
+	return bytes.Compare(e.Value, r.value) > 0
+}
+
+func sameContent(e *Entry, r *record) bool {
+	return e.Version == r.version && e.Deleted == r.deleted && e.Stamp == r.stamp && bytes.Equal(e.Value, r.value)
+}
+
+// mergeEntry applies e by per-key max; it returns the change, if any.
+func (o *originState) mergeEntry(e *Entry, changes []Change) []Change {
+	r := o.byName[e.Kind-1][e.Name]
+	if r == nil {
+		r = newRecord(e)
+		o.insert(r)
+		return append(changes, Change{Key: e.Key, New: o.entryPtr(r)})
+	}
+	if !wins(e, r) {
+		return changes
+	}
+	old := o.entryPtr(r)
+	o.replace(r, e)
+	return append(changes, Change{Key: old.Key, Old: old, New: o.entryPtr(r)})
+}
+
+// dropUpTo removes records (from tree t) with version <= upTo. t is byVer
+// (retirement) or tombs (GC).
+func (o *originState) dropUpTo(t *btree.BTreeG[*record], upTo Version, changes []Change) []Change {
+	var victims []*record
+	t.Ascend(func(r *record) bool {
+		if r.version > upTo {
+			return false
+		}
+		victims = append(victims, r)
+		return true
+	})
+	for _, r := range victims {
+		old := o.entryPtr(r)
+		o.remove(r)
+		changes = append(changes, Change{Key: old.Key, Old: old})
+	}
+	return changes
+}
+
+func (o *originState) retireTo(upTo Version, changes []Change) []Change {
+	if upTo <= o.retired {
+		return changes
+	}
+	o.retired = upTo
+	changes = o.dropUpTo(o.byVer, upTo, changes)
+	// Everything <= upTo is now known to be absent: the watermark may jump.
+	if upTo > o.max {
+		o.max = upTo
+	}
+	if upTo > o.seen {
+		o.seen = upTo
+	}
+	return changes
+}
+
+func (o *originState) gcTo(gc Version, changes []Change) []Change {
+	if gc <= o.gc {
+		return changes
+	}
+	o.gc = gc
+	if gc > o.seen {
+		o.seen = gc
+	}
+	// A reset session can only survive a GC advance that stays inside the
+	// range it already confirmed (tombstones above it may now be gone).
+	if o.rsID != 0 && gc > o.rsGC && gc > o.rsProgress {
+		o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
+	}
+	return o.dropUpTo(o.tombs, gc, changes)
+}
+
+// --------------------------------------------------------------- validation
+
+func validOrigin(origin string) error {
+	if origin == "" {
+		return invalidf("empty origin")
+	}
+	if len(origin) > MaxOriginBytes {
+		return invalidf("origin longer than %d bytes", MaxOriginBytes)
+	}
+	if !utf8.ValidString(origin) {
+		return invalidf("origin is not valid UTF-8")
+	}
+	return nil
+}
+
+func validName(kind Kind, name string) error {
+	if !kind.Valid() {
+		return invalidf("unknown kind %d", uint8(kind))
+	}
+	if kind == KindCluster {
+		if name != "" {
+			return invalidf("cluster entry must have an empty name")
+		}
+		return nil
+	}
+	if name == "" {
+		return invalidf("empty %s name", kind)
+	}
+	if len(name) > MaxNameBytes {
+		return invalidf("%s name longer than %d bytes", kind, MaxNameBytes)
+	}
+	if !utf8.ValidString(name) {
+		return invalidf("%s name is not valid UTF-8", kind)
+	}
+	if (kind == KindPod || kind == KindPolicy) && strings.Count(name, "/") != 1 {
+		return invalidf("%s name %q must be namespace/name", kind, name)
+	}
+	if kind == KindReport && strings.Count(name, "/") != 2 {
+		return invalidf("report name %q must be origin/namespace/name", name)
+	}
+	return nil
+}
+
+// ValidateEntry checks one entry's shape (not its version ordering).
+func ValidateEntry(e *Entry) error {
+	if err := validOrigin(e.Origin); err != nil {
+		return err
+	}
+	if err := validName(e.Kind, e.Name); err != nil {
+		return err
+	}
+	if e.Version == 0 {
+		return invalidf("entry %s has version 0", e.Key)
+	}
+	if len(e.Value) > MaxValueBytes {
+		return fmt.Errorf("%w: entry %s: %w", ErrInvalid, e.Key, ErrValueTooLarge)
+	}
+	if e.Deleted && len(e.Value) != 0 {
+		return invalidf("tombstone %s carries a value", e.Key)
+	}
+	return nil
+}
+
+// ValidateDelta checks everything about d that does not depend on the
+// receiver's state. Apply calls it before touching anything.
+func ValidateDelta(d *Delta) error {
+	if err := validOrigin(d.Origin); err != nil {
+		return err
+	}
+	if d.From > d.To {
+		return invalidf("delta %s: from %s > to %s", d.Origin, d.From, d.To)
+	}
+	if d.Final && !d.Reset {
+		return invalidf("delta %s: final without reset", d.Origin)
+	}
+	if len(d.Entries) > MaxDeltaEntries {
+		return invalidf("delta %s: %d entries (max %d)", d.Origin, len(d.Entries), MaxDeltaEntries)
+	}
+	prev := d.From
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if e.Origin != d.Origin {
+			return invalidf("delta %s: entry of origin %q", d.Origin, e.Origin)
+		}
+		if err := ValidateEntry(e); err != nil {
+			return err
+		}
+		if e.Version <= prev || e.Version > d.To {
+			return invalidf("delta %s: entry %s version %s out of order or outside (%s, %s]",
+				d.Origin, e.Key, e.Version, d.From, d.To)
+		}
+		if e.Version <= d.Retired {
+			return invalidf("delta %s: entry %s version %s is retired (<= %s)", d.Origin, e.Key, e.Version, d.Retired)
+		}
+		if e.Deleted && e.Version <= d.GC {
+			return invalidf("delta %s: tombstone %s version %s is below GC %s", d.Origin, e.Key, e.Version, d.GC)
+		}
+		prev = e.Version
+	}
+	return nil
+}
+
+// ------------------------------------------------------------- writer side
+
+// base is the highest version of origin o this replica knows to exist.
+func (o *originState) base() Version {
+	b := o.max
+	if t := o.top(); t > b {
+		b = t
+	}
+	if o.seen > b {
+		b = o.seen
+	}
+	if o.retired > b {
+		b = o.retired
+	}
+	return b
+}
+
+// MinEpoch is the smallest epoch the writer may use: greater than the epoch
+// of every version of its own origin it has seen (its Max, stored entries,
+// watermarks) and of its own retirement.
+func (s *State) MinEpoch() uint32 {
+	if s.self == "" {
+		return 1
+	}
+	o := s.origins[s.self]
+	if o == nil {
+		return 1
+	}
+	e := o.base().Epoch()
+	if r := o.retired.Epoch(); r > e {
+		e = r
+	}
+	if e >= MaxEpoch {
+		return MaxEpoch
+	}
+	return e + 1
+}
+
+// SetEpoch sets the writer epoch. It fails if epoch < MinEpoch() or is not
+// representable. The daemon persists the epoch before writing with it.
+func (s *State) SetEpoch(epoch uint32) error {
+	if s.self == "" {
+		return ErrObserver
+	}
+	if epoch == 0 || epoch > MaxEpoch {
+		return invalidf("epoch %d out of range [1, %d]", epoch, MaxEpoch)
+	}
+	if min := s.MinEpoch(); epoch < min {
+		// MinEpoch saturates at MaxEpoch; a writer there is out of epochs.
+		return fmt.Errorf("crdt: epoch %d is below the minimum safe epoch %d", epoch, min)
+	}
+	s.epoch = epoch
+	return nil
+}
+
+// Epoch returns the current writer epoch (0 = not set).
+func (s *State) Epoch() uint32 { return s.epoch }
+
+// NeedsEpochBump reports whether Write would fail with ErrNeedsEpochBump:
+// the epoch was never set, our own origin was retired at or above the
+// current epoch (a Retire for self arrived: the daemon must SetEpoch and
+// re-publish every live object), the epoch's sequence space is exhausted,
+// or a version of our own origin from a later epoch was seen.
+func (s *State) NeedsEpochBump() bool {
+	if s.self == "" {
+		return false
+	}
+	if s.epoch == 0 {
+		return true
+	}
+	o := s.origins[s.self]
+	if o == nil {
+		return false
+	}
+	if o.retired != 0 && o.retired.Epoch() >= s.epoch {
+		return true
+	}
+	b := o.base()
+	return b.Epoch() > s.epoch || (b.Epoch() == s.epoch && b.Seq() == seqMask)
+}
+
+// Write records a local write of (kind, name) and returns the delta to
+// broadcast plus the change. Every call writes a new version, even when the
+// content is unchanged; callers that want idempotence compare with Get first.
+func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp int64) (Delta, []Change, error) {
+	if s.self == "" {
+		return Delta{}, nil, ErrObserver
+	}
+	if err := validName(kind, name); err != nil {
+		return Delta{}, nil, err
+	}
+	if len(value) > MaxValueBytes {
+		return Delta{}, nil, ErrValueTooLarge
+	}
+	if deleted {
+		value = nil
+	}
+	if s.NeedsEpochBump() {
+		return Delta{}, nil, ErrNeedsEpochBump
+	}
+	o := s.origin(s.self)
+	base := o.base()
+	var v Version
+	if base.Epoch() < s.epoch {
+		v = MakeVersion(s.epoch, 1)
+	} else {
+		v = base + 1
+	}
+	e := Entry{Key: Key{Origin: s.self, Kind: kind, Name: name}, Version: v, Deleted: deleted, Value: value, Stamp: stamp}
+	changes := o.mergeEntry(&e, nil)
+	if o.max == base {
+		// Nothing exists between our watermark and v: v is contiguous.
+		o.max = v
+	}
+	o.seen = v
+	d := Delta{
+		Origin:  s.self,
+		From:    base,
+		To:      v,
+		Entries: []Entry{o.entry(o.byName[kind-1][name])},
+		GC:      o.gc,
+		Retired: o.retired,
+	}
+	return d, changes, nil
+}
+
+// CollectGarbage advances the writer's own GC watermark to upTo (clamped to
+// its own Max) and drops its tombstones <= upTo. The returned watermark-only
+// delta tells receivers to drop theirs. Choosing upTo (the horizon) is the
+// daemon's policy; see ARCHITECTURE.md.
+func (s *State) CollectGarbage(upTo Version) (Delta, []Change) {
+	if s.self == "" {
+		return Delta{}, nil
+	}
+	o := s.origin(s.self)
+	if upTo > o.max {
+		upTo = o.max
+	}
+	changes := o.gcTo(upTo, nil)
+	return Delta{Origin: s.self, From: o.max, To: o.max, GC: o.gc, Retired: o.retired}, changes
+}
+
+// --------------------------------------------------------------- merge side
+
+// Apply merges a delta. It validates d completely before changing anything,
+// is idempotent, and returns the changes it made.
+func (s *State) Apply(d Delta) ([]Change, error) {
+	if err := ValidateDelta(&d); err != nil {
+		return nil, err
+	}
+	o := s.origin(d.Origin)
+	gcBefore := o.gc
+	var changes []Change
+	changes = o.retireTo(d.Retired, changes)
+	changes = o.gcTo(d.GC, changes)
+	if d.To > o.seen {
+		o.seen = d.To
+	}
+	if d.Reset {
+		return s.applyReset(o, &d, gcBefore, changes), nil
+	}
+	return o.applyNormal(&d, changes), nil
+}
+
+func (o *originState) applyNormal(d *Delta, changes []Change) []Change {
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		// At or below our watermark we already hold the latest of every
+		// key; anything else there is obsolete (its successor may have been
+		// garbage-collected), so it must never be re-admitted.
+		if e.Version <= o.max || e.Version <= o.retired {
+			continue
+		}
+		changes = o.mergeEntry(e, changes)
+	}
+	if !o.stale() && o.max >= d.From && d.To > o.max {
+		o.max = d.To
+	}
+	return changes
+}
+
+// applyReset applies one chunk of a reset stream. Chunks are ordinary
+// version-ordered slices (From, To] of the sender's state; the receiver marks
+// every key the stream confirms and, on the Final chunk of a stream it saw
+// contiguously from version 0, drops what the stream did not confirm. So no
+// live key is dropped before the stream ends, and nothing stale survives it.
+func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes []Change) []Change {
+	switch {
+	case d.From == 0 && d.GC >= gcBefore:
+		// A sender serves only origins it is not stale for, so its Max is
+		// >= its GC >= ours: its snapshot is authoritative. (A sender that
+		// knows an older GC than ours might be stale and is merged normally.)
+		s.rsNext++
+		if s.rsNext == 0 {
+			s.rsNext = 1
+		}
+		o.rsID, o.rsProgress, o.rsGC = s.rsNext, 0, o.gc
+	case o.rsID != 0 && d.From == o.rsProgress:
+		// continues the session
+	default:
+		// Not contiguous with a session we hold: the chunk is still a
+		// truthful slice, so merge it the ordinary way.
+		return o.applyNormal(d, changes)
+	}
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if e.Version <= o.retired {
+			continue
+		}
+		r := o.byName[e.Kind-1][e.Name]
+		switch {
+		case r == nil:
+			r = newRecord(e)
+			o.insert(r)
+			changes = append(changes, Change{Key: e.Key, New: o.entryPtr(r)})
+		case r.version > d.To:
+			// newer than the sender's snapshot: keep ours
+		case !sameContent(e, r):
+			// The sender is authoritative for versions <= To.
+			old := o.entryPtr(r)
+			o.replace(r, e)
+			changes = append(changes, Change{Key: old.Key, Old: old, New: o.entryPtr(r)})
+		}
+		r.mark = o.rsID
+	}
+	o.rsProgress = d.To
+	if !o.stale() && o.max >= d.From && d.To > o.max {
+		o.max = d.To
+	}
+	if !d.Final {
+		return changes
+	}
+	var victims []*record
+	o.byVer.Ascend(func(r *record) bool {
+		if r.version > d.To {
+			return false
+		}
+		if r.mark != o.rsID {
+			victims = append(victims, r)
+		}
+		return true
+	})
+	for _, r := range victims {
+		old := o.entryPtr(r)
+		o.remove(r)
+		changes = append(changes, Change{Key: old.Key, Old: old})
+	}
+	if d.To > o.max {
+		o.max = d.To
+	}
+	o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
+	return changes
+}
+
+// ApplyRetire merges a retirement: every entry of r.Origin with version <=
+// r.UpTo is dropped and such versions are rejected for ever. The origin's
+// watermarks are kept (O(1) per departed cluster) even when nothing remains.
+// If r retires our own writes, NeedsEpochBump reports true afterwards.
+func (s *State) ApplyRetire(r Retire) ([]Change, error) {
+	if err := validOrigin(r.Origin); err != nil {
+		return nil, err
+	}
+	if r.UpTo == 0 {
+		return nil, invalidf("retire %s up to version 0", r.Origin)
+	}
+	o := s.origin(r.Origin)
+	return o.retireTo(r.UpTo, nil), nil
+}
+
+// RetireRecord returns the retirement covering everything this replica
+// knows of origin (its Max, any entry above it, and any earlier retirement).
+func (s *State) RetireRecord(origin string) Retire {
+	o := s.origins[origin]
+	if o == nil {
+		return Retire{Origin: origin}
+	}
+	up := o.max
+	if t := o.top(); t > up {
+		up = t
+	}
+	if o.retired > up {
+		up = o.retired
+	}
+	return Retire{Origin: origin, UpTo: up}
+}
+
+// ------------------------------------------------------------------ queries
+
+// Get returns the stored entry for k (tombstones included).
+func (s *State) Get(k Key) (Entry, bool) {
+	if !k.Kind.Valid() {
+		return Entry{}, false
+	}
+	o := s.origins[k.Origin]
+	if o == nil {
+		return Entry{}, false
+	}
+	r := o.byName[k.Kind-1][k.Name]
+	if r == nil {
+		return Entry{}, false
+	}
+	return o.entry(r), true
+}
+
+// Range calls fn for every stored entry (tombstones included) of origin and
+// kind in Name order, until fn returns false.
+func (s *State) Range(origin string, kind Kind, fn func(Entry) bool) {
+	if !kind.Valid() {
+		return
+	}
+	o := s.origins[origin]
+	if o == nil {
+		return
+	}
+	m := o.byName[kind-1]
+	recs := make([]*record, 0, len(m))
+	for _, r := range m {
+		recs = append(recs, r)
+	}
+	sort.Slice(recs, func(i, j int) bool { return recs[i].name < recs[j].name })
+	for _, r := range recs {
+		if !fn(o.entry(r)) {
+			return
+		}
+	}
+}
+
+// Len returns the number of stored entries of origin (tombstones included).
+func (s *State) Len(origin string) int {
+	if o := s.origins[origin]; o != nil {
+		return o.count
+	}
+	return 0
+}
+
+// Origins returns every origin the state has metadata for, sorted.
+func (s *State) Origins() []string {
+	out := make([]string, 0, len(s.origins))
+	for n := range s.origins {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (o *originState) digest() OriginDigest {
+	d := OriginDigest{Max: o.max, Hash: o.hash, GC: o.gc, Retired: o.retired, Top: o.top()}
+	if o.rsID != 0 {
+		d.Reset = o.rsProgress
+	}
+	return d
+}
+
+// Digest summarises the state in O(origins).
+func (s *State) Digest() Digest {
+	d := make(Digest, len(s.origins))
+	for n, o := range s.origins {
+		d[n] = o.digest()
+	}
+	return d
+}
+
+// syncMode is what DeltaSince must send for one origin.
+type syncMode uint8
+
+const (
+	syncNone syncMode = iota
+	syncNormal
+	syncReset
+	syncWatermarks
+)
+
+// plan decides, for our origin o and the remote's digest r of it, what the
+// remote lacks, and from which version the stream starts.
+func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
+	if o.stale() {
+		return syncNone, 0 // we may hold stale data: never push it
+	}
+	if r.Max < o.gc {
+		from := Version(0)
+		if r.Reset > 0 && r.Reset <= o.max {
+			from = r.Reset
+		}
+		return syncReset, from
+	}
+	if present && r.Max == o.max && r.GC == o.gc && r.Retired == o.retired &&
+		r.Top <= r.Max && o.top() <= o.max && r.Hash != o.hash && o.hash > r.Hash {
+		// Equal watermarks but different contents: only possible after a
+		// writer misbehaved. The side with the larger hash is authoritative
+		// so the two never reset each other back and forth.
+		from := Version(0)
+		if r.Reset > 0 && r.Reset <= o.max {
+			from = r.Reset
+		}
+		return syncReset, from
+	}
+	if r.Max < o.max {
+		return syncNormal, r.Max
+	}
+	if !present || r.GC < o.gc || r.Retired < o.retired {
+		if o.gc == 0 && o.retired == 0 && o.max == 0 {
+			return syncNone, 0
+		}
+		return syncWatermarks, 0
+	}
+	return syncNone, 0
+}
+
+type cursor struct {
+	o    *originState
+	mode syncMode
+	from Version
+	done bool
+}
+
+// next cuts the next chunk of at most limit entries (limit >= 0).
+func (c *cursor) next(limit int) (Delta, bool) {
+	o := c.o
+	d := Delta{Origin: o.name, From: c.from, GC: o.gc, Retired: o.retired, Reset: c.mode == syncReset}
+	if c.mode == syncWatermarks {
+		d.From, d.To = o.max, o.max
+		c.done = true
+		return d, true
+	}
+	size := 0
+	more := false
+	pivot := &record{version: c.from + 1}
+	o.byVer.AscendGreaterOrEqual(pivot, func(r *record) bool {
+		if r.version > o.max {
+			return false
+		}
+		if len(d.Entries) >= limit || (len(d.Entries) > 0 && size >= DeltaChunkBytes) {
+			more = true
+			return false
+		}
+		d.Entries = append(d.Entries, o.entry(r))
+		size += len(r.name) + len(r.value) + 32
+		return true
+	})
+	switch {
+	case more && len(d.Entries) == 0:
+		return Delta{}, false // out of budget
+	case more:
+		d.To = d.Entries[len(d.Entries)-1].Version
+	default:
+		d.To = o.max
+		d.Final = d.Reset
+		c.done = true
+	}
+	c.from = d.To
+	return d, true
+}
+
+// DeltaSince returns what a replica with digest remote lacks, as chunks of at
+// most DeltaChunkEntries entries, taking one chunk per origin in turn (origins
+// in sorted order) so a large origin cannot starve the others. maxEntries
+// bounds the total number of entries (<= 0: unbounded); watermark-only
+// chunks are always included. Every prefix of the result is valid to apply.
+func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
+	budget := maxEntries
+	if budget <= 0 {
+		budget = int(^uint(0) >> 1)
+	}
+	var curs []*cursor
+	for _, name := range s.Origins() {
+		o := s.origins[name]
+		r, ok := remote[name]
+		mode, from := o.plan(r, ok)
+		if mode == syncNone {
+			continue
+		}
+		curs = append(curs, &cursor{o: o, mode: mode, from: from})
+	}
+	var out []Delta
+	for active := len(curs); active > 0; {
+		// Fair share of the remaining budget per active origin this round.
+		share := min(DeltaChunkEntries, max(1, budget/active))
+		active = 0
+		for _, c := range curs {
+			if c.done {
+				continue
+			}
+			d, ok := c.next(min(budget, share))
+			if !ok {
+				c.done = true
+				continue
+			}
+			budget -= len(d.Entries)
+			out = append(out, d)
+			if !c.done {
+				active++
+			}
+		}
+	}
+	return out
+}
+
+// Behind returns, sorted, the origins for which remote holds something we
+// lack, so the caller should ask remote for DeltaSince(our digest).
+func (s *State) Behind(remote Digest) []string {
+	var out []string
+	for name, r := range remote {
+		if validOrigin(name) != nil {
+			continue
+		}
+		if r.Max < r.GC {
+			continue // remote is stale and will not serve this origin
+		}
+		o := s.origins[name]
+		if o == nil {
+			if r.Max > 0 || r.Retired > 0 || r.GC > 0 {
+				out = append(out, name)
+			}
+			continue
+		}
+		switch {
+		case r.Max > o.max, r.GC > o.gc, r.Retired > o.retired:
+			out = append(out, name)
+		case o.stale() && r.Max >= o.gc:
+			out = append(out, name)
+		case r.Max == o.max && r.GC == o.gc && r.Retired == o.retired &&
+			r.Top <= r.Max && o.top() <= o.max && r.Hash != o.hash && r.Hash > o.hash:
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ------------------------------------------------------------- persistence
+
+// Restore replaces the whole state with a persisted snapshot: d holds the
+// watermarks of every origin and entries every stored entry. Each origin's
+// hash is recomputed and must equal d's; on any error the state is left
+// unchanged. The writer epoch is not restored: call SetEpoch afterwards.
+func (s *State) Restore(d Digest, entries []Entry) error {
+	origins := make(map[string]*originState, len(d))
+	for name, od := range d {
+		if err := validOrigin(name); err != nil {
+			return err
+		}
+		o := newOriginState(name)
+		o.max, o.gc, o.retired = od.Max, od.GC, od.Retired
+		o.seen = od.Max
+		if od.GC > o.seen {
+			o.seen = od.GC
+		}
+		if od.Retired > o.seen {
+			o.seen = od.Retired
+		}
+		origins[name] = o
+	}
+	for i := range entries {
+		e := &entries[i]
+		if err := ValidateEntry(e); err != nil {
+			return fmt.Errorf("crdt: restore: %w", err)
+		}
+		o := origins[e.Origin]
+		if o == nil {
+			return invalidf("restore: entry %s of an origin missing from the digest", e.Key)
+		}
+		if e.Version <= o.retired {
+			return invalidf("restore: entry %s version %s is retired (<= %s)", e.Key, e.Version, o.retired)
+		}
+		if e.Deleted && e.Version <= o.gc {
+			return invalidf("restore: tombstone %s version %s is below GC %s", e.Key, e.Version, o.gc)
+		}
+		if o.byName[e.Kind-1][e.Name] != nil {
+			return invalidf("restore: duplicate entry %s", e.Key)
+		}
+		o.insert(newRecord(e))
+		if e.Version > o.seen {
+			o.seen = e.Version
+		}
+	}
+	for name, o := range origins {
+		if want := d[name].Hash; o.hash != want {
+			return fmt.Errorf("crdt: restore: origin %s hash %016x does not match its digest %016x", name, o.hash, want)
+		}
+	}
+	s.origins = origins
+	return nil
+}
