@@ -165,6 +165,13 @@ func (s *State) origin(name string) *originState {
 // the fields followed by a splitmix64 finaliser. Origin hashes are the
 // wrapping sum of entryHash over stored entries, so they update in O(1).
 func entryHash(kind Kind, name string, v Version, deleted bool) uint64 {
+	return EntryHash(kind, name, v, deleted)
+}
+
+// EntryHash is the per-entry hash behind OriginDigest.Hash: an origin's Hash
+// is the wrapping sum of EntryHash over its stored entries (tombstones
+// included). Exported so the store can verify its files independently.
+func EntryHash(kind Kind, name string, v Version, deleted bool) uint64 {
 	const (
 		offset = 14695981039346656037
 		prime  = 1099511628211
@@ -945,28 +952,39 @@ func (s *State) Behind(remote Digest) []string {
 		if validOrigin(name) != nil {
 			continue
 		}
-		if r.Max < r.GC {
-			continue // remote is stale and will not serve this origin
-		}
+		var l OriginDigest
 		o := s.origins[name]
-		if o == nil {
-			if r.Max > 0 || r.Retired > 0 || r.GC > 0 {
-				out = append(out, name)
-			}
-			continue
+		if o != nil {
+			l = o.digest()
 		}
-		switch {
-		case r.Max > o.max, r.GC > o.gc, r.Retired > o.retired:
-			out = append(out, name)
-		case o.stale() && r.Max >= o.gc:
-			out = append(out, name)
-		case r.Max == o.max && r.GC == o.gc && r.Retired == o.retired &&
-			r.Top <= r.Max && o.top() <= o.max && r.Hash != o.hash && r.Hash > o.hash:
+		if OriginBehind(l, o != nil, r) {
 			out = append(out, name)
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// OriginBehind is Behind for one origin: whether a replica whose digest of
+// the origin is local (present=false: it knows nothing of it) should pull
+// from a peer whose digest is remote.
+func OriginBehind(local OriginDigest, present bool, remote OriginDigest) bool {
+	if remote.Max < remote.GC {
+		return false // remote is stale for this origin and will not serve it
+	}
+	if !present {
+		return remote.Max > 0 || remote.Retired > 0 || remote.GC > 0
+	}
+	switch {
+	case remote.Max > local.Max, remote.GC > local.GC, remote.Retired > local.Retired:
+		return true
+	case local.Max < local.GC && remote.Max >= local.GC:
+		return true // we are stale; remote can reset us
+	case remote.Max == local.Max && remote.GC == local.GC && remote.Retired == local.Retired &&
+		remote.Top <= remote.Max && local.Top <= local.Max && remote.Hash > local.Hash:
+		return true // equal watermarks, different content: larger hash wins
+	}
+	return false
 }
 
 // ------------------------------------------------------------- persistence
