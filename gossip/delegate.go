@@ -1,0 +1,178 @@
+package gossip
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Node metadata (memberlist NodeMeta, ≤ 512 bytes):
+//
+//	version u8 (1) | flags u8 (bit0 writer) | cluster: uvarint len + bytes
+const metaVersion = 1
+
+func encodeMeta(cluster string, writer bool) []byte {
+	b := wbuf{metaVersion, 0}
+	if writer {
+		b[1] = 1
+	}
+	b.str(cluster)
+	return b
+}
+
+func decodeMeta(p []byte) (cluster string, writer bool, err error) {
+	r := &rbuf{b: p}
+	v := r.u8()
+	f := r.u8()
+	cluster = r.str(maxOriginLen)
+	if r.err != nil {
+		return "", false, r.err
+	}
+	if v < 1 {
+		return "", false, errors.New("bad meta version")
+	}
+	return cluster, f&1 == 1, nil
+}
+
+// delegate implements memberlist.Delegate.
+type delegate Node
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	n := (*Node)(d)
+	n.mu.Lock()
+	w := n.metaWriter
+	n.mu.Unlock()
+	b := encodeMeta(n.cfg.ClusterID, w)
+	if len(b) > limit {
+		return nil
+	}
+	return b
+}
+
+func (d *delegate) NotifyMsg(p []byte) {
+	n := (*Node)(d)
+	n.receive(p, false)
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
+	n := (*Node)(d)
+	msgs := n.queue.GetBroadcasts(overhead, limit)
+	for _, m := range msgs {
+		if len(m) > 0 {
+			n.countOut(len(m), msgType(m[0]))
+		}
+	}
+	return msgs
+}
+
+// LocalState carries only our digest (O(clusters)), never entries.
+func (d *delegate) LocalState(join bool) []byte {
+	n := (*Node)(d)
+	b := encodeDigestMsg(n.cfg.NodeName, true, n.rep.Digest())
+	if len(b) > MaxMessageBytes {
+		n.logRL(slog.LevelError, "digest exceeds MaxMessageBytes; not sent in push/pull", "bytes", len(b))
+		return nil
+	}
+	n.countOut(len(b), msgDigest)
+	return b
+}
+
+func (d *delegate) MergeRemoteState(p []byte, join bool) {
+	n := (*Node)(d)
+	if len(p) == 0 {
+		return
+	}
+	n.receive(p, true)
+}
+
+// receive decodes, validates, rate-limits and enqueues one message. It runs
+// on memberlist goroutines and never blocks.
+func (n *Node) receive(p []byte, state bool) {
+	n.m.bytes.WithLabelValues("in").Add(float64(len(p)))
+	n.statBytesIn.Add(int64(len(p)))
+	if len(p) > MaxMessageBytes {
+		n.drop(dropOversize, "dropping oversized message", "bytes", len(p))
+		return
+	}
+	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgRetire)) {
+		n.drop(dropUnknownType, "dropping message of unknown type", "type", p[0], "bytes", len(p))
+		return
+	}
+	m, err := decodeMessage(p)
+	if err != nil {
+		n.drop(dropDecode, "dropping undecodable message", "err", err, "bytes", len(p))
+		return
+	}
+	if state && m.Type != msgDigest {
+		n.drop(dropDecode, "push/pull state is not a digest", "type", m.Type.String())
+		return
+	}
+	n.m.messages.WithLabelValues("in", m.Type.String()).Inc()
+	if !n.allowSender(m.Sender) {
+		n.drop(dropRateLimited, "sender over rate limit", "sender", m.Sender)
+		return
+	}
+	select {
+	case n.inbox <- inMsg{m: m, size: len(p), state: state}:
+	case <-n.stop:
+	default:
+		n.drop(dropQueueFull, "inbox full", "sender", m.Sender, "type", m.Type.String())
+	}
+}
+
+// events implements memberlist.EventDelegate.
+type events Node
+
+func (e *events) NotifyJoin(mn *memberlist.Node) {
+	n := (*Node)(e)
+	n.observe(mn, true, false)
+}
+
+func (e *events) NotifyLeave(mn *memberlist.Node) {
+	n := (*Node)(e)
+	n.observe(mn, false, mn.State == memberlist.StateLeft)
+}
+
+func (e *events) NotifyUpdate(mn *memberlist.Node) {
+	n := (*Node)(e)
+	n.observe(mn, mn.State == memberlist.StateAlive || mn.State == memberlist.StateSuspect, false)
+}
+
+func (n *Node) observe(mn *memberlist.Node, alive, left bool) {
+	cluster, writer, err := decodeMeta(mn.Meta)
+	if err != nil {
+		n.logRL(slog.LevelWarn, "member with undecodable meta", "member", mn.Name, "err", err)
+	}
+	now := n.cfg.Now()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ms, ok := n.members[mn.Name]
+	if !ok {
+		ms = &memberState{}
+		n.members[mn.Name] = ms
+	}
+	if cluster == "" && ms.Cluster != "" {
+		cluster = ms.Cluster
+	}
+	prevCluster := ms.Cluster
+	ms.MemberInfo = MemberInfo{
+		Name: mn.Name, Cluster: cluster, Writer: writer && alive,
+		Addr: mn.Address(), Alive: alive, Left: left,
+	}
+	ms.since = now
+	if cluster != "" {
+		// the cluster was alive until now in either case
+		n.clusterSeen[cluster] = now
+	}
+	if prevCluster != "" && prevCluster != cluster {
+		n.clusterSeen[prevCluster] = now
+	}
+}
+
+func contains(s, sub string) bool { return strings.Contains(s, sub) }
+func containsFold(s, sub string) bool {
+	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
+}
+func trimNL(s string) string { return strings.TrimRight(s, "\r\n") }

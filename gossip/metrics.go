@@ -1,0 +1,97 @@
+package gossip
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Drop reasons (label values of coastguard_gossip_dropped_total).
+const (
+	dropDecode         = "decode"          // our message failed to decode
+	dropOversize       = "oversize"        // over MaxMessageBytes
+	dropUnknownType    = "unknown_type"    // unknown coastguard message type
+	dropRateLimited    = "rate_limited"    // sender over its rate limit
+	dropOriginMismatch = "origin_mismatch" // pushed delta not from its origin's cluster
+	dropUnknownSender  = "unknown_sender"  // push from a non-member
+	dropUnsolicited    = "unsolicited"     // sync data we did not ask for
+	dropInvalid        = "invalid"         // Replica rejected a delta/retire
+	dropDecrypt        = "decrypt"         // memberlist: wrong key / tampered
+	dropLabel          = "label"           // memberlist: wrong label
+	dropMemberlist     = "memberlist_decode"
+	dropChecksum       = "checksum"
+	dropQueueFull      = "queue_full"
+	dropStateTooLarge  = "state_too_large"
+)
+
+type metrics struct {
+	members       *prometheus.GaugeVec
+	clusters      *prometheus.GaugeVec
+	clusterStale  *prometheus.GaugeVec
+	deltas        *prometheus.CounterVec
+	bytes         *prometheus.CounterVec
+	messages      *prometheus.CounterVec
+	syncs         *prometheus.CounterVec
+	dropped       *prometheus.CounterVec
+	retirements   *prometheus.CounterVec
+	lag           prometheus.Histogram
+	rejoins       prometheus.Counter
+	broadcastQLen prometheus.GaugeFunc
+}
+
+func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
+	m := &metrics{
+		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coastguard_gossip_members", Help: "Gossip members by state (alive, dead, left).",
+		}, []string{"state"}),
+		clusters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coastguard_gossip_clusters", Help: "Known clusters by state (alive, stale).",
+		}, []string{"state"}),
+		clusterStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive (its entries are stale but kept until ReconnectTimeout).",
+		}, []string{"cluster"}),
+		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coastguard_gossip_deltas_total", Help: "Deltas sent (out) and applied (in) by path.",
+		}, []string{"dir", "path"}),
+		bytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coastguard_gossip_bytes_total", Help: "Bytes of coastguard gossip messages sent (out) and received (in).",
+		}, []string{"dir"}),
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coastguard_gossip_messages_total", Help: "Coastguard gossip messages by direction and type.",
+		}, []string{"dir", "type"}),
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coastguard_gossip_syncs_total", Help: "Anti-entropy syncs by role and result.",
+		}, []string{"role", "result"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coastguard_gossip_dropped_total", Help: "Dropped packets/messages by reason.",
+		}, []string{"reason"}),
+		retirements: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "coastguard_gossip_retirements_total", Help: "Cluster retirements issued locally by cause.",
+		}, []string{"cause"}),
+		lag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "coastguard_gossip_propagation_lag_seconds",
+			Help:    "Time from the origin's write (Entry.Stamp, origin wall clock) to local apply. Metrics only.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		rejoins: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coastguard_gossip_rejoin_attempts_total", Help: "Periodic rejoin attempts that contacted at least one address.",
+		}),
+	}
+	m.broadcastQLen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "coastguard_gossip_broadcast_queue", Help: "Pending broadcasts in the head/retire queue.",
+	}, queueLen)
+	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
+		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
+		dropQueueFull, dropStateTooLarge} {
+		m.dropped.WithLabelValues(r)
+	}
+	if reg != nil {
+		for _, c := range []prometheus.Collector{m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
+			m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen} {
+			if err := reg.Register(c); err != nil {
+				// Already registered (e.g. second Node in one process with a
+				// shared registry): keep our private collectors unexported.
+				continue
+			}
+		}
+	}
+	return m
+}

@@ -1,0 +1,624 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"golang.org/x/time/rate"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// ErrNotWriter is returned by Publish on a standby (not the Lease holder).
+var ErrNotWriter = errors.New("gossip: this daemon is not its cluster's writer")
+
+// ErrForeignOrigin is returned by Publish for a delta of another cluster.
+var ErrForeignOrigin = errors.New("gossip: can only publish deltas of the own cluster")
+
+// MemberInfo describes one gossip member as seen locally.
+type MemberInfo struct {
+	Name    string
+	Cluster string
+	Writer  bool
+	Addr    string
+	Alive   bool
+	Left    bool
+}
+
+// ClusterStatus is the local view of one cluster's liveness.
+type ClusterStatus struct {
+	Alive        bool
+	AliveMembers int
+	// LastAlive is when a member of the cluster was last seen alive.
+	LastAlive time.Time
+}
+
+type memberState struct {
+	MemberInfo
+	since time.Time
+}
+
+type inMsg struct {
+	m     *message
+	size  int
+	state bool // from memberlist push/pull (MergeRemoteState)
+}
+
+// syncState is an outstanding pull (fast: triggered by a head; bulk:
+// anti-entropy catch-up).
+type syncState struct {
+	id       uint64
+	peer     string
+	fast     bool
+	origins  []string
+	target   crdt.Version // fast pulls: the announced head
+	deadline time.Time
+}
+
+type backoff struct {
+	failures int
+	until    time.Time
+}
+
+// Node is one member of the coastguard gossip mesh.
+type Node struct {
+	cfg     Config
+	rep     Replica
+	ml      *memberlist.Memberlist
+	keyring *memberlist.Keyring
+	queue   *memberlist.TransmitLimitedQueue
+	tr      *FaultTransport
+	m       *metrics
+	log     *slog.Logger
+	logLim  *rate.Limiter
+
+	inbox    chan inMsg
+	serveSem chan struct{}
+	stop     chan struct{}
+	stopOnce sync.Once
+	wg       sync.WaitGroup
+	started  time.Time
+
+	mu          sync.Mutex
+	members     map[string]*memberState
+	clusterSeen map[string]time.Time // cluster -> last time a member was alive (or first noticed)
+	syncs       map[uint64]*syncState
+	pulls       map[string]uint64 // origin -> fast pull id in flight
+	bulkByPeer  map[string]uint64
+	backoffs    map[string]*backoff
+	limiters    map[string]*rate.Limiter
+	nextID      uint64
+	metaWriter  bool
+	retiredSent map[string]crdt.Version
+	shutdown    bool
+
+	statBytesOut, statBytesIn, statMsgsOut atomic.Int64
+}
+
+// Stats are cumulative counters of coastguard gossip messages (the
+// application layer: without memberlist's own probes, headers and crypto).
+type Stats struct {
+	BytesOut, BytesIn, MessagesOut int64
+}
+
+// Stats returns cumulative message counters.
+func (n *Node) Stats() Stats {
+	return Stats{BytesOut: n.statBytesOut.Load(), BytesIn: n.statBytesIn.Load(), MessagesOut: n.statMsgsOut.Load()}
+}
+
+// New creates the memberlist, starts the node's loops and tries to join the
+// seeds once (failures are retried by the rejoin loop).
+func New(cfg Config, rep Replica) (*Node, error) {
+	if rep == nil {
+		return nil, errors.New("gossip: nil Replica")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:         cfg,
+		rep:         rep,
+		log:         cfg.Logger.With("component", "gossip", "node", cfg.NodeName),
+		logLim:      rate.NewLimiter(2, 20),
+		inbox:       make(chan inMsg, 4096),
+		serveSem:    make(chan struct{}, cfg.MaxConcurrentSyncs+16),
+		stop:        make(chan struct{}),
+		started:     cfg.Now(),
+		members:     map[string]*memberState{},
+		clusterSeen: map[string]time.Time{},
+		syncs:       map[uint64]*syncState{},
+		pulls:       map[string]uint64{},
+		bulkByPeer:  map[string]uint64{},
+		backoffs:    map[string]*backoff{},
+		limiters:    map[string]*rate.Limiter{},
+		retiredSent: map[string]crdt.Version{},
+		nextID:      rand.Uint64() >> 1,
+	}
+	n.metaWriter = cfg.IsWriter()
+	mc := cfg.memberlistConfig()
+	if len(cfg.Keyring) > 0 {
+		kr, err := memberlist.NewKeyring(cfg.Keyring[1:], cfg.Keyring[0])
+		if err != nil {
+			return nil, fmt.Errorf("gossip: keyring: %w", err)
+		}
+		n.keyring = kr
+		mc.Keyring = kr
+		mc.GossipVerifyIncoming = true
+		mc.GossipVerifyOutgoing = true
+	}
+	inner := cfg.Transport
+	if inner == nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{mc.BindAddr},
+			BindPort:  mc.BindPort,
+			Logger:    log.New(&mlLogWriter{n: n}, "", 0),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("gossip: bind %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+		}
+		inner = nt
+	}
+	if ft, ok := inner.(*FaultTransport); ok {
+		n.tr = ft
+	} else {
+		n.tr = NewFaultTransport(inner)
+	}
+	mc.Transport = n.tr
+	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
+	mc.Delegate = (*delegate)(n)
+	mc.Events = (*events)(n)
+	n.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return n.numMembers() },
+		RetransmitMult: mc.RetransmitMult,
+	}
+	n.m = newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
+	if cfg.MemberlistHook != nil {
+		cfg.MemberlistHook(mc)
+	}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		_ = n.tr.Shutdown()
+		return nil, fmt.Errorf("gossip: memberlist: %w", err)
+	}
+	n.ml = ml
+	n.wg.Add(4)
+	go n.worker()
+	go n.antiEntropyLoop()
+	go n.maintenanceLoop()
+	go n.rejoinLoop()
+	if len(cfg.Seeds) > 0 {
+		if _, err := n.joinAddrs(n.resolveSeeds()); err != nil {
+			n.log.Warn("initial join failed; will retry", "err", err)
+		}
+	}
+	return n, nil
+}
+
+// Addr returns this node's advertised "ip:port".
+func (n *Node) Addr() string {
+	ln := n.ml.LocalNode()
+	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
+}
+
+// Name returns the node name.
+func (n *Node) Name() string { return n.cfg.NodeName }
+
+// Transport returns the (byte-counting, fault-injecting) transport.
+func (n *Node) Transport() *FaultTransport { return n.tr }
+
+// Join contacts the given addresses ("host:port"); DNS names are resolved now.
+func (n *Node) Join(addrs ...string) (int, error) { return n.joinAddrs(addrs) }
+
+func (n *Node) joinAddrs(addrs []string) (int, error) {
+	if len(addrs) == 0 {
+		return 0, nil
+	}
+	return n.ml.Join(addrs)
+}
+
+func (n *Node) numMembers() int {
+	if n.ml == nil {
+		return 1
+	}
+	return n.ml.NumMembers()
+}
+
+// Members returns every member ever seen (alive or not), sorted by name.
+func (n *Node) Members() []MemberInfo {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]MemberInfo, 0, len(n.members))
+	for _, m := range n.members {
+		out = append(out, m.MemberInfo)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Clusters returns the liveness of every cluster known from membership or
+// state.
+func (n *Node) Clusters() map[string]ClusterStatus {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.clusterStatusLocked()
+}
+
+func (n *Node) clusterStatusLocked() map[string]ClusterStatus {
+	out := map[string]ClusterStatus{}
+	for c, t := range n.clusterSeen {
+		out[c] = ClusterStatus{LastAlive: t}
+	}
+	now := n.cfg.Now()
+	for _, m := range n.members {
+		if m.Cluster == "" {
+			continue
+		}
+		st := out[m.Cluster]
+		if m.Alive {
+			st.Alive = true
+			st.AliveMembers++
+			st.LastAlive = now
+		}
+		out[m.Cluster] = st
+	}
+	return out
+}
+
+// Publish disseminates fresh local deltas (already applied to the Replica)
+// of the own cluster: pushed directly to EagerFanout random peers when they
+// fit one UDP packet, and announced by a head broadcast so every other node
+// pulls them from a holder.
+func (n *Node) Publish(deltas ...crdt.Delta) error {
+	if !n.cfg.IsWriter() {
+		return ErrNotWriter
+	}
+	for _, d := range deltas {
+		if d.Origin != n.cfg.ClusterID {
+			return ErrForeignOrigin
+		}
+	}
+	if len(deltas) == 0 {
+		return nil
+	}
+	var encoded [][]byte
+	size := 0
+	for _, d := range deltas {
+		chunks, err := encodeDeltaChunks(d, udpBudget)
+		if err != nil {
+			return fmt.Errorf("gossip: publish: %w", err)
+		}
+		for _, c := range chunks {
+			encoded = append(encoded, c)
+			size += len(c) + 3
+		}
+	}
+	if size+len(n.cfg.NodeName)+8 <= udpBudget {
+		msg := encodeDeltaMsg(msgPush, n.cfg.NodeName, 0, false, encoded)
+		for _, peer := range n.randomPeers(n.cfg.EagerFanout, "") {
+			n.sendBestEffort(peer, msg, msgPush)
+			n.m.deltas.WithLabelValues("out", "push").Add(float64(len(deltas)))
+		}
+	}
+	n.announce(n.cfg.ClusterID)
+	return nil
+}
+
+// announce queues a head broadcast for origin with the local watermark.
+func (n *Node) announce(origin string) {
+	od, ok := n.rep.Digest()[origin]
+	if !ok || od.Max == 0 {
+		return
+	}
+	msg := encodeHeads(n.cfg.NodeName, []Head{{Origin: origin, Max: od.Max}})
+	n.queue.QueueBroadcast(&namedBroadcast{name: "h/" + origin, msg: msg})
+	n.queue.Prune(maxQueued)
+}
+
+const maxQueued = 8192
+
+func (n *Node) broadcastRetire(r crdt.Retire) {
+	msg := encodeRetires(n.cfg.NodeName, []crdt.Retire{r})
+	n.queue.QueueBroadcast(&namedBroadcast{name: "r/" + r.Origin, msg: msg})
+	n.queue.Prune(maxQueued)
+}
+
+// Decommission retires the own cluster everywhere and leaves the mesh: a
+// Retire for the own origin up to its current watermark is applied locally,
+// sent reliably to up to 8 peers, queued for gossip, and then the node
+// leaves and shuts down. Anti-entropy carries the Retired watermark to
+// anyone who missed it.
+func (n *Node) Decommission(ctx context.Context) error {
+	od := n.rep.Digest()[n.cfg.ClusterID]
+	if od.Max > 0 && od.Retired < od.Max {
+		r := crdt.Retire{Origin: n.cfg.ClusterID, UpTo: od.Max}
+		if _, err := n.rep.ApplyRetire(r); err != nil {
+			return fmt.Errorf("gossip: decommission: %w", err)
+		}
+		n.m.retirements.WithLabelValues("decommission").Inc()
+		msg := encodeRetires(n.cfg.NodeName, []crdt.Retire{r})
+		for _, p := range n.randomPeers(8, "") {
+			n.sendReliable(p, msg, msgRetire)
+		}
+		n.broadcastRetire(r)
+		// Let the queue drain (bounded by ctx).
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+	wait:
+		for n.queue.NumQueued() > 0 {
+			select {
+			case <-ctx.Done():
+				break wait
+			case <-t.C:
+			}
+		}
+	}
+	timeout := 5 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		if d := time.Until(dl); d > 0 && d < timeout {
+			timeout = d
+		}
+	}
+	if err := n.ml.Leave(timeout); err != nil {
+		n.log.Warn("leave", "err", err)
+	}
+	return n.Shutdown()
+}
+
+// Leave announces a graceful departure of this daemon (a pod stop: NOT a
+// cluster departure) and shuts down.
+func (n *Node) Leave(timeout time.Duration) error {
+	if err := n.ml.Leave(timeout); err != nil {
+		n.log.Warn("leave", "err", err)
+	}
+	return n.Shutdown()
+}
+
+// Shutdown stops the node without a leave message (like a crash/restart).
+func (n *Node) Shutdown() error {
+	var err error
+	n.stopOnce.Do(func() {
+		n.mu.Lock()
+		n.shutdown = true
+		n.mu.Unlock()
+		close(n.stop)
+		err = n.ml.Shutdown()
+		n.wg.Wait()
+	})
+	return err
+}
+
+// InstallKey adds a key to the keyring (rotation step 1, on every node).
+func (n *Node) InstallKey(k []byte) error {
+	if n.keyring == nil {
+		return errors.New("gossip: encryption is disabled")
+	}
+	return n.keyring.AddKey(k)
+}
+
+// UseKey makes an installed key primary (step 2, after all nodes installed it).
+func (n *Node) UseKey(k []byte) error {
+	if n.keyring == nil {
+		return errors.New("gossip: encryption is disabled")
+	}
+	return n.keyring.UseKey(k)
+}
+
+// RemoveKey removes a non-primary key (step 3, after all nodes use the new one).
+func (n *Node) RemoveKey(k []byte) error {
+	if n.keyring == nil {
+		return errors.New("gossip: encryption is disabled")
+	}
+	return n.keyring.RemoveKey(k)
+}
+
+// Keys returns the installed keys, primary first.
+func (n *Node) Keys() [][]byte {
+	if n.keyring == nil {
+		return nil
+	}
+	p := n.keyring.GetPrimaryKey()
+	out := [][]byte{p}
+	for _, k := range n.keyring.GetKeys() {
+		if string(k) != string(p) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ---- peers and sending ----
+
+// randomPeers picks up to k alive members other than self (and other than
+// exclude), uniformly.
+func (n *Node) randomPeers(k int, exclude string) []*memberlist.Node {
+	all := n.ml.Members()
+	cand := make([]*memberlist.Node, 0, len(all))
+	for _, m := range all {
+		if m.Name == n.cfg.NodeName || m.Name == exclude || m.State != memberlist.StateAlive {
+			continue
+		}
+		cand = append(cand, m)
+	}
+	rand.Shuffle(len(cand), func(i, j int) { cand[i], cand[j] = cand[j], cand[i] })
+	if len(cand) > k {
+		cand = cand[:k]
+	}
+	return cand
+}
+
+func (n *Node) memberNode(name string) *memberlist.Node {
+	for _, m := range n.ml.Members() {
+		if m.Name == name {
+			return m
+		}
+	}
+	return nil
+}
+
+func (n *Node) sendBestEffort(to *memberlist.Node, msg []byte, t msgType) bool {
+	if err := n.ml.SendBestEffort(to, msg); err != nil {
+		n.logRL(slog.LevelDebug, "send failed", "to", to.Name, "type", t.String(), "err", err)
+		return false
+	}
+	n.countOut(len(msg), t)
+	return true
+}
+
+func (n *Node) sendReliable(to *memberlist.Node, msg []byte, t msgType) bool {
+	if err := n.ml.SendReliable(to, msg); err != nil {
+		n.logRL(slog.LevelDebug, "reliable send failed", "to", to.Name, "type", t.String(), "err", err)
+		return false
+	}
+	n.countOut(len(msg), t)
+	return true
+}
+
+// send picks UDP for small messages and TCP otherwise.
+func (n *Node) send(to *memberlist.Node, msg []byte, t msgType) bool {
+	if len(msg) <= udpBudget {
+		return n.sendBestEffort(to, msg, t)
+	}
+	return n.sendReliable(to, msg, t)
+}
+
+func (n *Node) countOut(size int, t msgType) {
+	n.statBytesOut.Add(int64(size))
+	n.statMsgsOut.Add(1)
+	n.m.bytes.WithLabelValues("out").Add(float64(size))
+	n.m.messages.WithLabelValues("out", t.String()).Inc()
+}
+
+func (n *Node) drop(reason string, msg string, args ...any) {
+	n.m.dropped.WithLabelValues(reason).Inc()
+	n.logRL(slog.LevelWarn, msg, append(args, "reason", reason)...)
+}
+
+// logRL logs at most ~2 lines/s (burst 20) at Warn and above.
+func (n *Node) logRL(level slog.Level, msg string, args ...any) {
+	if level >= slog.LevelWarn && !n.logLim.Allow() {
+		return
+	}
+	n.log.Log(context.Background(), level, msg, args...)
+}
+
+func (n *Node) allowSender(sender string) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	l, ok := n.limiters[sender]
+	if !ok {
+		if len(n.limiters) > 4096 {
+			n.limiters = map[string]*rate.Limiter{}
+		}
+		l = rate.NewLimiter(rate.Limit(n.cfg.PeerRateLimit), n.cfg.PeerRateBurst)
+		n.limiters[sender] = l
+	}
+	return l.Allow()
+}
+
+// ---- named broadcast ----
+
+type namedBroadcast struct {
+	name string
+	msg  []byte
+}
+
+func (b *namedBroadcast) Invalidates(o memberlist.Broadcast) bool {
+	nb, ok := o.(memberlist.NamedBroadcast)
+	return ok && nb.Name() == b.name
+}
+func (b *namedBroadcast) Name() string    { return b.name }
+func (b *namedBroadcast) Message() []byte { return b.msg }
+func (b *namedBroadcast) Finished()       {}
+
+// ---- helpers ----
+
+// encodeDeltaChunks encodes d, splitting it at entry boundaries so that each
+// piece encodes to at most maxBytes when possible. Each piece is a valid
+// contiguous delta (From, To] and the pieces in order are a valid stream.
+func encodeDeltaChunks(d crdt.Delta, maxBytes int) ([][]byte, error) {
+	b, err := crdt.EncodeDelta(d)
+	if err != nil {
+		return nil, err
+	}
+	// Reset streams are cut by the crdt itself (Final marks their end):
+	// never re-split them.
+	if len(b) <= maxBytes || len(d.Entries) <= 1 || d.Reset || d.Final {
+		if len(b) > MaxMessageBytes-1024 {
+			return nil, fmt.Errorf("delta of %s too large (%d bytes)", d.Origin, len(b))
+		}
+		return [][]byte{b}, nil
+	}
+	mid := len(d.Entries) / 2
+	left := d
+	left.Entries = d.Entries[:mid]
+	left.To = d.Entries[mid-1].Version
+	right := d
+	right.Entries = d.Entries[mid:]
+	right.From = left.To
+	right.Reset = false
+	l, err := encodeDeltaChunks(left, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	r, err := encodeDeltaChunks(right, maxBytes)
+	if err != nil {
+		return nil, err
+	}
+	return append(l, r...), nil
+}
+
+// ---- memberlist log adapter: counts drops by reason ----
+
+type mlLogWriter struct{ n *Node }
+
+func (w *mlLogWriter) Write(p []byte) (int, error) {
+	line := string(p)
+	level := slog.LevelDebug
+	switch {
+	case contains(line, "[ERR]"), contains(line, "[ERROR]"):
+		level = slog.LevelError
+	case contains(line, "[WARN]"):
+		level = slog.LevelWarn
+	case contains(line, "[INFO]"):
+		level = slog.LevelInfo
+	}
+	reason := ""
+	switch {
+	case containsFold(line, "decrypt"), containsFold(line, "no installed keys"):
+		reason = dropDecrypt
+	case contains(line, "label"):
+		reason = dropLabel
+	case contains(line, "invalid checksum"):
+		reason = dropChecksum
+	case contains(line, "handler queue full"):
+		reason = dropQueueFull
+	case contains(line, "Remote node state size"):
+		reason = dropStateTooLarge
+	case contains(line, "Failed to decode"), contains(line, "missing message type"),
+		contains(line, "not supported"), contains(line, "invalid msgType"),
+		contains(line, "Failed to receive user message"):
+		reason = dropMemberlist
+	}
+	if w.n.m != nil && reason != "" {
+		w.n.m.dropped.WithLabelValues(reason).Inc()
+	}
+	if level == slog.LevelDebug && !w.n.log.Enabled(context.Background(), slog.LevelDebug) {
+		return len(p), nil
+	}
+	w.n.logRL(level, "memberlist", "msg", trimNL(line))
+	return len(p), nil
+}
+
+var _ io.Writer = (*mlLogWriter)(nil)
