@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -80,6 +81,14 @@ func millionStore(b *testing.B) string {
 }
 
 func TestMain(m *testing.M) {
+	if path := os.Getenv(crashChildEnv); path != "" {
+		iter, _ := strconv.Atoi(os.Getenv(crashIterEnv))
+		if err := crashChild(path, iter); err != nil {
+			fmt.Fprintln(os.Stderr, "crash child:", err)
+			os.Exit(3)
+		}
+		os.Exit(0)
+	}
 	code := m.Run()
 	if million.dir != "" {
 		_ = os.RemoveAll(million.dir)
