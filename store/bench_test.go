@@ -69,6 +69,15 @@ var million struct {
 
 func millionStore(b *testing.B) string {
 	million.once.Do(func() {
+		// COASTGUARD_BENCH_1M=<path> keeps the fixture between runs.
+		if p := os.Getenv("COASTGUARD_BENCH_1M"); p != "" {
+			million.path = p
+			if _, err := os.Stat(p); err == nil {
+				return
+			}
+			million.err = buildMillion(b, p)
+			return
+		}
 		million.dir, million.err = os.MkdirTemp("", "coastguard-store-bench-")
 		if million.err != nil {
 			return

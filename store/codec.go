@@ -27,6 +27,7 @@ var (
 	metaSelf        = []byte("self")
 	metaEpoch       = []byte("writer_epoch")
 	metaLastVersion = []byte("writer_last_version")
+	metaEntryCount  = []byte("entry_count") // size hint for load only
 )
 
 // entry record layout (value of bucketEntries):

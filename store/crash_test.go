@@ -35,7 +35,7 @@ const (
 
 func crashPodName(iter, batch, g int) string { return fmt.Sprintf("it%d/b%d-g%d", iter, batch, g) }
 func crashPeerName(iter, batch int) string   { return fmt.Sprintf("it%d/peer-b%d", iter, batch) }
-func crashIP(iter, batch, g int) string       { return fmt.Sprintf("10.%d.%d.%d", iter, batch%250, g) }
+func crashIP(iter, batch, g int) string      { return fmt.Sprintf("10.%d.%d.%d", iter, batch%250, g) }
 
 func crashChild(path string, iter int) error {
 	r, err := OpenReplica(path, "self", Options{MaxBatch: 16})

@@ -404,7 +404,11 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 		}); err != nil {
 			return err
 		}
-		entries, err := loadEntries(tx.Bucket(bucketEntries), copyValues)
+		hint := 0
+		if b := meta.Get(metaEntryCount); len(b) == 8 {
+			hint = int(min(beU64(b), 1<<26))
+		}
+		entries, err := loadEntries(tx.Bucket(bucketEntries), copyValues, hint)
 		if err != nil {
 			return err
 		}
@@ -431,8 +435,10 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 
 const slabSize = 4 << 20
 
-func loadEntries(b *bolt.Bucket, copyValues bool) ([]crdt.Entry, error) {
-	entries := make([]crdt.Entry, 0, 1024)
+// loadEntries decodes every entry; hint (the persisted entry count) sizes
+// the slice up front.
+func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error) {
+	entries := make([]crdt.Entry, 0, max(hint, 1024))
 	var slab []byte
 	var lastOrigin string
 	c := b.Cursor()
@@ -606,6 +612,22 @@ func (s *Store) commitBatch(batch []*commitReq) {
 				return fmt.Errorf("store: persist digest of %q: %w", o, err)
 			}
 		}
+		total := int64(0)
+		for _, d := range countDelta {
+			total += int64(d)
+		}
+		if total != 0 {
+			n := int64(0)
+			if b := w.meta.Get(metaEntryCount); len(b) == 8 {
+				n = int64(beU64(b))
+			}
+			if n += total; n < 0 {
+				n = 0
+			}
+			if err := w.meta.Put(metaEntryCount, u64(uint64(n))); err != nil {
+				return err
+			}
+		}
 		if writer != nil {
 			if err := w.meta.Put(metaEpoch, u32(writer.Epoch)); err != nil {
 				return err
@@ -641,6 +663,8 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	}
 }
 
+const fillPercent = 0.9
+
 type txWriter struct {
 	entries, origins, meta *bolt.Bucket
 	idx                    map[string]*bolt.Bucket
@@ -655,8 +679,14 @@ func newTxWriter(tx *bolt.Tx) *txWriter {
 		meta:    tx.Bucket(bucketMeta),
 		idx:     map[string]*bolt.Bucket{},
 	}
+	// Pods are mostly updated in place and namespaces are written in name
+	// order, so pack pages densely (bbolt's default 0.5 leaves leaves half
+	// empty): this halves the file and the pages a cold start must read.
+	w.entries.FillPercent = fillPercent
 	for _, n := range indexBuckets {
-		w.idx[string(n)] = tx.Bucket(n)
+		b := tx.Bucket(n)
+		b.FillPercent = fillPercent
+		w.idx[string(n)] = b
 	}
 	return w
 }
