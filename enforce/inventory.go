@@ -13,6 +13,7 @@ package enforce
 import (
 	"fmt"
 	"maps"
+	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -144,7 +145,15 @@ type clusterState struct {
 type namespaceState struct {
 	present bool // the Namespace object exists
 	labels  labels.Set
-	pods    map[string]*Pod
+	pods    map[string]*podEntry
+}
+
+// podEntry is a pod with what translation derives from it precomputed.
+type podEntry struct {
+	Pod
+	key      string       // cluster/namespace/name, for deterministic tie-breaks
+	addrs    []netip.Addr // parsed, unmapped, valid IPs
+	eligible bool
 }
 
 // NewInventory returns an empty inventory.
@@ -173,7 +182,7 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 func (c *clusterState) namespace(name string, create bool) *namespaceState {
 	ns := c.namespaces[name]
 	if ns == nil && create {
-		ns = &namespaceState{pods: map[string]*Pod{}}
+		ns = &namespaceState{pods: map[string]*podEntry{}}
 		c.namespaces[name] = ns
 	}
 	return ns
@@ -247,7 +256,14 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 	cp.IPs = slices.Clone(p.IPs)
 	cp.Ports = slices.Clone(p.Ports)
 	cp.EgressIPs = slices.Clone(p.EgressIPs)
-	inv.cluster(cluster, true).namespace(p.Namespace, true).pods[p.Name] = &cp
+	e := &podEntry{Pod: cp, key: cluster + "/" + p.Namespace + "/" + p.Name}
+	for _, ip := range cp.IPs {
+		if a, err := netip.ParseAddr(ip); err == nil {
+			e.addrs = append(e.addrs, a.Unmap().WithZone(""))
+		}
+	}
+	e.eligible = len(e.addrs) > 0 && cp.Eligible()
+	inv.cluster(cluster, true).namespace(p.Namespace, true).pods[p.Name] = e
 }
 
 // RemovePod removes a pod.

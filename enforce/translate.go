@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -211,50 +212,40 @@ func (p *compiledPeer) peerClusters(inv *Inventory, enforcing string, fn func(st
 	}
 }
 
-// remotePod is a matching pod of a remote cluster, keyed by IP.
-type remotePod struct {
-	key string // cluster/namespace/name, for deterministic tie-breaks
-	pod *Pod
-}
-
 // collectRemote adds the eligible pods the peer selects in remote cluster
-// r (namespace and pod dimensions evaluated against r's own labels).
-func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map[netip.Addr]remotePod) {
+// r (namespace and pod dimensions evaluated against r's own labels), keyed
+// by IP. Should two pods claim one IP, the smallest cluster/namespace/name
+// wins, so the result does not depend on map order.
+func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map[netip.Addr]*podEntry) {
 	c := inv.clusters[r]
 	if c == nil {
 		return
 	}
-	visit := func(nsName string, ns *namespaceState) {
+	visit := func(ns *namespaceState) {
 		for _, pod := range ns.pods {
-			if !pod.Eligible() {
+			if !pod.eligible {
 				continue
 			}
 			if p.podSel != nil && !p.podSel.Matches(labels.Set(pod.Labels)) {
 				continue
 			}
-			key := r + "/" + nsName + "/" + pod.Name
-			for _, s := range pod.IPs {
-				a, err := netip.ParseAddr(s)
-				if err != nil {
+			for _, a := range pod.addrs {
+				if prev, ok := out[a]; ok && prev.key <= pod.key {
 					continue
 				}
-				a = a.Unmap().WithZone("")
-				if prev, ok := out[a]; ok && prev.key <= key {
-					continue
-				}
-				out[a] = remotePod{key: key, pod: pod}
+				out[a] = pod
 			}
 		}
 	}
 	if p.nsSel == nil {
 		if ns := c.namespaces[policyNS]; ns != nil {
-			visit(policyNS, ns)
+			visit(ns)
 		}
 		return
 	}
-	for name, ns := range c.namespaces {
+	for _, ns := range c.namespaces {
 		if ns.present && p.nsSel.Matches(ns.labels) {
-			visit(name, ns)
+			visit(ns)
 		}
 	}
 }
@@ -278,7 +269,7 @@ func translateRule(inv *Inventory, enforcing, policyNS string, r *compiledRule, 
 		return []outRule{{ports: clonePorts(r.ports), allPeers: true}}
 	}
 	base := outRule{ports: clonePorts(r.ports)}
-	remote := map[netip.Addr]remotePod{}
+	remote := map[netip.Addr]*podEntry{}
 	nativeSeen := map[string]bool{}
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -333,14 +324,13 @@ func translateRule(inv *Inventory, enforcing, policyNS string, r *compiledRule, 
 	groups := map[string]*group{}
 	var keys []string
 	for _, a := range addrs {
-		ports := resolvePorts(r.ports, remote[a].pod)
+		ports := resolvePorts(r.ports, &remote[a].Pod)
 		if len(ports) == 0 {
 			// Nothing of the rule's ports exists on this pod; an empty
 			// port list would mean "all ports", so the pod is left out.
 			continue
 		}
-		b, _ := json.Marshal(ports)
-		k := string(b)
+		k := portsKey(ports)
 		g := groups[k]
 		if g == nil {
 			g = &group{ports: ports}
@@ -392,6 +382,26 @@ func resolvePorts(ports []networkingv1.NetworkPolicyPort, pod *Pod) []networking
 	}
 	slices.SortFunc(out, comparePorts)
 	return slices.CompactFunc(out, func(a, b networkingv1.NetworkPolicyPort) bool { return comparePorts(a, b) == 0 })
+}
+
+// portsKey is a compact identity of a resolved port list.
+func portsKey(ports []networkingv1.NetworkPolicyPort) string {
+	var b strings.Builder
+	for _, p := range ports {
+		if p.Protocol != nil {
+			b.WriteString(string(*p.Protocol))
+		}
+		b.WriteByte(':')
+		if p.Port != nil {
+			b.WriteString(p.Port.String())
+		}
+		b.WriteByte('-')
+		if p.EndPort != nil {
+			b.WriteString(strconv.Itoa(int(*p.EndPort)))
+		}
+		b.WriteByte(',')
+	}
+	return b.String()
 }
 
 func comparePorts(a, b networkingv1.NetworkPolicyPort) int {

@@ -1,0 +1,203 @@
+package enforce
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+)
+
+var (
+	fuzzClusters = []string{"c1", "c2", "c3", "c4"}
+	fuzzNS       = []string{"a", "b", "c"}
+	fuzzApps     = []string{"fe", "be", "db"}
+)
+
+func randLabels(r *rand.Rand) map[string]string {
+	m := map[string]string{"app": fuzzApps[r.Intn(len(fuzzApps))]}
+	if r.Intn(2) == 0 {
+		m["tier"] = []string{"gold", "silver"}[r.Intn(2)]
+	}
+	return m
+}
+
+func randPod(r *rand.Rand, ns string, i int) Pod {
+	p := pod(ns, fmt.Sprintf("p%d", i), randLabels(r), fmt.Sprintf("10.%d.%d.%d", r.Intn(4), r.Intn(4), r.Intn(250)+1))
+	switch r.Intn(8) {
+	case 0:
+		p.Phase = corev1.PodSucceeded
+	case 1:
+		p.IPs = nil
+	case 2:
+		p.HostNetwork = true
+	}
+	if r.Intn(2) == 0 {
+		p.Ports = []Port{{Name: "web", Port: int32(8000 + r.Intn(3))}}
+	}
+	return p
+}
+
+var fuzzPeers = []string{
+	"{podSelector: {matchLabels: {app: fe}}}",
+	"{clusterSelector: {}, podSelector: {matchLabels: {app: fe}}}",
+	"{clusterSelector: {matchLabels: {zone: x}}}",
+	"{clusterSelector: {matchExpressions: [{key: zone, operator: NotIn, values: [x]}]}, namespaceSelector: {matchLabels: {team: t1}}}",
+	"{clusterSelector: {}, namespaceSelector: {}, podSelector: {matchExpressions: [{key: tier, operator: Exists}]}}",
+	"{ipBlock: {cidr: 192.168.0.0/16}}",
+}
+
+func randPolicy(t testing.TB, r *rand.Rand, i int) Policy {
+	sel := []string{"", "clusterSelector: {}\n", "clusterSelector: {matchLabels: {zone: x}}\n"}[r.Intn(3)]
+	s := sel + "podSelector: {matchLabels: {app: db}}\n"
+	s += "ingress:\n- from: [" + fuzzPeers[r.Intn(len(fuzzPeers))] + ", " + fuzzPeers[r.Intn(len(fuzzPeers))] + "]\n"
+	if r.Intn(2) == 0 {
+		s += "egress:\n- to: [" + fuzzPeers[r.Intn(len(fuzzPeers))] + "]\n  ports: [{port: web}, {port: 53, protocol: UDP}]\n"
+	}
+	return pol(t, fuzzClusters[r.Intn(len(fuzzClusters))], fuzzNS[r.Intn(len(fuzzNS))], fmt.Sprintf("pol%d", i), s)
+}
+
+func snapshot(inv *Inventory, c string) map[PolicyRef]string {
+	out := map[PolicyRef]string{}
+	for _, ref := range inv.Policies() {
+		res := Evaluate(c, inv, ref)
+		b, _ := json.Marshal(res)
+		out[ref] = string(b)
+	}
+	return out
+}
+
+// TestAffectedIsSuperset applies random changes and checks that every
+// policy whose translation changed, in every enforcing cluster, was
+// reported by Affected.
+func TestAffectedIsSuperset(t *testing.T) {
+	r := rand.New(rand.NewSource(42))
+	inv := NewInventory()
+	for _, c := range fuzzClusters {
+		lb := map[string]string{}
+		if r.Intn(2) == 0 {
+			lb["zone"] = "x"
+		}
+		inv.SetCluster(Cluster{ID: c, Labels: lb})
+		for _, ns := range fuzzNS {
+			if r.Intn(5) > 0 {
+				inv.SetNamespace(c, Namespace{Name: ns, Labels: l("team", []string{"t1", "t2"}[r.Intn(2)])})
+			}
+		}
+	}
+	pods := map[string]map[string]Pod{} // cluster -> ns/name -> pod
+	for _, c := range fuzzClusters {
+		pods[c] = map[string]Pod{}
+	}
+	for i := 0; i < 60; i++ {
+		c := fuzzClusters[r.Intn(len(fuzzClusters))]
+		p := randPod(r, fuzzNS[r.Intn(len(fuzzNS))], i)
+		inv.SetPod(c, p)
+		pods[c][p.Namespace+"/"+p.Name] = p
+	}
+	for i := 0; i < 25; i++ {
+		mustSet(t, inv, randPolicy(t, r, i))
+	}
+	checked, precise, changedTotal := 0, 0, 0
+	for step := 0; step < 400; step++ {
+		before := map[string]map[PolicyRef]string{}
+		for _, c := range fuzzClusters {
+			before[c] = snapshot(inv, c)
+		}
+		var ch Change
+		switch k := r.Intn(10); {
+		case k < 6: // pod add / update / delete
+			c := fuzzClusters[r.Intn(len(fuzzClusters))]
+			ns := fuzzNS[r.Intn(len(fuzzNS))]
+			name := fmt.Sprintf("p%d", r.Intn(80))
+			old, had := pods[c][ns+"/"+name]
+			ch = Change{Kind: ChangePod, Cluster: c, Namespace: ns}
+			if had {
+				ch.Labels = append(ch.Labels, old.Labels)
+			}
+			if had && r.Intn(3) == 0 {
+				inv.RemovePod(c, ns, name)
+				delete(pods[c], ns+"/"+name)
+			} else {
+				p := randPod(r, ns, 0)
+				p.Name = name
+				inv.SetPod(c, p)
+				pods[c][ns+"/"+name] = p
+				ch.Labels = append(ch.Labels, p.Labels)
+			}
+			if r.Intn(4) == 0 {
+				ch.Labels = nil // conservative mode
+			}
+		case k < 8: // namespace relabel / add / remove
+			c := fuzzClusters[r.Intn(len(fuzzClusters))]
+			ns := fuzzNS[r.Intn(len(fuzzNS))]
+			ch = Change{Kind: ChangeNamespace, Cluster: c, Namespace: ns}
+			if old := inv.nsLabels(c, ns); old != nil {
+				ch.Labels = append(ch.Labels, map[string]string(old))
+			}
+			if r.Intn(4) == 0 {
+				inv.RemoveNamespace(c, ns)
+			} else {
+				nl := l("team", []string{"t1", "t2", "t3"}[r.Intn(3)])
+				inv.SetNamespace(c, Namespace{Name: ns, Labels: nl})
+				ch.Labels = append(ch.Labels, map[string]string(inv.nsLabels(c, ns)))
+			}
+		case k < 9: // policy change
+			p := randPolicy(t, r, r.Intn(30))
+			if r.Intn(4) == 0 {
+				inv.RemovePolicy(p.Ref())
+			} else {
+				mustSet(t, inv, p)
+			}
+			ch = Change{Kind: ChangePolicy, Policy: p.Ref()}
+		default: // cluster relabel
+			c := fuzzClusters[r.Intn(len(fuzzClusters))]
+			lb := map[string]string{}
+			if r.Intn(2) == 0 {
+				lb["zone"] = "x"
+			}
+			inv.SetCluster(Cluster{ID: c, Labels: lb})
+			ch = Change{Kind: ChangeCluster, Cluster: c}
+		}
+		for _, c := range fuzzClusters {
+			after := snapshot(inv, c)
+			aff := Affected(c, inv, ch)
+			require.True(t, slices.IsSortedFunc(aff, PolicyRef.Compare))
+			refs := map[PolicyRef]bool{}
+			for ref := range before[c] {
+				refs[ref] = true
+			}
+			for ref := range after {
+				refs[ref] = true
+			}
+			changed := 0
+			for ref := range refs {
+				if before[c][ref] != after[ref] {
+					changed++
+					require.Contains(t, aff, ref, "step %d change %+v cluster %s", step, ch, c)
+				}
+			}
+			checked++
+			if ch.Kind != ChangeCluster && len(aff) < len(refs) {
+				precise++
+			}
+			changedTotal += changed
+		}
+	}
+	// Affected must actually prune, not return everything.
+	require.Greater(t, precise, checked/2)
+	// ...and the random changes must actually change translations often.
+	require.Greater(t, changedTotal, 200)
+}
+
+func TestAffectedLocalPodChangesNothing(t *testing.T) {
+	inv := base(t)
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", "clusterSelector: {}\npodSelector: {}\ningress: [{from: [{clusterSelector: {}}]}]"))
+	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-1", Namespace: "shop"}))
+	require.Equal(t, []PolicyRef{{"eu-1", "shop", "p"}}, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "us-1", Namespace: "shop"}))
+	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "us-1", Namespace: "other"}))
+	require.Equal(t, []PolicyRef{{"eu-1", "shop", "p"}}, Affected("eu-1", inv, Change{Kind: ChangeNamespace, Cluster: "eu-1", Namespace: "shop"}))
+}

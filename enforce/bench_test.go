@@ -1,0 +1,92 @@
+package enforce
+
+import (
+	"fmt"
+	"testing"
+)
+
+// benchInventory builds nClusters clusters (4 regions) × podsPerCluster pods
+// spread over nNS namespaces and 5 apps, plus nPolicies MCNPs originated
+// round-robin by the clusters, enforced everywhere ({}), mixing local,
+// region-wide, all-cluster, namespaceSelector and named-port peers.
+func benchInventory(b *testing.B, nClusters, podsPerCluster, nNS, nPolicies int) *Inventory {
+	inv := NewInventory()
+	for c := 0; c < nClusters; c++ {
+		id := fmt.Sprintf("c%03d", c)
+		inv.SetCluster(Cluster{ID: id, Labels: l("region", fmt.Sprintf("r%d", c%4))})
+		for n := 0; n < nNS; n++ {
+			inv.SetNamespace(id, Namespace{Name: fmt.Sprintf("ns%02d", n), Labels: l("team", fmt.Sprintf("t%d", n%3))})
+		}
+		for i := 0; i < podsPerCluster; i++ {
+			p := pod(fmt.Sprintf("ns%02d", i%nNS), fmt.Sprintf("pod%05d", i),
+				l("app", fmt.Sprintf("app%d", i%5), "version", fmt.Sprintf("v%d", i%2)),
+				fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250+1))
+			p.Ports = []Port{{Name: "http", Port: 8080 + int32(i%3)}, {Name: "metrics", Port: 9100}}
+			inv.SetPod(id, p)
+		}
+	}
+	peers := []string{
+		"{podSelector: {matchLabels: {app: app1}}}",
+		"{clusterSelector: {matchLabels: {region: r1}}, podSelector: {matchLabels: {app: app2}}}",
+		"{clusterSelector: {}, podSelector: {matchLabels: {app: app3, version: v1}}}",
+		"{clusterSelector: {matchExpressions: [{key: region, operator: In, values: [r2]}]}, namespaceSelector: {matchLabels: {team: t1}}, podSelector: {matchLabels: {app: app4}}}",
+	}
+	for i := 0; i < nPolicies; i++ {
+		s := fmt.Sprintf("clusterSelector: {}\npodSelector: {matchLabels: {app: app%d}}\n", i%5)
+		s += "ingress:\n- from: [" + peers[i%len(peers)] + "]\n  ports: [{port: http}]\n"
+		s += "egress:\n- to: [" + peers[(i+1)%len(peers)] + "]\n  ports: [{port: http}, {port: 53, protocol: UDP}]\n"
+		p := pol(b, fmt.Sprintf("c%03d", i%nClusters), fmt.Sprintf("ns%02d", i%nNS), fmt.Sprintf("policy-%04d", i), s)
+		if err := inv.SetPolicy(p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return inv
+}
+
+func benchFull(b *testing.B, inv *Inventory) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for i := 0; i < b.N; i++ {
+		n = len(Translate("c000", inv))
+	}
+	b.ReportMetric(float64(n), "netpols")
+}
+
+// 300 MCNPs × 750 pods (3 clusters × 250): the conflict-detection thesis's
+// largest setup. Target: < 100 ms per full regeneration.
+func BenchmarkTranslateFull_300x750(b *testing.B) {
+	benchFull(b, benchInventory(b, 3, 250, 10, 300))
+}
+
+// 100 clusters × 1000 pods with 1000 MCNPs.
+func BenchmarkTranslateFull_100clusters_1000pods_1000mcnp(b *testing.B) {
+	benchFull(b, benchInventory(b, 100, 1000, 20, 1000))
+}
+
+func benchIncremental(b *testing.B, inv *Inventory, nClusters int) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	affected := 0
+	for i := 0; i < b.N; i++ {
+		// A pod in a remote cluster changes labels (and IP).
+		c := fmt.Sprintf("c%03d", 1+i%(nClusters-1))
+		old := l("app", "app3", "version", "v1")
+		p := pod("ns03", "pod00003", l("app", "app3", "version", fmt.Sprintf("v%d", i%2)), fmt.Sprintf("10.%d.200.%d", 1+i%(nClusters-1), i%250+1))
+		inv.SetPod(c, p)
+		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns03", Labels: []map[string]string{old, p.Labels}})
+		for _, ref := range refs {
+			_ = Evaluate("c000", inv, ref)
+		}
+		affected = len(refs)
+	}
+	b.ReportMetric(float64(affected), "affected")
+}
+
+func BenchmarkIncrementalPod_300x750(b *testing.B) {
+	benchIncremental(b, benchInventory(b, 3, 250, 10, 300), 3)
+}
+
+func BenchmarkIncrementalPod_100clusters_1000pods_1000mcnp(b *testing.B) {
+	benchIncremental(b, benchInventory(b, 100, 1000, 20, 1000), 100)
+}
