@@ -10,30 +10,42 @@ import (
 
 // Node metadata (memberlist NodeMeta, ≤ 512 bytes):
 //
-//	version u8 (1) | flags u8 (bit0 writer) | cluster: uvarint len + bytes
+//	version u8 (1) | flags u8 (bit0 writer, bit1 leaving) | cluster: uvarint len + bytes
+//
+// The leaving flag is set (and gossiped with UpdateNode) right before a
+// graceful Leave: memberlist's NotifyLeave does not say whether a node left
+// or died, and only dead members are rejoined.
 const metaVersion = 1
 
-func encodeMeta(cluster string, writer bool) []byte {
+const (
+	metaWriter  = 1
+	metaLeaving = 2
+)
+
+func encodeMeta(cluster string, writer, leaving bool) []byte {
 	b := wbuf{metaVersion, 0}
 	if writer {
-		b[1] = 1
+		b[1] |= metaWriter
+	}
+	if leaving {
+		b[1] |= metaLeaving
 	}
 	b.str(cluster)
 	return b
 }
 
-func decodeMeta(p []byte) (cluster string, writer bool, err error) {
+func decodeMeta(p []byte) (cluster string, flags byte, err error) {
 	r := &rbuf{b: p}
 	v := r.u8()
 	f := r.u8()
 	cluster = r.str(maxOriginLen)
 	if r.err != nil {
-		return "", false, r.err
+		return "", 0, r.err
 	}
 	if v < 1 {
-		return "", false, errors.New("bad meta version")
+		return "", 0, errors.New("bad meta version")
 	}
-	return cluster, f&1 == 1, nil
+	return cluster, f, nil
 }
 
 // delegate implements memberlist.Delegate.
@@ -42,9 +54,9 @@ type delegate Node
 func (d *delegate) NodeMeta(limit int) []byte {
 	n := (*Node)(d)
 	n.mu.Lock()
-	w := n.metaWriter
+	w, l := n.metaWriter, n.leaving
 	n.mu.Unlock()
-	b := encodeMeta(n.cfg.ClusterID, w)
+	b := encodeMeta(n.cfg.ClusterID, w, l)
 	if len(b) > limit {
 		return nil
 	}
@@ -127,21 +139,22 @@ type events Node
 
 func (e *events) NotifyJoin(mn *memberlist.Node) {
 	n := (*Node)(e)
-	n.observe(mn, true, false)
+	n.observe(mn, true)
 }
 
 func (e *events) NotifyLeave(mn *memberlist.Node) {
 	n := (*Node)(e)
-	n.observe(mn, false, mn.State == memberlist.StateLeft)
+	n.observe(mn, false)
 }
 
 func (e *events) NotifyUpdate(mn *memberlist.Node) {
 	n := (*Node)(e)
-	n.observe(mn, mn.State == memberlist.StateAlive || mn.State == memberlist.StateSuspect, false)
+	n.observe(mn, true)
 }
 
-func (n *Node) observe(mn *memberlist.Node, alive, left bool) {
-	cluster, writer, err := decodeMeta(mn.Meta)
+func (n *Node) observe(mn *memberlist.Node, alive bool) {
+	cluster, flags, err := decodeMeta(mn.Meta)
+	writer, left := flags&metaWriter != 0, flags&metaLeaving != 0 && !alive
 	if err != nil {
 		n.logRL(slog.LevelWarn, "member with undecodable meta", "member", mn.Name, "err", err)
 	}

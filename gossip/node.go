@@ -101,6 +101,7 @@ type Node struct {
 	limiters    map[string]*rate.Limiter
 	nextID      uint64
 	metaWriter  bool
+	leaving     bool
 	retiredSent map[string]crdt.Version
 	shutdown    bool
 
@@ -370,18 +371,28 @@ func (n *Node) Decommission(ctx context.Context) error {
 			timeout = d
 		}
 	}
+	n.leave(timeout)
+	return n.Shutdown()
+}
+
+// leave marks this node as leaving in its meta (so peers do not try to
+// rejoin it) and then leaves memberlist gracefully.
+func (n *Node) leave(timeout time.Duration) {
+	n.mu.Lock()
+	n.leaving = true
+	n.mu.Unlock()
+	if err := n.ml.UpdateNode(timeout / 2); err != nil {
+		n.log.Debug("leave: update meta", "err", err)
+	}
 	if err := n.ml.Leave(timeout); err != nil {
 		n.log.Warn("leave", "err", err)
 	}
-	return n.Shutdown()
 }
 
 // Leave announces a graceful departure of this daemon (a pod stop: NOT a
 // cluster departure) and shuts down.
 func (n *Node) Leave(timeout time.Duration) error {
-	if err := n.ml.Leave(timeout); err != nil {
-		n.log.Warn("leave", "err", err)
-	}
+	n.leave(timeout)
 	return n.Shutdown()
 }
 
