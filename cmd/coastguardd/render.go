@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"sigs.k8s.io/yaml"
+
+	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+func init() { subcommands["render"] = runRender }
+
+const renderUsage = `usage: coastguardd render --input DIR --output DIR
+
+Translates MultiClusterNetworkPolicies offline, with exactly the code the
+daemon runs. DIR of --input holds one subdirectory per cluster, named by the
+cluster ID, containing YAML or JSON files (multi-document allowed) of kinds
+Namespace, Pod, NetworkPolicy (user-authored, left alone),
+MultiClusterNetworkPolicy and ClusterProperty. For every cluster it writes
+OUT/<clusterID>/networkpolicies.yaml with the NetworkPolicies coastguard
+would apply there (empty when none).
+`
+
+func runRender(args []string) int {
+	fset := flag.NewFlagSet("render", flag.ContinueOnError)
+	fset.SetOutput(os.Stderr)
+	fset.Usage = func() {
+		fmt.Fprint(os.Stderr, renderUsage)
+		fset.PrintDefaults()
+	}
+	in := fset.String("input", "", "input directory: one subdirectory per cluster")
+	out := fset.String("output", "", "output directory")
+	if err := fset.Parse(args); err != nil {
+		return 2
+	}
+	if *in == "" || *out == "" || fset.NArg() > 0 {
+		fset.Usage()
+		return 2
+	}
+	if err := render(*in, *out, os.Stderr); err != nil {
+		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// render loads IN, translates for every cluster and writes OUT. Warnings and
+// a per-cluster summary go to log.
+func render(in, out string, log io.Writer) error {
+	inv, clusters, err := loadRenderInput(in, log)
+	if err != nil {
+		return err
+	}
+	for _, c := range clusters {
+		var buf bytes.Buffer
+		nps := enforce.Translate(c, inv)
+		for i := range nps {
+			b, err := marshalNetworkPolicy(&nps[i])
+			if err != nil {
+				return fmt.Errorf("cluster %s: %w", c, err)
+			}
+			buf.WriteString("---\n")
+			buf.Write(b)
+		}
+		dir := filepath.Join(out, c)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "networkpolicies.yaml"), buf.Bytes(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(log, "%s: %d NetworkPolicies\n", c, len(nps))
+		for _, ref := range inv.Policies() {
+			if res := enforce.Evaluate(c, inv, ref); res.SkippedNoNamespace {
+				fmt.Fprintf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
+			}
+		}
+	}
+	return nil
+}
+
+// marshalNetworkPolicy renders a NetworkPolicy as YAML without the empty
+// creationTimestamp every zero ObjectMeta carries.
+func marshalNetworkPolicy(np *networkingv1.NetworkPolicy) ([]byte, error) {
+	j, err := json.Marshal(np)
+	if err != nil {
+		return nil, err
+	}
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		return nil, err
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "creationTimestamp")
+	}
+	return yaml.Marshal(m)
+}
+
+// renderLoader accumulates the input of every cluster.
+type renderLoader struct {
+	inv   *enforce.Inventory
+	log   io.Writer
+	errs  []error
+	seen  map[string]string            // cluster/kind/ns/name -> file
+	props map[string]map[string]string // cluster -> ClusterProperty labels
+}
+
+func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, error) {
+	entries, err := os.ReadDir(in)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading input: %w", err)
+	}
+	l := &renderLoader{inv: enforce.NewInventory(), log: log, seen: map[string]string{}, props: map[string]map[string]string{}}
+	var clusters []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			switch strings.ToLower(filepath.Ext(e.Name())) {
+			case ".yaml", ".yml", ".json":
+				fmt.Fprintf(log, "warning: %s: files at the top level are ignored; put them in a cluster directory\n", filepath.Join(in, e.Name()))
+			}
+			continue
+		}
+		id := e.Name()
+		if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
+			l.errs = append(l.errs, fmt.Errorf("%s: directory name is not a valid cluster ID: %s", filepath.Join(in, id), strings.Join(msgs, "; ")))
+			continue
+		}
+		clusters = append(clusters, id)
+		l.props[id] = map[string]string{}
+		l.loadCluster(id, filepath.Join(in, id))
+	}
+	if len(clusters) == 0 && len(l.errs) == 0 {
+		return nil, nil, fmt.Errorf("%s: no cluster subdirectories", in)
+	}
+	for _, id := range clusters {
+		l.inv.SetCluster(enforce.Cluster{ID: id, Labels: l.props[id]})
+	}
+	if len(l.errs) > 0 {
+		return nil, nil, errors.Join(l.errs...)
+	}
+	sort.Strings(clusters)
+	return l.inv, clusters, nil
+}
+
+func (l *renderLoader) loadCluster(id, dir string) {
+	var files []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		switch strings.ToLower(filepath.Ext(p)) {
+		case ".yaml", ".yml", ".json":
+			files = append(files, p)
+		default:
+			fmt.Fprintf(l.log, "warning: %s: not a .yaml, .yml or .json file, ignored\n", p)
+		}
+		return nil
+	})
+	if err != nil {
+		l.errs = append(l.errs, err)
+		return
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		l.loadFile(id, f)
+	}
+}
+
+func (l *renderLoader) loadFile(cluster, file string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		l.errs = append(l.errs, err)
+		return
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for doc := 1; ; doc++ {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			l.errs = append(l.errs, fmt.Errorf("%s: document %d: %w", file, doc, err))
+			return
+		}
+		if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+			continue
+		}
+		l.loadObject(cluster, fmt.Sprintf("%s: document %d", file, doc), raw)
+	}
+}
+
+func strictUnmarshal(raw []byte, into any) error {
+	d := json.NewDecoder(bytes.NewReader(raw))
+	d.DisallowUnknownFields()
+	return d.Decode(into)
+}
+
+func (l *renderLoader) fail(where, what string, err error) {
+	l.errs = append(l.errs, fmt.Errorf("%s: %s: %w", where, what, err))
+}
+
+// unique records an object and reports a duplicate as an error.
+func (l *renderLoader) unique(cluster, where, kind, ns, name string) bool {
+	k := cluster + "/" + kind + "/" + ns + "/" + name
+	if prev, ok := l.seen[k]; ok {
+		l.errs = append(l.errs, fmt.Errorf("%s: %s %s: duplicate object in cluster %s (first defined at %s)", where, kind, objName(ns, name), cluster, prev))
+		return false
+	}
+	l.seen[k] = where
+	return true
+}
+
+func objName(ns, name string) string {
+	if ns == "" {
+		return name
+	}
+	return ns + "/" + name
+}
+
+func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
+	var tm metav1.TypeMeta
+	if err := json.Unmarshal(raw, &tm); err != nil {
+		l.fail(where, "object", fmt.Errorf("not a Kubernetes object: %w", err))
+		return
+	}
+	if tm.Kind == "" {
+		l.fail(where, "object", errors.New("missing kind"))
+		return
+	}
+	if strings.HasSuffix(tm.Kind, "List") && tm.APIVersion == "v1" {
+		var list struct {
+			Items []json.RawMessage `json:"items"`
+		}
+		if err := json.Unmarshal(raw, &list); err != nil {
+			l.fail(where, tm.Kind, err)
+			return
+		}
+		for i, item := range list.Items {
+			l.loadObject(cluster, fmt.Sprintf("%s: items[%d]", where, i), item)
+		}
+		return
+	}
+	known := map[string]string{
+		"Namespace":                         "v1",
+		"Pod":                               "v1",
+		"NetworkPolicy":                     "networking.k8s.io/v1",
+		apiv1.KindMultiClusterNetworkPolicy: apiv1.SchemeGroupVersion.String(),
+		mcsv1alpha1.Kind:                    mcsv1alpha1.APIVersion,
+	}
+	want, ok := known[tm.Kind]
+	if !ok {
+		fmt.Fprintf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
+		return
+	}
+	if tm.APIVersion != want {
+		l.fail(where, tm.Kind, fmt.Errorf("apiVersion %q not supported (want %q)", tm.APIVersion, want))
+		return
+	}
+	switch tm.Kind {
+	case "Namespace":
+		var ns corev1.Namespace
+		if err := json.Unmarshal(raw, &ns); err != nil {
+			l.fail(where, "Namespace", err)
+			return
+		}
+		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
+			l.fail(where, "Namespace "+ns.Name, fmt.Errorf("metadata.name: %s", strings.Join(msgs, "; ")))
+			return
+		}
+		if !l.validLabels(where, "Namespace "+ns.Name, ns.Labels) || !l.unique(cluster, where, "Namespace", "", ns.Name) {
+			return
+		}
+		l.inv.SetNamespace(cluster, enforce.Namespace{Name: ns.Name, Labels: ns.Labels})
+	case "Pod":
+		var p corev1.Pod
+		if err := json.Unmarshal(raw, &p); err != nil {
+			l.fail(where, "Pod", err)
+			return
+		}
+		if p.Namespace == "" {
+			p.Namespace = metav1.NamespaceDefault
+		}
+		what := "Pod " + objName(p.Namespace, p.Name)
+		if p.Name == "" {
+			l.fail(where, what, errors.New("metadata.name: Required value"))
+			return
+		}
+		if !l.validLabels(where, what, p.Labels) || !l.unique(cluster, where, "Pod", p.Namespace, p.Name) {
+			return
+		}
+		pod, err := renderPod(&p)
+		if err != nil {
+			l.fail(where, what, err)
+			return
+		}
+		l.inv.SetPod(cluster, pod)
+	case "NetworkPolicy":
+		var np networkingv1.NetworkPolicy
+		if err := json.Unmarshal(raw, &np); err != nil {
+			l.fail(where, "NetworkPolicy", err)
+			return
+		}
+		if np.Namespace == "" {
+			np.Namespace = metav1.NamespaceDefault
+		}
+		// User-authored: coexists with the generated ones (policies are
+		// additive); not re-emitted.
+		l.unique(cluster, where, "NetworkPolicy", np.Namespace, np.Name)
+	case apiv1.KindMultiClusterNetworkPolicy:
+		var m apiv1.MultiClusterNetworkPolicy
+		if err := strictUnmarshal(raw, &m); err != nil {
+			l.fail(where, "MultiClusterNetworkPolicy", err)
+			return
+		}
+		if m.Namespace == "" {
+			m.Namespace = metav1.NamespaceDefault
+		}
+		what := "MultiClusterNetworkPolicy " + objName(m.Namespace, m.Name)
+		if err := apiv1.Validate(&m); err != nil {
+			l.fail(where, what, err)
+			return
+		}
+		if !l.unique(cluster, where, apiv1.KindMultiClusterNetworkPolicy, m.Namespace, m.Name) {
+			return
+		}
+		if err := l.inv.SetPolicy(enforce.Policy{
+			Origin: cluster, Namespace: m.Namespace, Name: m.Name,
+			UID: string(m.UID), Generation: m.Generation, Spec: m.Spec,
+		}); err != nil {
+			l.fail(where, what, err)
+		}
+	case mcsv1alpha1.Kind:
+		var cp mcsv1alpha1.ClusterProperty
+		if err := strictUnmarshal(raw, &cp); err != nil {
+			l.fail(where, "ClusterProperty", err)
+			return
+		}
+		what := "ClusterProperty " + cp.Name
+		if msgs := validation.IsQualifiedName(cp.Name); len(msgs) > 0 {
+			l.fail(where, what, fmt.Errorf("metadata.name must be usable as a label key: %s", strings.Join(msgs, "; ")))
+			return
+		}
+		if msgs := validation.IsValidLabelValue(cp.Spec.Value); len(msgs) > 0 {
+			l.fail(where, what, fmt.Errorf("spec.value must be usable as a label value: %s", strings.Join(msgs, "; ")))
+			return
+		}
+		if cp.Name == mcsv1alpha1.ClusterIDLabel && cp.Spec.Value != cluster {
+			l.fail(where, what, fmt.Errorf("spec.value %q contradicts the cluster ID %q given by the directory name", cp.Spec.Value, cluster))
+			return
+		}
+		if !l.unique(cluster, where, mcsv1alpha1.Kind, "", cp.Name) {
+			return
+		}
+		l.props[cluster][cp.Name] = cp.Spec.Value
+	}
+}
+
+func (l *renderLoader) validLabels(where, what string, lbls map[string]string) bool {
+	for k, v := range lbls {
+		if msgs := append(validation.IsQualifiedName(k), validation.IsValidLabelValue(v)...); len(msgs) > 0 {
+			l.fail(where, what, fmt.Errorf("metadata.labels[%s]: %s", k, strings.Join(msgs, "; ")))
+			return false
+		}
+	}
+	return true
+}
+
+// renderPod extracts what translation needs from a Pod manifest.
+func renderPod(p *corev1.Pod) (enforce.Pod, error) {
+	out := enforce.Pod{
+		Namespace:   p.Namespace,
+		Name:        p.Name,
+		Labels:      p.Labels,
+		Phase:       p.Status.Phase,
+		HostNetwork: p.Spec.HostNetwork,
+	}
+	for _, ip := range p.Status.PodIPs {
+		if ip.IP != "" {
+			out.IPs = append(out.IPs, ip.IP)
+		}
+	}
+	if len(out.IPs) == 0 && p.Status.PodIP != "" {
+		out.IPs = []string{p.Status.PodIP}
+	}
+	for _, ip := range out.IPs {
+		if msgs := validation.IsValidIP(nil, ip); len(msgs) > 0 {
+			return out, fmt.Errorf("status.podIPs: %q is not an IP address", ip)
+		}
+	}
+	for _, c := range p.Spec.Containers {
+		for _, cp := range c.Ports {
+			out.Ports = append(out.Ports, enforce.Port{Name: cp.Name, Port: cp.ContainerPort, Protocol: cp.Protocol})
+		}
+	}
+	return out, nil
+}
