@@ -71,8 +71,8 @@ func TestRenderEmptyAndJSON(t *testing.T) {
 	in := writeTree(t, map[string]string{
 		"a/ns.json": `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"shop"}}
 {"apiVersion":"v1","kind":"Pod","metadata":{"name":"p","namespace":"shop","labels":{"app":"x"}},"status":{"phase":"Running","podIPs":[{"ip":"fd00::1"}]}}`,
-		"b/ns.yaml":  nsShop,
-		"b/pol.yaml": "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: p, namespace: shop}\nspec:\n  podSelector: {}\n  ingress: [{from: [{clusterSelector: {}, podSelector: {matchLabels: {app: x}}}]}]\n",
+		"b/ns.yaml":   nsShop,
+		"b/pol.yaml":  "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: p, namespace: shop}\nspec:\n  podSelector: {}\n  ingress: [{from: [{clusterSelector: {}, podSelector: {matchLabels: {app: x}}}]}]\n",
 		"c/notes.txt": "ignored",
 		"c/cm.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
 		"top.yaml":    nsShop,
