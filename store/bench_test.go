@@ -110,7 +110,7 @@ func TestMain(m *testing.M) {
 // scan returning 1/50 of them.
 func BenchmarkQueryNamespace1000(b *testing.B) {
 	path := millionStore(b)
-	s, err := Open(path, Options{SkipCheck: true})
+	s, err := Open(path, Options{Check: CheckNever})
 	require.NoError(b, err)
 	defer s.Close()
 	b.Run("pods-by-namespace", func(b *testing.B) {
@@ -183,8 +183,12 @@ func BenchmarkColdStart1M(b *testing.B) {
 	path := millionStore(b)
 	for _, check := range []bool{true, false} {
 		b.Run(fmt.Sprintf("check=%v", check), func(b *testing.B) {
+			mode := CheckNever
+			if check {
+				mode = CheckAlways
+			}
 			for range b.N {
-				r, err := OpenReplica(path, "", Options{SkipCheck: !check})
+				r, err := OpenReplica(path, "", Options{Check: mode})
 				require.NoError(b, err)
 				var n int
 				r.View(func(st *crdt.State) {

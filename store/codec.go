@@ -2,7 +2,9 @@ package store
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"hash/crc32"
 	"slices"
 	"strings"
 
@@ -28,6 +30,7 @@ var (
 	metaEpoch       = []byte("writer_epoch")
 	metaLastVersion = []byte("writer_last_version")
 	metaEntryCount  = []byte("entry_count") // size hint for load only
+	metaClean       = []byte("clean")       // [1] after a clean Close
 )
 
 // entry record layout (value of bucketEntries):
@@ -35,11 +38,23 @@ var (
 //	[0]     flags (bit 0 = tombstone)
 //	[1:9]   version, big endian
 //	[9:17]  stamp, big endian two's complement
-//	[17:]   value bytes (msgpack, opaque to the store)
+//	[17:21] CRC-32C over key, bytes [0:17] and the value
+//	[21:]   value bytes (msgpack, opaque to the store)
+//
+// bbolt has no page checksums; the CRC lets a load detect a damaged record
+// (bit rot, a torn page) that would otherwise decode into wrong content.
 const (
-	recHeader   = 17
+	recHeader   = 21
 	flagDeleted = 1
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func recordCRC(key, rec []byte) uint32 {
+	c := crc32.Update(0, castagnoli, key)
+	c = crc32.Update(c, castagnoli, rec[:17])
+	return crc32.Update(c, castagnoli, rec[recHeader:])
+}
 
 // digest record layout (value of bucketOrigins): Max, Hash, GC, Retired as
 // four big-endian uint64.
@@ -68,7 +83,7 @@ func decodeEntryKey(b []byte) (crdt.Key, error) {
 	return crdt.Key{Origin: c[0], Kind: crdt.Kind(c[1][0]), Name: c[2]}, nil
 }
 
-func encodeRecord(e *crdt.Entry) []byte {
+func encodeRecord(key []byte, e *crdt.Entry) []byte {
 	b := make([]byte, recHeader+len(e.Value))
 	if e.Deleted {
 		b[0] = flagDeleted
@@ -76,13 +91,18 @@ func encodeRecord(e *crdt.Entry) []byte {
 	binary.BigEndian.PutUint64(b[1:9], uint64(e.Version))
 	binary.BigEndian.PutUint64(b[9:17], uint64(e.Stamp))
 	copy(b[recHeader:], e.Value)
+	binary.BigEndian.PutUint32(b[17:21], recordCRC(key, b))
 	return b
 }
 
-// decodeRecord fills the non-key fields of e. e.Value aliases b.
-func decodeRecord(b []byte, e *crdt.Entry) error {
+// decodeRecord fills the non-key fields of e. e.Value aliases b. With key
+// non-nil the record's CRC is verified.
+func decodeRecord(key, b []byte, e *crdt.Entry) error {
 	if len(b) < recHeader || b[0]&^flagDeleted != 0 {
 		return fmt.Errorf("store: malformed entry record (%d bytes)", len(b))
+	}
+	if key != nil && binary.BigEndian.Uint32(b[17:21]) != recordCRC(key, b) {
+		return errors.New("store: entry record checksum mismatch")
 	}
 	e.Deleted = b[0]&flagDeleted != 0
 	e.Version = crdt.Version(binary.BigEndian.Uint64(b[1:9]))

@@ -58,8 +58,10 @@ type Options struct {
 	// LockTimeout bounds the wait for the file lock held by another process
 	// (default 5s). A locked file is an error, never "corrupt".
 	LockTimeout time.Duration
-	// SkipCheck skips bbolt's full page consistency check at open.
-	SkipCheck bool
+	// Check selects when bbolt's full page check (tx.Check, which reads
+	// every page of the file) runs at open. Default: after an unclean
+	// shutdown only.
+	Check CheckMode
 	// MaxBatch caps the write requests coalesced into one transaction
 	// (default 1024).
 	MaxBatch int
@@ -89,6 +91,19 @@ func (o *Options) defaults() {
 	}
 }
 
+// CheckMode selects when the full page check runs at open.
+type CheckMode int
+
+const (
+	// CheckAfterUncleanShutdown runs the full check unless the file was
+	// closed cleanly (Close writes a clean-shutdown mark, Open clears it).
+	CheckAfterUncleanShutdown CheckMode = iota
+	// CheckAlways runs it at every open.
+	CheckAlways
+	// CheckNever never runs it (the cheap checks still run).
+	CheckNever
+)
+
 // OpenInfo reports what Open found.
 type OpenInfo struct {
 	// Created is true when a fresh file was created (missing, or the old one
@@ -98,6 +113,10 @@ type OpenInfo struct {
 	MovedAside string
 	// Corrupt is the reason the old file was rejected, if any.
 	Corrupt error
+	// Checked is true when the full page check ran on the existing file.
+	Checked bool
+	// Unclean is true when the existing file was not closed cleanly.
+	Unclean bool
 }
 
 // WriterMeta is this cluster's writer state.
@@ -143,7 +162,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	db, created, corrupt, err := tryOpen(path, &opts)
+	db, created, corrupt, err := tryOpen(path, &opts, &s.info)
 	if err != nil {
 		return nil, err
 	}
@@ -151,7 +170,7 @@ func Open(path string, opts Options) (*Store, error) {
 		if err := s.moveAside(corrupt); err != nil {
 			return nil, err
 		}
-		db, created, corrupt, err = tryOpen(path, &opts)
+		db, created, corrupt, err = tryOpen(path, &opts, &s.info)
 		if err != nil {
 			return nil, err
 		}
@@ -183,7 +202,7 @@ func (s *Store) moveAside(cause error) error {
 
 // tryOpen opens path and verifies it. corrupt != nil means the file must be
 // moved aside; err != nil is a hard error (locked, permission, newer schema).
-func tryOpen(path string, opts *Options) (db *bolt.DB, created bool, corrupt, err error) {
+func tryOpen(path string, opts *Options, info *OpenInfo) (db *bolt.DB, created bool, corrupt, err error) {
 	// A truncated mmap'd file faults (SIGBUS) instead of returning an error;
 	// turn faults into recoverable panics on this goroutine.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -224,9 +243,14 @@ func tryOpen(path string, opts *Options) (db *bolt.DB, created bool, corrupt, er
 		}
 		return db, true, nil, nil
 	}
-	if corrupt, err = verify(db, path, fi.Size(), opts.SkipCheck); corrupt != nil || err != nil {
+	if corrupt, err = verify(db, path, fi.Size(), opts.Check, info); corrupt != nil || err != nil {
 		closeQuietly(db)
 		return nil, false, corrupt, err
+	}
+	// Clear the clean-shutdown mark: from now on a crash leaves it absent.
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) }); err != nil {
+		closeQuietly(db)
+		return nil, false, nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return db, false, nil, nil
 }
@@ -249,7 +273,7 @@ func initBuckets(db *bolt.DB) error {
 
 // verify checks an existing file: size against the high-water mark, schema,
 // buckets, and (unless skipped) bbolt's page check.
-func verify(db *bolt.DB, path string, size int64, skipCheck bool) (corrupt, err error) {
+func verify(db *bolt.DB, path string, size int64, mode CheckMode, info *OpenInfo) (corrupt, err error) {
 	err = db.View(func(tx *bolt.Tx) error {
 		if need := tx.Size(); size < need {
 			corrupt = fmt.Errorf("%w: truncated: file has %d bytes, its metadata needs %d", ErrCorrupt, size, need)
@@ -277,7 +301,9 @@ func verify(db *bolt.DB, path string, size int64, skipCheck bool) (corrupt, err 
 				return nil
 			}
 		}
-		if !skipCheck {
+		info.Unclean = !bytes.Equal(meta.Get(metaClean), []byte{1})
+		if mode == CheckAlways || (mode == CheckAfterUncleanShutdown && info.Unclean) {
+			info.Checked = true
 			var errs []error
 			for e := range tx.Check() {
 				if len(errs) < 8 {
@@ -305,7 +331,7 @@ func (s *Store) recoverCorrupt(cause error) error {
 	if err := s.moveAside(cause); err != nil {
 		return err
 	}
-	db, _, corrupt, err := tryOpen(s.path, &s.opts)
+	db, _, corrupt, err := tryOpen(s.path, &s.opts, &s.info)
 	if err != nil {
 		return err
 	}
@@ -336,9 +362,14 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	close(s.queue)
+	failed := s.failed
 	s.mu.Unlock()
 	<-s.done
-	return s.db.Close()
+	var markErr error
+	if failed == nil {
+		markErr = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaClean, []byte{1}) })
+	}
+	return errors.Join(markErr, s.db.Close())
 }
 
 // FileSize returns the current size of the bbolt file in bytes.
@@ -465,7 +496,7 @@ func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error
 		if err != nil {
 			return nil, fmt.Errorf("%w: entry key %x: %v", ErrCorrupt, k, err)
 		}
-		if err := decodeRecord(v, &e); err != nil {
+		if err := decodeRecord(k, v, &e); err != nil {
 			return nil, fmt.Errorf("%w: entry %s: %v", ErrCorrupt, e.Key, err)
 		}
 		if n := len(e.Value); n > 0 && copyValues {
@@ -700,7 +731,7 @@ func (w *txWriter) apply(ch *crdt.Change) (int, error) {
 	delta := 0
 	if old := w.entries.Get(key); old != nil {
 		e := crdt.Entry{Key: ch.Key}
-		if err := decodeRecord(old, &e); err != nil {
+		if err := decodeRecord(nil, old, &e); err != nil {
 			return 0, fmt.Errorf("store: stored %s: %w", ch.Key, err)
 		}
 		for _, ik := range indexKeys(&e) {
@@ -719,7 +750,7 @@ func (w *txWriter) apply(ch *crdt.Change) (int, error) {
 	if ch.New.Key != ch.Key {
 		return 0, fmt.Errorf("store: change for %s carries entry %s", ch.Key, ch.New.Key)
 	}
-	if err := w.entries.Put(key, encodeRecord(ch.New)); err != nil {
+	if err := w.entries.Put(key, encodeRecord(key, ch.New)); err != nil {
 		return 0, fmt.Errorf("store: put %s: %w", ch.Key, err)
 	}
 	for _, ik := range indexKeys(ch.New) {
