@@ -108,6 +108,9 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin string) error {
 			"--disable-admission-plugins=ServiceAccount",
 			"--profiling=false",
 			"--shutdown-delay-duration=0s",
+			// The "kubernetes" Service cannot have a loopback endpoint;
+			// nothing in a simulated cluster needs it.
+			"--endpoint-reconciler-type=none",
 		}
 		p, err := startProcess(c.env.procSpec("kube-apiserver/"+c.Name, bin, args, "kube-apiserver-"+c.Name+".log"))
 		if err != nil {

@@ -79,9 +79,10 @@ var clusterNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 // EnvKeep, when set to 1, keeps the directory of a failed test's Env.
 const EnvKeep = "COASTGUARD_E2E_KEEP"
 
-// Start creates an Env for a test and registers its cleanup: on failure the
-// tails of every daemon log (and of the apiserver logs) are printed, then
-// everything is stopped and removed. Startup errors fail the test.
+// Start creates an Env for a test and registers its cleanup (Close). When the
+// test has failed by the time the Env closes, Close first prints the tails of
+// every daemon log (and of the control-plane logs). Startup errors fail the
+// test.
 func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
 	if opts.Logf == nil {
@@ -95,13 +96,6 @@ func Start(t testing.TB, opts Options) *Env {
 	}
 	env.t = t
 	t.Cleanup(func() {
-		if t.Failed() {
-			env.DumpLogs(t.Logf, 200)
-			if os.Getenv(EnvKeep) == "1" {
-				env.opts.KeepDir = true
-				t.Logf("harness: keeping %s (%s=1)", env.Dir, EnvKeep)
-			}
-		}
 		if err := env.Close(); err != nil {
 			t.Errorf("harness: cleanup: %v", err)
 		}
@@ -458,6 +452,14 @@ func (e *Env) Close() error {
 	e.closed = true
 	daemons := append([]*Daemon(nil), e.daemons...)
 	e.mu.Unlock()
+
+	if e.t != nil && e.t.Failed() {
+		e.DumpLogs(e.t.Logf, 200)
+		if os.Getenv(EnvKeep) == "1" {
+			e.opts.KeepDir = true
+			e.t.Logf("harness: keeping %s (%s=1)", e.Dir, EnvKeep)
+		}
+	}
 
 	var errs []error
 	var wg sync.WaitGroup
