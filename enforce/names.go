@@ -51,12 +51,13 @@ func trimAlnum(s string) string {
 // GeneratedName is the name of part i (0-based) of the NetworkPolicies
 // generated from MCNP origin/name. Part 0 is "mcnp-<origin>.<name>"; since
 // cluster IDs contain no dots this is unique per (origin, name). Further
-// parts append ".p<i>-<hash>". Names longer than 253 characters are
-// shortened and suffixed with a hash of the full identity.
+// parts append ".p<k>-<hash>", k = i+1 being the 1-based part number. Names
+// longer than 253 characters are shortened and suffixed with a hash of the
+// full identity.
 func GeneratedName(origin, name string, part int) string {
 	n := namePrefix + origin + "." + name
 	if part > 0 {
-		n += ".p" + strconv.Itoa(part) + "-" + shortHash(origin, name, strconv.Itoa(part))
+		n += ".p" + strconv.Itoa(part+1) + "-" + shortHash(origin, name, strconv.Itoa(part))
 	}
 	if len(n) <= maxNameLen {
 		return n
