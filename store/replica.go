@@ -146,13 +146,22 @@ func (r *Replica) writerMeta() *WriterMeta {
 }
 
 // must hold r.mu (write). Returns the request for the caller to wait on.
-func (r *Replica) enqueue(changes []crdt.Change, origins map[string]struct{}, writer bool) (*commitReq, error) {
+// With before non-nil, digests equal to before are not rewritten, and a
+// request with nothing to write is not enqueued at all (nil, nil): gossip
+// re-delivers known deltas constantly and each commit costs an fsync.
+func (r *Replica) enqueue(changes []crdt.Change, origins map[string]struct{}, writer bool, before crdt.Digest) (*commitReq, error) {
 	d := r.state.Digest()
 	digests := make(crdt.Digest, len(origins))
 	for o := range origins {
 		if od, ok := d[o]; ok {
+			if prev, seen := before[o]; before != nil && seen && prev == od {
+				continue
+			}
 			digests[o] = od
 		}
+	}
+	if before != nil && len(changes) == 0 && len(digests) == 0 {
+		return nil, nil
 	}
 	req := &commitReq{changes: changes, digests: digests}
 	if writer {
@@ -183,7 +192,7 @@ func (r *Replica) Write(kind crdt.Kind, name string, value []byte, deleted bool)
 		r.mu.Unlock()
 		return crdt.Delta{}, err
 	}
-	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true)
+	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true, nil)
 	r.mu.Unlock()
 	if err != nil {
 		return crdt.Delta{}, err
@@ -202,7 +211,7 @@ func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, 
 	}
 	r.mu.Lock()
 	delta, changes := r.state.CollectGarbage(upTo)
-	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true)
+	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true, nil)
 	r.mu.Unlock()
 	if err != nil {
 		return crdt.Delta{}, nil, err
@@ -219,6 +228,7 @@ func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, 
 // error.
 func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	r.mu.Lock()
+	before := r.state.Digest()
 	var all []crdt.Change
 	var applyErr error
 	origins := map[string]struct{}{}
@@ -234,13 +244,15 @@ func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	for _, c := range all {
 		origins[c.Key.Origin] = struct{}{}
 	}
-	req, err := r.enqueue(all, origins, r.self != "" && hasOrigin(origins, r.self))
+	req, err := r.enqueue(all, origins, r.self != "" && hasOrigin(origins, r.self), before)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if err := <-req.done; err != nil {
-		return nil, err
+	if req != nil {
+		if err := <-req.done; err != nil {
+			return nil, err
+		}
 	}
 	return all, applyErr
 }
@@ -251,18 +263,21 @@ func hasOrigin(m map[string]struct{}, o string) bool { _, ok := m[o]; return ok 
 // are durable.
 func (r *Replica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
 	r.mu.Lock()
+	before := r.state.Digest()
 	changes, aerr := r.state.ApplyRetire(rt)
 	if aerr != nil && len(changes) == 0 {
 		r.mu.Unlock()
 		return nil, aerr
 	}
-	req, err := r.enqueue(changes, map[string]struct{}{rt.Origin: {}}, rt.Origin == r.self && r.self != "")
+	req, err := r.enqueue(changes, map[string]struct{}{rt.Origin: {}}, rt.Origin == r.self && r.self != "", before)
 	r.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
-	if err := <-req.done; err != nil {
-		return nil, err
+	if req != nil {
+		if err := <-req.done; err != nil {
+			return nil, err
+		}
 	}
 	return changes, aerr
 }
@@ -297,6 +312,32 @@ func (r *Replica) SetMinEpoch(epoch uint32) error {
 		return err
 	}
 	return <-req.done
+}
+
+// BumpEpoch moves the writer to a fresh epoch, max(MinEpoch, Epoch+1),
+// persisted before returning. Call it when Write fails with
+// crdt.ErrNeedsEpochBump (our own origin was retired, or a later version
+// of it was seen), then re-publish every live object.
+func (r *Replica) BumpEpoch() (uint32, error) {
+	if r.self == "" {
+		return 0, errors.New("store: observer replica has no writer epoch")
+	}
+	r.mu.Lock()
+	epoch := r.state.Epoch() + 1
+	if m := r.state.MinEpoch(); m > epoch {
+		epoch = m
+	}
+	if err := r.state.SetEpoch(epoch); err != nil {
+		r.mu.Unlock()
+		return 0, err
+	}
+	req := &commitReq{writer: r.writerMeta()}
+	err := r.store.enqueue(req)
+	r.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return epoch, <-req.done
 }
 
 // Digest returns the current digest.

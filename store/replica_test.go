@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 	bolt "go.etcd.io/bbolt"
 
@@ -298,4 +299,65 @@ func TestReplicaCorruptFileStartsEmpty(t *testing.T) {
 	require.Empty(t, r2.Digest()["c1"].Max)
 	_, err = r2.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
 	require.NoError(t, err)
+}
+
+func commitCount(t *testing.T, r *Replica) uint64 {
+	t.Helper()
+	var m dto.Metric
+	require.NoError(t, r.Store().m.commitLatency.Write(&m))
+	return m.GetHistogram().GetSampleCount()
+}
+
+func TestReplicaIdempotentApplyDoesNotCommit(t *testing.T) {
+	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{})
+	peer := crdt.NewState("peer")
+	require.NoError(t, peer.SetEpoch(1))
+	d, _, err := peer.Write(crdt.KindPod, "ns/p", podValue(t, nil, "10.0.0.1"), false, 0)
+	require.NoError(t, err)
+	ch, err := r.Apply(d)
+	require.NoError(t, err)
+	require.Len(t, ch, 1)
+	n := commitCount(t, r)
+	for range 5 {
+		ch, err = r.Apply(d) // gossip re-delivery
+		require.NoError(t, err)
+		require.Empty(t, ch)
+	}
+	require.Equal(t, n, commitCount(t, r), "re-delivered deltas must not cost an fsync")
+	rt := r.RetireRecord("peer")
+	ch, err = r.ApplyRetire(rt)
+	require.NoError(t, err)
+	require.Len(t, ch, 1)
+	n = commitCount(t, r)
+	ch, err = r.ApplyRetire(rt)
+	require.NoError(t, err)
+	require.Empty(t, ch)
+	ch, err = r.Apply(d)
+	require.NoError(t, err)
+	require.Empty(t, ch)
+	require.Equal(t, n, commitCount(t, r), "re-delivered retirements must not cost an fsync")
+}
+
+func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r, err := OpenReplica(path, "c1", Options{})
+	require.NoError(t, err)
+	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
+	require.NoError(t, err)
+	// Another member retires us (we were believed gone).
+	_, err = r.ApplyRetire(r.RetireRecord("c1"))
+	require.NoError(t, err)
+	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
+	require.ErrorIs(t, err, crdt.ErrNeedsEpochBump)
+	e, err := r.BumpEpoch()
+	require.NoError(t, err)
+	d, err := r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
+	require.NoError(t, err)
+	require.Equal(t, e, d.To.Epoch())
+	require.NoError(t, r.Close())
+	r2 := openReplica(t, path, "c1", Options{})
+	require.Greater(t, r2.Epoch(), e)
+	var ok bool
+	r2.View(func(st *crdt.State) { _, ok = st.Get(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}) })
+	require.True(t, ok, "the post-retirement write survives a restart")
 }
