@@ -14,7 +14,7 @@ import (
 // trailing bytes, and validate everything before returning.
 //
 //	Delta:  [1, origin, from, to, gc, retired, flags, [entry...]]
-//	        flags: 1 = Reset, 2 = Final
+//	        flags: 1 = Reset, 2 = Final, 4 = Gap
 //	        entry: [kind, name, version, deleted, value(bin), stamp]
 //	        (an entry's origin is the delta's)
 //	Digest: [1, [[origin, max, hash, gc, retired, top, reset]...]] sorted by origin
@@ -38,6 +38,7 @@ const (
 const (
 	flagReset = 1 << 0
 	flagFinal = 1 << 1
+	flagGap   = 1 << 2
 )
 
 func wireErr(what string, err error) error {
@@ -57,6 +58,9 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	}
 	if d.Final {
 		flags |= flagFinal
+	}
+	if d.Gap {
+		flags |= flagGap
 	}
 	err := firstErr(
 		enc.EncodeArrayLen(8),
@@ -284,11 +288,12 @@ func DecodeDelta(b []byte) (Delta, error) {
 	d.GC = Version(w.u64())
 	d.Retired = Version(w.u64())
 	flags := w.u8()
-	if w.err == nil && flags&^(flagReset|flagFinal) != 0 {
+	if w.err == nil && flags&^(flagReset|flagFinal|flagGap) != 0 {
 		w.err = fmt.Errorf("unknown delta flags 0x%02x", flags)
 	}
 	d.Reset = flags&flagReset != 0
 	d.Final = flags&flagFinal != 0
+	d.Gap = flags&flagGap != 0
 	n := w.arrayLen(0, MaxDeltaEntries)
 	if n > 0 {
 		d.Entries = make([]Entry, 0, n)

@@ -278,9 +278,20 @@ func sameContent(e *Entry, r *record) bool {
 	return e.Version == r.version && e.Deleted == r.deleted && e.Stamp == r.stamp && bytes.Equal(e.Value, r.value)
 }
 
-// mergeEntry applies e by per-key max; it returns the change, if any.
+// mergeEntry applies e by per-key max; it returns the change, if any. A
+// tombstone at or below our GC watermark (the sender knew an older one) is
+// applied and collected at once: it removes an older entry of its key and is
+// never stored.
 func (o *originState) mergeEntry(e *Entry, changes []Change) []Change {
 	r := o.byName[e.Kind-1][e.Name]
+	if e.Deleted && e.Version <= o.gc {
+		if r != nil && wins(e, r) {
+			old := o.entryPtr(r)
+			o.remove(r)
+			changes = append(changes, Change{Key: old.Key, Old: old})
+		}
+		return changes
+	}
 	if r == nil {
 		r = newRecord(e)
 		o.insert(r)
@@ -419,6 +430,9 @@ func ValidateDelta(d *Delta) error {
 	}
 	if d.Final && !d.Reset {
 		return invalidf("delta %s: final without reset", d.Origin)
+	}
+	if d.Gap && d.Reset {
+		return invalidf("delta %s: gap and reset together", d.Origin)
 	}
 	if len(d.Entries) > MaxDeltaEntries {
 		return invalidf("delta %s: %d entries (max %d)", d.Origin, len(d.Entries), MaxDeltaEntries)
@@ -608,7 +622,18 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	if d.Reset {
 		return s.applyReset(o, &d, gcBefore, changes), nil
 	}
-	return o.applyNormal(&d, changes), nil
+	changes = o.applyNormal(&d, changes)
+	o.endSessionIfCurrent()
+	return changes, nil
+}
+
+// endSessionIfCurrent abandons a reset session once we are no longer stale
+// and ordinary traffic flows: the session then only mattered for a hash
+// mismatch, which a sender restarts if it persists.
+func (o *originState) endSessionIfCurrent() {
+	if o.rsID != 0 && !o.stale() {
+		o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
+	}
 }
 
 func (o *originState) applyNormal(d *Delta, changes []Change) []Change {
@@ -620,18 +645,25 @@ func (o *originState) applyNormal(d *Delta, changes []Change) []Change {
 		if e.Version <= o.max || e.Version <= o.retired {
 			continue
 		}
+		if e.Version <= o.gc && !e.Deleted && d.GC < o.gc {
+			// The sender knows an older GC than ours, so it may itself be
+			// stale: this entry's successor may be a tombstone we already
+			// collected. Only a sender at our GC or later is trusted here.
+			continue
+		}
 		changes = o.mergeEntry(e, changes)
 	}
-	if !o.stale() && o.max >= d.From && d.To > o.max {
+	if !d.Gap && !o.stale() && o.max >= d.From && d.To > o.max {
 		o.max = d.To
 	}
 	return changes
 }
 
 // applyReset applies one chunk of a reset stream. Chunks are ordinary
-// version-ordered slices (From, To] of the sender's state; the receiver marks
-// every key the stream confirms and, on the Final chunk of a stream it saw
-// contiguously from version 0, drops what the stream did not confirm. So no
+// version-ordered slices (From, To] of the sender's state; the receiver merges
+// them by per-key max (so no version ever regresses), marks every key the
+// stream confirms and, on the Final chunk of a stream it saw contiguously from
+// version 0, drops every entry <= To that the stream did not confirm. So no
 // live key is dropped before the stream ends, and nothing stale survives it.
 func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes []Change) []Change {
 	switch {
@@ -657,19 +689,26 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 			continue
 		}
 		r := o.byName[e.Kind-1][e.Name]
+		if e.Deleted && e.Version <= o.gc {
+			changes = o.mergeEntry(e, changes) // collected tombstone
+			continue
+		}
 		switch {
 		case r == nil:
+			if !o.stale() && e.Version <= o.gc {
+				// We are not stale, so a key we lack at or below GC had a
+				// successor whose tombstone we already collected.
+				continue
+			}
 			r = newRecord(e)
 			o.insert(r)
 			changes = append(changes, Change{Key: e.Key, New: o.entryPtr(r)})
-		case r.version > d.To:
-			// newer than the sender's snapshot: keep ours
-		case !sameContent(e, r):
-			// The sender is authoritative for versions <= To.
+		case wins(e, r):
 			old := o.entryPtr(r)
 			o.replace(r, e)
 			changes = append(changes, Change{Key: old.Key, Old: old, New: o.entryPtr(r)})
 		}
+		// Confirmed: the sender holds this key (ours is the same or newer).
 		r.mark = o.rsID
 	}
 	o.rsProgress = d.To
@@ -713,7 +752,27 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 		return nil, invalidf("retire %s up to version 0", r.Origin)
 	}
 	o := s.origin(r.Origin)
-	return o.retireTo(r.UpTo, nil), nil
+	changes := o.retireTo(r.UpTo, nil)
+	o.endSessionIfCurrent()
+	return changes, nil
+}
+
+// SealPriorEpochs retires every version of our own origin from epochs before
+// the current one. A writer that took over from a replica which may have
+// missed the previous leader's last writes calls it once it has re-published
+// every live object at the current epoch: whatever the old leader wrote that
+// the new one never saw (zombies, tombstones) is then removed everywhere,
+// while live objects already carry current-epoch versions and survive.
+func (s *State) SealPriorEpochs() (Retire, []Change, error) {
+	if s.self == "" {
+		return Retire{}, nil, ErrObserver
+	}
+	if s.epoch < 2 {
+		return Retire{}, nil, fmt.Errorf("crdt: no prior epoch to seal (epoch %d)", s.epoch)
+	}
+	r := Retire{Origin: s.self, UpTo: MakeVersion(s.epoch, 0) - 1}
+	ch, err := s.ApplyRetire(r)
+	return r, ch, err
 }
 
 // RetireRecord returns the retirement covering everything this replica
@@ -794,7 +853,7 @@ func (s *State) Origins() []string {
 
 func (o *originState) digest() OriginDigest {
 	d := OriginDigest{Max: o.max, Hash: o.hash, GC: o.gc, Retired: o.retired, Top: o.top()}
-	if o.rsID != 0 {
+	if o.rsID != 0 && o.stale() {
 		d.Reset = o.rsProgress
 	}
 	return d
@@ -817,13 +876,18 @@ const (
 	syncNormal
 	syncReset
 	syncWatermarks
+	syncGap
 )
 
 // plan decides, for our origin o and the remote's digest r of it, what the
 // remote lacks, and from which version the stream starts.
 func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 	if o.stale() {
-		return syncNone, 0 // we may hold stale data: never push it
+		// We may hold stale data: never push entries. Watermarks are safe.
+		if present && (r.GC < o.gc || r.Retired < o.retired) {
+			return syncWatermarks, 0
+		}
+		return syncNone, 0
 	}
 	if r.Max < o.gc {
 		from := Version(0)
@@ -846,6 +910,13 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 	if r.Max < o.max {
 		return syncNormal, r.Max
 	}
+	if top := o.top(); top > o.max && r.Max <= o.max &&
+		(r.Top < top || (r.Top == top && r.Max == o.max && r.Hash != o.hash)) {
+		// We hold entries above our watermark (received out of order) that
+		// the remote may lack; their writer may be gone for good, so
+		// spread them too, without claiming the range.
+		return syncGap, o.max
+	}
 	if !present || r.GC < o.gc || r.Retired < o.retired {
 		if o.gc == 0 && o.retired == 0 && o.max == 0 {
 			return syncNone, 0
@@ -865,17 +936,22 @@ type cursor struct {
 // next cuts the next chunk of at most limit entries (limit >= 0).
 func (c *cursor) next(limit int) (Delta, bool) {
 	o := c.o
-	d := Delta{Origin: o.name, From: c.from, GC: o.gc, Retired: o.retired, Reset: c.mode == syncReset}
+	d := Delta{Origin: o.name, From: c.from, GC: o.gc, Retired: o.retired,
+		Reset: c.mode == syncReset, Gap: c.mode == syncGap}
 	if c.mode == syncWatermarks {
 		d.From, d.To = o.max, o.max
 		c.done = true
 		return d, true
 	}
+	end := o.max
+	if c.mode == syncGap {
+		end = o.top()
+	}
 	size := 0
 	more := false
 	pivot := &record{version: c.from + 1}
 	o.byVer.AscendGreaterOrEqual(pivot, func(r *record) bool {
-		if r.version > o.max {
+		if r.version > end {
 			return false
 		}
 		if len(d.Entries) >= limit || (len(d.Entries) > 0 && size >= DeltaChunkBytes) {
@@ -892,7 +968,7 @@ func (c *cursor) next(limit int) (Delta, bool) {
 	case more:
 		d.To = d.Entries[len(d.Entries)-1].Version
 	default:
-		d.To = o.max
+		d.To = end
 		d.Final = d.Reset
 		c.done = true
 	}

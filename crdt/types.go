@@ -154,6 +154,9 @@ type Delta struct {
 	Reset bool
 	// Final marks the last chunk of a reset stream (To = sender's Max).
 	Final bool
+	// Gap marks a delta that carries entries the sender received out of
+	// order (above its Max): receivers merge them but never advance Max.
+	Gap bool
 }
 
 // Change is one effect of applying a delta or a local write, as seen by the
