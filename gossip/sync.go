@@ -227,25 +227,8 @@ func (n *Node) onSyncData(m *message) {
 
 // needs reports whether a peer whose digest of an origin is rd holds
 // something we (ld; present=false when we know nothing of the origin) lack.
-// It mirrors crdt.State.Behind, which the Replica interface does not expose.
 func needs(ld crdt.OriginDigest, present bool, rd crdt.OriginDigest) bool {
-	if rd.Max < rd.GC {
-		return false // the peer is stale for this origin and will not serve it
-	}
-	if !present {
-		return rd.Max > 0 || rd.Retired > 0 || rd.GC > 0
-	}
-	switch {
-	case rd.Max > ld.Max, rd.GC > ld.GC, rd.Retired > ld.Retired:
-		return true
-	case ld.Max < ld.GC && rd.Max >= ld.GC:
-		return true
-	case rd.Max == ld.Max && rd.GC == ld.GC && rd.Retired == ld.Retired &&
-		rd.Top <= rd.Max && ld.Top <= ld.Max && rd.Hash != ld.Hash && rd.Hash > ld.Hash:
-		// equal watermarks, different content: the larger hash wins (crdt rule)
-		return true
-	}
-	return false
+	return crdt.OriginBehind(ld, present, rd)
 }
 
 func (n *Node) onDigest(m *message, state bool) {

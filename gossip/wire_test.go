@@ -1,0 +1,148 @@
+package gossip
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+func sampleDeltas(t testing.TB) []crdt.Delta {
+	s := crdt.NewState("c1")
+	require.NoError(t, s.SetEpoch(s.MinEpoch()))
+	var out []crdt.Delta
+	for i := 0; i < 3; i++ {
+		v, err := crdt.EncodeValue(&crdt.PodValue{IPs: []string{fmt.Sprintf("10.0.0.%d", i)}})
+		require.NoError(t, err)
+		d, _, err := s.Write(crdt.KindPod, fmt.Sprintf("ns/p%d", i), v, false, int64(i))
+		require.NoError(t, err)
+		out = append(out, d)
+	}
+	return out
+}
+
+func sampleMessages(t testing.TB) [][]byte {
+	ds := sampleDeltas(t)
+	var enc [][]byte
+	for _, d := range ds {
+		b, err := crdt.EncodeDelta(d)
+		require.NoError(t, err)
+		enc = append(enc, b)
+	}
+	dig := crdt.Digest{"c1": {Max: crdt.MakeVersion(1, 3), Hash: 42}, "c2": {Max: 7, GC: 2, Retired: 1}}
+	return [][]byte{
+		encodeHeads("node-a", []Head{{Origin: "c1", Max: crdt.MakeVersion(1, 3)}, {Origin: "c2", Max: 9}}),
+		encodeDeltaMsg(msgPush, "node-a", 0, false, enc),
+		encodeDeltaMsgFlags(msgSyncData, "node-b", 77, true, true, enc[:1]),
+		encodeSyncReq("node-c", 5, dig),
+		encodeDigestMsg("node-d", true, dig),
+		encodeDigestMsg("node-d", false, crdt.Digest{}),
+		encodeRetires("node-e", []crdt.Retire{{Origin: "c3", UpTo: crdt.MakeVersion(2, 10)}}),
+	}
+}
+
+func TestWireRoundTrip(t *testing.T) {
+	msgs := sampleMessages(t)
+	heads, err := decodeMessage(msgs[0])
+	require.NoError(t, err)
+	require.Equal(t, msgHeads, heads.Type)
+	require.Equal(t, "node-a", heads.Sender)
+	require.Equal(t, []Head{{Origin: "c1", Max: crdt.MakeVersion(1, 3)}, {Origin: "c2", Max: 9}}, heads.Heads)
+
+	push, err := decodeMessage(msgs[1])
+	require.NoError(t, err)
+	require.Equal(t, sampleDeltas(t), push.Deltas)
+
+	sd, err := decodeMessage(msgs[2])
+	require.NoError(t, err)
+	require.Equal(t, uint64(77), sd.ID)
+	require.True(t, sd.Final)
+	require.True(t, sd.More)
+	require.Len(t, sd.Deltas, 1)
+
+	req, err := decodeMessage(msgs[3])
+	require.NoError(t, err)
+	require.Equal(t, uint64(5), req.ID)
+	require.Equal(t, crdt.Digest{"c1": {Max: crdt.MakeVersion(1, 3), Hash: 42}, "c2": {Max: 7, GC: 2, Retired: 1}}, req.Digest)
+
+	dg, err := decodeMessage(msgs[4])
+	require.NoError(t, err)
+	require.True(t, dg.Reply)
+
+	rt, err := decodeMessage(msgs[6])
+	require.NoError(t, err)
+	require.Equal(t, []crdt.Retire{{Origin: "c3", UpTo: crdt.MakeVersion(2, 10)}}, rt.Retires)
+
+	// Trailing bytes from a newer peer are tolerated.
+	ext, err := decodeMessage(append(append([]byte{}, msgs[0]...), 1, 2, 3))
+	require.NoError(t, err)
+	require.Equal(t, heads.Heads, ext.Heads)
+
+	// Every strict prefix of every message is rejected, never a panic.
+	for _, m := range msgs {
+		for i := 0; i < len(m); i++ {
+			if _, err := decodeMessage(m[:i]); err == nil {
+				t.Fatalf("prefix %d of %v accepted", i, m[:i])
+			}
+		}
+	}
+	_, err = decodeMessage([]byte{byte(msgHeads), 1, 1, 'a', 0xff, 0xff, 0xff, 0xff, 0x0f})
+	require.Error(t, err, "lying count must be rejected")
+	_, err = decodeMessage(make([]byte, MaxMessageBytes+1))
+	require.ErrorIs(t, err, errTooLarge)
+	_, err = decodeMessage([]byte{42, 1, 1, 'a'})
+	require.ErrorIs(t, err, errBadType)
+	_, err = decodeMessage([]byte{byte(msgHeads), 1, 0, 0})
+	require.Error(t, err, "empty sender")
+}
+
+func TestMetaRoundTrip(t *testing.T) {
+	c, f, err := decodeMeta(encodeMeta("cluster-a", true, false))
+	require.NoError(t, err)
+	require.Equal(t, "cluster-a", c)
+	require.Equal(t, byte(metaWriter), f)
+	_, f, err = decodeMeta(encodeMeta("x", false, true))
+	require.NoError(t, err)
+	require.Equal(t, byte(metaLeaving), f)
+	_, _, err = decodeMeta([]byte{1})
+	require.Error(t, err)
+}
+
+func TestParseKeyring(t *testing.T) {
+	k1, k2 := testKey(1), testKey(2)[:16]
+	b64 := func(k []byte) string { return encodeB64(k) }
+	keys, err := ParseKeyring([]byte("# rotated 2026\n" + b64(k1) + "\n\n  " + b64(k2) + "  \n"))
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{k1, k2}, keys)
+	for _, bad := range []string{"", "# only comment\n", "not base64!\n", encodeB64([]byte("short")) + "\n",
+		b64(k1) + "\n" + b64(k1) + "\n"} {
+		_, err := ParseKeyring([]byte(bad))
+		require.Error(t, err, "%q", bad)
+	}
+	p := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(p, []byte(b64(k1)+"\n"), 0o600))
+	keys, err = LoadKeyringFile(p)
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{k1}, keys)
+	_, err = LoadKeyringFile(filepath.Join(t.TempDir(), "missing"))
+	require.Error(t, err)
+}
+
+func TestConfigDefaultsAndValidation(t *testing.T) {
+	c := Config{NodeName: "n", ClusterID: "c"}
+	require.NoError(t, c.setDefaults())
+	require.Equal(t, ProfileWAN, c.Profile)
+	require.Equal(t, 7946, c.BindPort)
+	mc := c.memberlistConfig()
+	require.Equal(t, 4, mc.GossipNodes)
+	require.Equal(t, "coastguard", mc.Label)
+	require.Equal(t, 2, mc.RetransmitMult)
+	for _, bad := range []Config{{ClusterID: "c"}, {NodeName: "n"}, {NodeName: "n", ClusterID: "c", Profile: "moon"},
+		{NodeName: "n", ClusterID: "c", Keyring: [][]byte{[]byte("short")}}} {
+		require.Error(t, bad.setDefaults())
+	}
+}
