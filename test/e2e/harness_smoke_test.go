@@ -170,13 +170,14 @@ spec:
   policyTypes: [Ingress]`, []string{"spec.podSelector", "Required value"}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
-				doc := "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: bad, namespace: shop}\nspec:" + tc.spec + "\n"
+				name := "bad-" + strings.ReplaceAll(tc.name, " ", "-")
+				doc := "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: " + name + ", namespace: shop}\nspec:" + tc.spec + "\n"
 				_, stderr, err := c1.KubectlInput(ctx, []byte(doc), "apply", "-f", "-")
 				require.Error(t, err, "kubectl accepted an invalid MCNP")
 				for _, w := range tc.want {
 					assert.Contains(t, stderr, w)
 				}
-				_, err = c1.Dynamic.Resource(mcnpv1.GroupVersionResource).Namespace("shop").Get(ctx, "bad", metav1.GetOptions{})
+				_, err = c1.Dynamic.Resource(mcnpv1.GroupVersionResource).Namespace("shop").Get(ctx, name, metav1.GetOptions{})
 				assert.True(t, apierrors.IsNotFound(err), "invalid MCNP stored: %v", err)
 			})
 		}
@@ -325,4 +326,3 @@ func logRSS(t *testing.T, env *harness.Env) {
 }
 
 func mib(v uint64) string { return strconv.FormatUint(v>>20, 10) + "MiB" }
-
