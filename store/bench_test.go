@@ -203,3 +203,40 @@ func BenchmarkColdStart1M(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplicaApply measures the gossip path: a Replica applying
+// deltas of 512 pod entries (crdt merge + index maintenance + one fsynced
+// transaction per delta).
+func BenchmarkReplicaApply(b *testing.B) {
+	r, err := OpenReplica(filepath.Join(b.TempDir(), "r.db"), "self", Options{})
+	require.NoError(b, err)
+	defer r.Close()
+	peer := crdt.NewState("peer")
+	require.NoError(b, peer.SetEpoch(1))
+	const per = 512
+	deltas := make([]crdt.Delta, b.N)
+	n := 0
+	for i := range deltas {
+		var d crdt.Delta
+		for range per {
+			e := benchPod(b, "peer", n, 0)
+			w, _, err := peer.Write(crdt.KindPod, e.Name, e.Value, false, 1)
+			require.NoError(b, err)
+			if len(d.Entries) == 0 {
+				d = w
+			} else {
+				d.To = w.To
+				d.Entries = append(d.Entries, w.Entries...)
+			}
+			n++
+		}
+		deltas[i] = d
+	}
+	b.ResetTimer()
+	for _, d := range deltas {
+		ch, err := r.Apply(d)
+		require.NoError(b, err)
+		require.Len(b, ch, per)
+	}
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "entries/s")
+}
