@@ -664,7 +664,7 @@ func (s *sim) quiesce() {
 			s.seal(nd)
 		}
 	}
-	s.fullSync()
+	s.fullSync(true)
 	// Departed clusters: members re-assert the retirement up to everything
 	// they hold of them (entries received out of order included), which is
 	// the only way to finish an origin whose writer is gone for good.
@@ -682,7 +682,7 @@ func (s *sim) quiesce() {
 			}
 		}
 	}
-	s.fullSync()
+	s.fullSync(false)
 	// Every writer re-checks its objects (a daemon resyncs informers
 	// periodically), collects all its garbage, and everyone syncs again.
 	for _, nd := range s.liveNodes() {
@@ -694,7 +694,7 @@ func (s *sim) quiesce() {
 		s.observe(nd, ch)
 		s.broadcast(nd, d, 0)
 	}
-	s.fullSync()
+	s.fullSync(false)
 }
 
 func (s *sim) republishDiff(nd *simNode) {
@@ -710,41 +710,103 @@ func (s *sim) republishDiff(nd *simNode) {
 	}
 }
 
-func (s *sim) fullSync() {
+func (s *sim) fullSync(liveOnly bool) {
 	live := s.liveNodes()
-	for round := 0; round < 200; round++ {
+	for round := 0; round < 400; round++ {
 		for len(s.queue) > 0 {
 			s.deliverSome()
 		}
-		changed := false
-		for _, a := range live {
-			for _, b := range live {
-				if a == b {
-					continue
-				}
-				remote := a.st.Digest()
-				for _, o := range sortedOrigins(b.st.Digest()) {
-					if rd := b.st.Digest()[o]; rd.Retired > remote[o].Retired {
-						ch, _ := a.st.ApplyRetire(Retire{Origin: o, UpTo: rd.Retired})
-						s.afterChanges(a, ch)
-						changed = true
-					}
-				}
-				for _, d := range b.st.DeltaSince(a.st.Digest(), 7) {
-					ch, err := a.st.Apply(d)
-					if err != nil {
-						s.fatalf("apply: %v", err)
-					}
-					s.afterChanges(a, ch)
-					changed = true
-				}
-			}
-		}
-		if !changed && len(s.queue) == 0 {
+		if round > 0 && s.allEqual(live, liveOnly) {
 			return
 		}
+		// Loss-free gossip: everyone pulls from its ring successor and from
+		// one random peer.
+		for i, a := range live {
+			s.pull(a, live[(i+1)%len(live)])
+			s.pull(a, live[s.rng.Intn(len(live))])
+		}
 	}
-	s.fatalf("no quiescence after 200 loss-free rounds")
+	s.fatalf("no quiescence after 400 loss-free rounds:\n%s", s.digestDiff(live))
+}
+
+func (s *sim) digestDiff(live []*simNode) string {
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, nd := range live {
+		for o := range nd.st.Digest() {
+			seen[o] = true
+		}
+	}
+	for _, o := range sortedKeysStr(seen) {
+		vals := map[OriginDigest][]string{}
+		for _, nd := range live {
+			d := nd.st.Digest()[o]
+			vals[d] = append(vals[d], nd.name)
+		}
+		if len(vals) > 1 {
+			fmt.Fprintf(&b, "origin %s:\n", o)
+			for d, ns := range vals {
+				fmt.Fprintf(&b, "  %+v at %v\n", d, ns)
+			}
+		}
+	}
+	return b.String()
+}
+
+func sortedKeysStr(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// allEqual compares digests; with liveOnly, only the origins of live
+// clusters (a departed writer's origin may need re-retiring first).
+func (s *sim) allEqual(live []*simNode, liveOnly bool) bool {
+	pick := func(d Digest) Digest {
+		if !liveOnly {
+			return d
+		}
+		out := Digest{}
+		for _, nd := range live {
+			if od, ok := d[nd.name]; ok {
+				out[nd.name] = od
+			}
+		}
+		return out
+	}
+	ref := pick(live[0].st.Digest())
+	for _, nd := range live[1:] {
+		if !digestsEqual(ref, pick(nd.st.Digest())) {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) pull(a, b *simNode) {
+	if a == b {
+		return
+	}
+	ad, bd := a.st.Digest(), b.st.Digest()
+	for _, o := range sortedOrigins(bd) {
+		if rd := bd[o]; rd.Retired > ad[o].Retired {
+			ch, err := a.st.ApplyRetire(Retire{Origin: o, UpTo: rd.Retired})
+			if err != nil {
+				s.fatalf("retire: %v", err)
+			}
+			s.afterChanges(a, ch)
+		}
+	}
+	for _, d := range b.st.DeltaSince(a.st.Digest(), 7) {
+		ch, err := a.st.Apply(d)
+		if err != nil {
+			s.fatalf("apply: %v", err)
+		}
+		s.afterChanges(a, ch)
+	}
 }
 
 func (s *sim) checkConverged() {
@@ -753,7 +815,7 @@ func (s *sim) checkConverged() {
 	refSnap := s.snapshotOf(ref.st)
 	for _, nd := range live[1:] {
 		if !digestsEqual(ref.st.Digest(), nd.st.Digest()) {
-			s.fatalf("digests differ after quiescence:\n%s: %v\n%s: %v", ref.name, ref.st.Digest(), nd.name, nd.st.Digest())
+			s.fatalf("digests differ after quiescence:\n%s", s.digestDiff(live))
 		}
 		sn := s.snapshotOf(nd.st)
 		if len(sn.entries) != len(refSnap.entries) {
