@@ -119,6 +119,27 @@ EOF
   echo "$ETCD_VERSION" >"$BIN_DIR/.etcd.version"
 }
 
+# The e2e harness cuts links between simulated clusters with iptables DROP
+# rules (test/harness, Partition). Install it when missing and we can; the
+# harness itself fails loudly, naming this remedy, if it is still absent.
+ensure_iptables() {
+  command -v iptables >/dev/null 2>&1 && { log "iptables present"; return 0; }
+  if [[ "${TESTBINS_NO_APT:-}" == 1 ]]; then
+    log "WARNING: iptables missing and TESTBINS_NO_APT=1; e2e partition tests will fail"
+    return 0
+  fi
+  if [[ "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    log "installing iptables (apt-get)"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq iptables >/dev/null
+    fi
+    return 0
+  fi
+  log "WARNING: iptables missing; install it (apt-get install -y iptables) as root, or e2e partition tests will fail"
+}
+
+ensure_iptables
 build_etcd
 build_k8s
 log "test binaries ready in $BIN_DIR"
