@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"sort"
@@ -326,3 +327,44 @@ func logRSS(t *testing.T, env *harness.Env) {
 }
 
 func mib(v uint64) string { return strconv.FormatUint(v>>20, 10) + "MiB" }
+
+// TestHarnessControllerManager checks the optional kube-controller-manager:
+// namespaces are finalised, garbage collection follows owner references and
+// default ServiceAccounts appear.
+func TestHarnessControllerManager(t *testing.T) {
+	ctx := t.Context()
+	env := harness.Start(t, harness.Options{Names: []string{"kcm"}, ControllerManager: true})
+	c := env.Clusters[0]
+	t.Logf("startup with kube-controller-manager: %s", env.StartupTime.Round(time.Millisecond))
+	logRSS(t, env)
+
+	_, err := c.CreateNamespace(ctx, "doomed", nil)
+	require.NoError(t, err)
+	_, err = c.RunPod(ctx, "doomed", "p", "10.244.9.9", map[string]string{"app": "x"})
+	require.NoError(t, err)
+	require.NoError(t, harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ServiceAccounts("doomed").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, err
+	}), "serviceaccount controller")
+
+	owner, err := c.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = c.Client.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name:            "dependent",
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "owner", UID: owner.UID}},
+	}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.NoError(t, c.Client.CoreV1().ConfigMaps("default").Delete(ctx, "owner", metav1.DeleteOptions{}))
+
+	start := time.Now()
+	require.NoError(t, c.Client.CoreV1().Namespaces().Delete(ctx, "doomed", metav1.DeleteOptions{}))
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Get(ctx, "doomed", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}), "namespace deletion is finalised")
+	t.Logf("namespace finalised in %s", time.Since(start).Round(time.Millisecond))
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().ConfigMaps("default").Get(ctx, "dependent", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}), "garbage collector deletes the dependent")
+}
