@@ -3,7 +3,7 @@
 // enforce correctly - before any peer answers.
 //
 // Layout, key encoding and crash-safety rules are described in
-// docs/ARCHITECTURE.md, section "Store".
+// docs/STORE.md.
 package store
 
 import (
