@@ -47,14 +47,10 @@ type MultiClusterNetworkPolicySpec struct {
 	// ClusterProperty). Absent: only the cluster where the policy was
 	// created. {}: every cluster of the cluster set.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
 	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 
 	// podSelector selects the pods, in this namespace of every enforcing
 	// cluster, to which the policy applies. {} selects all pods.
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
 	PodSelector metav1.LabelSelector `json:"podSelector"`
 
 	// ingress rules; traffic is allowed if it matches at least one rule of
@@ -89,7 +85,6 @@ type MultiClusterNetworkPolicyIngressRule struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.protocol) || p.protocol in ['TCP', 'UDP', 'SCTP'])",message="protocol must be TCP, UDP or SCTP"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == string || (p.port >= 1 && p.port <= 65535))",message="port must be between 1 and 65535"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.endPort) || (has(p.port) && type(p.port) == int && p.endPort >= p.port && p.endPort <= 65535))",message="endPort requires a numeric port and must be >= port and <= 65535"
-	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == int || (size(p.port) <= 15 && p.port.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && p.port.matches('[a-z]') && !p.port.contains('--')))",message="a named port must be an IANA_SVC_NAME: at most 15 lowercase alphanumerics or '-', with at least one letter"
 	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
 
 	// from lists the sources; empty or absent means all sources.
@@ -109,7 +104,6 @@ type MultiClusterNetworkPolicyEgressRule struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.protocol) || p.protocol in ['TCP', 'UDP', 'SCTP'])",message="protocol must be TCP, UDP or SCTP"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == string || (p.port >= 1 && p.port <= 65535))",message="port must be between 1 and 65535"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.endPort) || (has(p.port) && type(p.port) == int && p.endPort >= p.port && p.endPort <= 65535))",message="endPort requires a numeric port and must be >= port and <= 65535"
-	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == int || (size(p.port) <= 15 && p.port.matches('^[a-z0-9]([a-z0-9-]*[a-z0-9])?$') && p.port.matches('[a-z]') && !p.port.contains('--')))",message="a named port must be an IANA_SVC_NAME: at most 15 lowercase alphanumerics or '-', with at least one letter"
 	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
 
 	// to lists the destinations; empty or absent means all destinations.
@@ -126,27 +120,19 @@ type MultiClusterNetworkPolicyEgressRule struct {
 //
 // +kubebuilder:validation:XValidation:rule="has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector) || has(self.ipBlock)",message="a peer must set at least one of clusterSelector, namespaceSelector, podSelector, ipBlock"
 // +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || !(has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector))",message="ipBlock cannot be combined with clusterSelector, namespaceSelector or podSelector"
-// +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || isCIDR(self.ipBlock.cidr)",message="ipBlock.cidr must be a valid CIDR"
-// +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || !has(self.ipBlock.except) || self.ipBlock.except.all(e, isCIDR(e) && cidr(self.ipBlock.cidr).containsCIDR(e) && cidr(e).prefixLength() > cidr(self.ipBlock.cidr).prefixLength())",message="ipBlock.except entries must be valid CIDRs strictly inside ipBlock.cidr"
 type MultiClusterNetworkPolicyPeer struct {
 	// clusterSelector selects peer clusters by label. Absent: the enforcing
 	// cluster only. {}: every cluster.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
 	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 
 	// namespaceSelector selects namespaces of each peer cluster by that
 	// cluster's namespace labels. Absent: the namespace of the policy.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
 	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 
 	// podSelector selects pods in the selected namespaces. Absent: all pods.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, e.operator in ['In', 'NotIn', 'Exists', 'DoesNotExist'])",message="matchExpressions operator must be one of In, NotIn, Exists, DoesNotExist"
-	// +kubebuilder:validation:XValidation:rule="!has(self.matchExpressions) || self.matchExpressions.all(e, (e.operator in ['In', 'NotIn']) == (has(e.values) && size(e.values) > 0))",message="matchExpressions values must be non-empty for In and NotIn and empty for Exists and DoesNotExist"
 	PodSelector *metav1.LabelSelector `json:"podSelector,omitempty"`
 
 	// ipBlock is passed through unchanged to the generated NetworkPolicies.
