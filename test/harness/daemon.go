@@ -271,8 +271,12 @@ func (d *Daemon) Metrics(ctx context.Context) (map[string]*dto.MetricFamily, err
 	if code != http.StatusOK {
 		return nil, fmt.Errorf("%s /metrics: HTTP %d", d.Name, code)
 	}
+	return parseMetrics(string(body))
+}
+
+func parseMetrics(text string) (map[string]*dto.MetricFamily, error) {
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	return parser.TextToMetricFamilies(strings.NewReader(string(body)))
+	return parser.TextToMetricFamilies(strings.NewReader(text))
 }
 
 // MetricValue returns the value of the gauge, counter or untyped sample of

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -585,8 +586,7 @@ func Down(dir string) error {
 	var errs []error
 	var live []stateProcess
 	for _, p := range st.Processes {
-		exe, err := os.Readlink("/proc/" + strconv.Itoa(p.Pid) + "/exe")
-		if err != nil || exe != p.Path || !pidAlive(p.Pid) {
+		if !runsBinary(p.Pid, p.Path) {
 			continue
 		}
 		if err := syscall.Kill(-p.Pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
@@ -612,4 +612,21 @@ func Down(dir string) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// runsBinary reports whether pid is alive and executes the file at path
+// (symlinks resolved; a binary replaced on disk since it started counts).
+func runsBinary(pid int, path string) bool {
+	if !pidAlive(pid) {
+		return false
+	}
+	exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe")
+	if err != nil {
+		return false
+	}
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		path = resolved
+	}
+	return exe == path
 }
