@@ -72,9 +72,9 @@ func benchIncremental(b *testing.B, inv *Inventory, nClusters int) {
 		// A pod in a remote cluster changes labels (and IP).
 		c := fmt.Sprintf("c%03d", 1+i%(nClusters-1))
 		old := l("app", "app3", "version", "v1")
-		p := pod("ns03", "pod00003", l("app", "app3", "version", fmt.Sprintf("v%d", i%2)), fmt.Sprintf("10.%d.200.%d", 1+i%(nClusters-1), i%250+1))
+		p := pod("ns02", "pod00002", l("app", "app3", "version", fmt.Sprintf("v%d", i%2)), fmt.Sprintf("10.%d.200.%d", 1+i%(nClusters-1), i%250+1))
 		inv.SetPod(c, p)
-		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns03", Labels: []map[string]string{old, p.Labels}})
+		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []map[string]string{old, p.Labels}})
 		for _, ref := range refs {
 			_ = Evaluate("c000", inv, ref)
 		}

@@ -146,6 +146,40 @@ type namespaceState struct {
 	present bool // the Namespace object exists
 	labels  labels.Set
 	pods    map[string]*podEntry
+	// index: label key -> value -> pods, so equality/In selectors visit
+	// only candidate pods instead of the whole namespace.
+	index map[string]map[string]map[*podEntry]struct{}
+}
+
+func (ns *namespaceState) indexPod(e *podEntry) {
+	for k, v := range e.Labels {
+		byVal := ns.index[k]
+		if byVal == nil {
+			byVal = map[string]map[*podEntry]struct{}{}
+			ns.index[k] = byVal
+		}
+		set := byVal[v]
+		if set == nil {
+			set = map[*podEntry]struct{}{}
+			byVal[v] = set
+		}
+		set[e] = struct{}{}
+	}
+}
+
+func (ns *namespaceState) unindexPod(e *podEntry) {
+	for k, v := range e.Labels {
+		byVal := ns.index[k]
+		if set := byVal[v]; set != nil {
+			delete(set, e)
+			if len(set) == 0 {
+				delete(byVal, v)
+				if len(byVal) == 0 {
+					delete(ns.index, k)
+				}
+			}
+		}
+	}
 }
 
 // podEntry is a pod with what translation derives from it precomputed.
@@ -182,7 +216,7 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 func (c *clusterState) namespace(name string, create bool) *namespaceState {
 	ns := c.namespaces[name]
 	if ns == nil && create {
-		ns = &namespaceState{pods: map[string]*podEntry{}}
+		ns = &namespaceState{pods: map[string]*podEntry{}, index: map[string]map[string]map[*podEntry]struct{}{}}
 		c.namespaces[name] = ns
 	}
 	return ns
@@ -263,7 +297,12 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 		}
 	}
 	e.eligible = len(e.addrs) > 0 && cp.Eligible()
-	inv.cluster(cluster, true).namespace(p.Namespace, true).pods[p.Name] = e
+	ns := inv.cluster(cluster, true).namespace(p.Namespace, true)
+	if old := ns.pods[p.Name]; old != nil {
+		ns.unindexPod(old)
+	}
+	ns.pods[p.Name] = e
+	ns.indexPod(e)
 }
 
 // RemovePod removes a pod.
@@ -273,7 +312,10 @@ func (inv *Inventory) RemovePod(cluster, namespace, name string) {
 		return
 	}
 	if ns := c.namespaces[namespace]; ns != nil {
-		delete(ns.pods, name)
+		if old := ns.pods[name]; old != nil {
+			ns.unindexPod(old)
+			delete(ns.pods, name)
+		}
 		c.dropIfEmpty(namespace)
 	}
 }

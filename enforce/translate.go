@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -60,13 +61,40 @@ type compiledRule struct {
 	peers    []compiledPeer
 }
 
+type indexReq struct {
+	key    string
+	values []string
+}
+
+// indexable extracts the requirements a label index can answer.
+func indexable(sel labels.Selector) []indexReq {
+	if sel == nil {
+		return nil
+	}
+	reqs, ok := sel.Requirements()
+	if !ok {
+		return nil
+	}
+	var out []indexReq
+	for _, r := range reqs {
+		switch r.Operator() {
+		case selection.Equals, selection.DoubleEquals, selection.In:
+			out = append(out, indexReq{key: r.Key(), values: r.Values().List()})
+		}
+	}
+	return out
+}
+
 type compiledPeer struct {
 	ipBlock    *networkingv1.IPBlock
 	clusterSel labels.Selector // nil: the enforcing cluster only
 	nsSel      labels.Selector // nil: the policy's namespace
 	podSel     labels.Selector // nil: every pod
-	native     networkingv1.NetworkPolicyPeer
-	size       int
+	// podIndex lists the equality/In requirements of podSel usable with
+	// the namespace label index.
+	podIndex []indexReq
+	native   networkingv1.NetworkPolicyPeer
+	size     int
 }
 
 func compilePolicy(p Policy) *compiledPolicy {
@@ -156,6 +184,7 @@ func compileRule(ports []networkingv1.NetworkPolicyPort, peers []apiv1.MultiClus
 		if c.podSel, err = selector(p.PodSelector); err != nil {
 			return cr, err
 		}
+		c.podIndex = indexable(c.podSel)
 		// The native form for the enforcing cluster: NetworkPolicy's own
 		// namespace/pod dimensions. A peer with only clusterSelector means
 		// every pod of the policy's namespace: podSelector {}.
@@ -221,19 +250,43 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map
 	if c == nil {
 		return
 	}
+	add := func(pod *podEntry) {
+		if !pod.eligible {
+			return
+		}
+		if p.podSel != nil && !p.podSel.Matches(labels.Set(pod.Labels)) {
+			return
+		}
+		for _, a := range pod.addrs {
+			if prev, ok := out[a]; ok && prev.key <= pod.key {
+				continue
+			}
+			out[a] = pod
+		}
+	}
 	visit := func(ns *namespaceState) {
-		for _, pod := range ns.pods {
-			if !pod.eligible {
-				continue
+		// Use the most selective indexable requirement, if any: every
+		// matching pod carries one of its values for its key.
+		best, bestN := -1, len(ns.pods)
+		for i, r := range p.podIndex {
+			n := 0
+			for _, v := range r.values {
+				n += len(ns.index[r.key][v])
 			}
-			if p.podSel != nil && !p.podSel.Matches(labels.Set(pod.Labels)) {
-				continue
+			if n < bestN {
+				best, bestN = i, n
 			}
-			for _, a := range pod.addrs {
-				if prev, ok := out[a]; ok && prev.key <= pod.key {
-					continue
-				}
-				out[a] = pod
+		}
+		if best < 0 {
+			for _, pod := range ns.pods {
+				add(pod)
+			}
+			return
+		}
+		r := p.podIndex[best]
+		for _, v := range r.values {
+			for pod := range ns.index[r.key][v] {
+				add(pod)
 			}
 		}
 	}
