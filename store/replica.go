@@ -203,6 +203,52 @@ func (r *Replica) Write(kind crdt.Kind, name string, value []byte, deleted bool)
 	return delta, nil
 }
 
+// WriteOp is one local write for WriteMany.
+type WriteOp struct {
+	Kind    crdt.Kind
+	Name    string
+	Value   []byte
+	Deleted bool
+}
+
+// WriteMany performs several local writes atomically durable in ONE
+// transaction (one fsync), e.g. the full inventory sync at start, where a
+// Write per object would cost an fsync each. It stops at the first invalid
+// op; the writes before it are persisted and their deltas returned with the
+// error.
+func (r *Replica) WriteMany(ops []WriteOp) ([]crdt.Delta, error) {
+	if r.self == "" {
+		return nil, errors.New("store: observer replica cannot write")
+	}
+	r.mu.Lock()
+	stamp := r.opts.Now().UnixNano()
+	deltas := make([]crdt.Delta, 0, len(ops))
+	var changes []crdt.Change
+	var werr error
+	for _, op := range ops {
+		d, ch, err := r.state.Write(op.Kind, op.Name, op.Value, op.Deleted, stamp)
+		if err != nil {
+			werr = fmt.Errorf("store: write %s %q: %w", op.Kind, op.Name, err)
+			break
+		}
+		deltas = append(deltas, d)
+		changes = append(changes, ch...)
+	}
+	if len(deltas) == 0 {
+		r.mu.Unlock()
+		return nil, werr
+	}
+	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true, nil)
+	r.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if err := <-req.done; err != nil {
+		return nil, err
+	}
+	return deltas, werr
+}
+
 // CollectGarbage advances this cluster's tombstone GC watermark (dropping
 // its own tombstones up to upTo) and returns the delta announcing it.
 func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, error) {

@@ -361,3 +361,24 @@ func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 	r2.View(func(st *crdt.State) { _, ok = st.Get(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}) })
 	require.True(t, ok, "the post-retirement write survives a restart")
 }
+
+func TestReplicaWriteManyOneCommit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	r, err := OpenReplica(path, "c1", Options{})
+	require.NoError(t, err)
+	n := commitCount(t, r)
+	ops := make([]WriteOp, 100)
+	for i := range ops {
+		ops[i] = WriteOp{Kind: crdt.KindPod, Name: fmt.Sprintf("ns/p%d", i), Value: podValue(t, map[string]string{"a": "b"}, "10.0.0.1")}
+	}
+	ops = append(ops, WriteOp{Kind: crdt.KindPod, Name: "no-slash-bad\x00", Value: nil, Deleted: true})
+	deltas, err := r.WriteMany(ops)
+	require.Error(t, err, "invalid op reported")
+	require.Len(t, deltas, 100)
+	require.Equal(t, n+1, commitCount(t, r), "one transaction for the whole batch")
+	require.NoError(t, r.Close())
+	r2 := openReplica(t, path, "c1", Options{})
+	refs, err := r2.Store().PodsWithLabelInCluster("a", "b", "c1")
+	require.NoError(t, err)
+	require.Len(t, refs, 100)
+}
