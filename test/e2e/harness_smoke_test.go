@@ -368,3 +368,30 @@ func TestHarnessControllerManager(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	}), "garbage collector deletes the dependent")
 }
+
+// TestHarnessDetachedDown checks the mode `make demo` uses: clusters that
+// outlive the program that started them, stopped later by Down(dir).
+func TestHarnessDetachedDown(t *testing.T) {
+	dir := t.TempDir() + "/demo"
+	env, err := harness.New(t.Context(), harness.Options{Names: []string{"east"}, Dir: dir, Detach: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = env.Close() })
+	probe, err := env.StartDaemon(env.Clusters[0], harness.DaemonOptions{Binary: probeBinary(t)})
+	require.NoError(t, err)
+	require.NoError(t, probe.WaitReady(t.Context(), 20*time.Second))
+	var pids []int
+	for _, p := range env.Processes() {
+		pids = append(pids, p.Pid())
+	}
+	require.Len(t, pids, 3)
+	_, err = os.Stat(dir + "/" + harness.StateFile)
+	require.NoError(t, err)
+
+	// A fresh program only knows the directory.
+	require.NoError(t, harness.Down(dir))
+	for _, pid := range pids {
+		assert.False(t, processExists(pid), "pid %d survived Down", pid)
+	}
+	_, err = os.Stat(dir)
+	assert.True(t, os.IsNotExist(err))
+}
