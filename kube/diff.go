@@ -91,3 +91,21 @@ func Diff(kinds []crdt.Kind, desired, persisted Snapshot) []Write {
 	})
 	return out
 }
+
+// OwnSnapshot collects origin's live entries of the given kinds from a
+// crdt.State (call it inside store.Replica.View to build
+// InventoryConfig.Persisted). Tombstones are skipped; values are copied.
+func OwnSnapshot(s *crdt.State, origin string, kinds []crdt.Kind) Snapshot {
+	out := Snapshot{}
+	for _, k := range kinds {
+		m := make(map[string][]byte)
+		s.Range(origin, k, func(e crdt.Entry) bool {
+			if !e.Deleted {
+				m[e.Name] = append([]byte(nil), e.Value...)
+			}
+			return true
+		})
+		out[k] = m
+	}
+	return out
+}

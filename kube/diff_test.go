@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
@@ -123,4 +124,30 @@ func BenchmarkDiff(b *testing.B) {
 			b.Fatal("unexpected diff")
 		}
 	}
+}
+
+func TestOwnSnapshotFromState(t *testing.T) {
+	s := crdt.NewState("c1")
+	require.NoError(t, s.SetEpoch(s.MinEpoch()))
+	write := func(kind crdt.Kind, name, v string, del bool) {
+		var b []byte
+		if !del {
+			b = []byte(v)
+		}
+		_, _, err := s.Write(kind, name, b, del, 1)
+		require.NoError(t, err)
+	}
+	write(crdt.KindPod, "a/p1", "1", false)
+	write(crdt.KindPod, "a/p2", "2", false)
+	write(crdt.KindPod, "a/p2", "", true)
+	write(crdt.KindNamespace, "a", "n", false)
+	write(crdt.KindReport, "c2/a/x", "r", false)
+	snap := OwnSnapshot(s, "c1", InventoryKinds)
+	assert.Equal(t, map[string][]byte{"a/p1": []byte("1")}, snap[crdt.KindPod], "tombstones skipped")
+	assert.Equal(t, map[string][]byte{"a": []byte("n")}, snap[crdt.KindNamespace])
+	assert.NotContains(t, snap, crdt.KindReport)
+	assert.Empty(t, OwnSnapshot(s, "other", InventoryKinds)[crdt.KindPod])
+	// the join flow on real state: p1 vanished, p3 appeared
+	ws := Diff(InventoryKinds, Snapshot{crdt.KindPod: {"a/p3": []byte("3")}, crdt.KindNamespace: {"a": []byte("n")}}, snap)
+	assert.Equal(t, []Write{{Kind: crdt.KindPod, Name: "a/p1", Deleted: true}, {Kind: crdt.KindPod, Name: "a/p3", Value: []byte("3")}}, ws)
 }
