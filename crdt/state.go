@@ -776,19 +776,14 @@ func (s *State) SealPriorEpochs() (Retire, []Change, error) {
 }
 
 // RetireRecord returns the retirement covering everything this replica
-// knows of origin (its Max, any entry above it, and any earlier retirement).
+// knows of origin (its Max, any entry above it, its GC watermark and any
+// earlier retirement).
 func (s *State) RetireRecord(origin string) Retire {
 	o := s.origins[origin]
 	if o == nil {
 		return Retire{Origin: origin}
 	}
-	up := o.max
-	if t := o.top(); t > up {
-		up = t
-	}
-	if o.retired > up {
-		up = o.retired
-	}
+	up := max(o.max, o.top(), o.retired, o.gc)
 	return Retire{Origin: origin, UpTo: up}
 }
 
@@ -841,11 +836,18 @@ func (s *State) Len(origin string) int {
 	return 0
 }
 
+// empty reports whether o carries no information at all.
+func (o *originState) empty() bool {
+	return o.max == 0 && o.gc == 0 && o.retired == 0 && o.count == 0 && o.rsID == 0
+}
+
 // Origins returns every origin the state has metadata for, sorted.
 func (s *State) Origins() []string {
 	out := make([]string, 0, len(s.origins))
-	for n := range s.origins {
-		out = append(out, n)
+	for n, o := range s.origins {
+		if !o.empty() {
+			out = append(out, n)
+		}
 	}
 	sort.Strings(out)
 	return out
@@ -863,7 +865,9 @@ func (o *originState) digest() OriginDigest {
 func (s *State) Digest() Digest {
 	d := make(Digest, len(s.origins))
 	for n, o := range s.origins {
-		d[n] = o.digest()
+		if !o.empty() {
+			d[n] = o.digest()
+		}
 	}
 	return d
 }
@@ -910,12 +914,14 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 	if r.Max < o.max {
 		return syncNormal, r.Max
 	}
-	if top := o.top(); top > o.max && r.Max <= o.max &&
-		(r.Top < top || (r.Top == top && r.Max == o.max && r.Hash != o.hash)) {
-		// We hold entries above our watermark (received out of order) that
-		// the remote may lack; their writer may be gone for good, so
-		// spread them too, without claiming the range.
-		return syncGap, o.max
+	if top, floor := o.top(), max(o.max, r.Max); top > floor &&
+		(r.Top != top || r.Hash != o.hash) {
+		// We hold entries above both watermarks (received out of order)
+		// that the remote may lack (only equal hashes prove it does not);
+		// their writer may be gone for good, so spread them too, without
+		// claiming the range. They are few, and resending stops once the
+		// two replicas agree.
+		return syncGap, floor
 	}
 	if !present || r.GC < o.gc || r.Retired < o.retired {
 		if o.gc == 0 && o.retired == 0 && o.max == 0 {
@@ -990,6 +996,7 @@ func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
 	for _, name := range s.Origins() {
 		o := s.origins[name]
 		r, ok := remote[name]
+		ok = ok && r != (OriginDigest{})
 		mode, from := o.plan(r, ok)
 		if mode == syncNone {
 			continue
