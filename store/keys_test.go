@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
 func randComponent(r *rand.Rand) string {
@@ -72,4 +74,23 @@ func TestDecodeKeyRejectsGarbage(t *testing.T) {
 	_, err = decodeEntryKey(encodeKey("o", "ab", "n"))
 	require.ErrorContains(t, err, "kind")
 	require.False(t, strings.Contains(string(encodeKey("a")), "_"))
+}
+
+// FuzzDecode feeds arbitrary bytes to every decoder that reads file
+// content: none may panic, and whatever decodes must re-encode identically.
+func FuzzDecode(f *testing.F) {
+	f.Add(encodeKey("a", "\x03", "ns/p"), []byte{0, 0, 0, 0, 0, 0, 0, 0, 1})
+	f.Add([]byte{0, 0xFF, 0, 1}, []byte{})
+	f.Add([]byte("x\x00"), encodeKey("10.0.0.1", "fd00::1"))
+	f.Fuzz(func(t *testing.T, key, val []byte) {
+		if k, err := decodeEntryKey(key); err == nil {
+			require.Equal(t, key, entryKey(k))
+		}
+		var e crdt.Entry
+		_ = decodeRecord(key, val, &e)
+		_, _ = decodeDigest(val)
+		if ips, err := decodeIPs(val); err == nil {
+			require.Equal(t, string(val), string(encodeKey(ips...)))
+		}
+	})
 }
