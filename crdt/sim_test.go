@@ -811,6 +811,9 @@ func (s *sim) pull(a, b *simNode) {
 
 func (s *sim) checkConverged() {
 	live := s.liveNodes()
+	for _, nd := range s.nodes {
+		checkInvariants(s.t, nd.st)
+	}
 	ref := live[0]
 	refSnap := s.snapshotOf(ref.st)
 	for _, nd := range live[1:] {
