@@ -95,7 +95,9 @@ func crashChild(path string, iter int) error {
 
 func TestCrash(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "crash.db")
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("kill-timing seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
 	committed := map[int]int{} // iter -> highest reported batch (-1 none)
 	prevEpoch := uint32(0)
 	const iterations = 5

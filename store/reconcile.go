@@ -2,38 +2,6 @@ package store
 
 import "github.com/coastguard-mcnp/coastguard/crdt"
 
-// entryHash recomputes crdt's per-entry hash of (kind, name, version,
-// deleted); an origin's hash is the wrapping sum over its stored entries.
-// crdt keeps its function unexported, so the store carries a copy to verify
-// a file independently of crdt.State; TestEntryHashMatchesCRDT pins the two
-// together (any drift fails the build's tests).
-func entryHash(kind crdt.Kind, name string, v crdt.Version, deleted bool) uint64 {
-	const (
-		offset = 14695981039346656037
-		prime  = 1099511628211
-	)
-	h := uint64(offset)
-	h = (h ^ uint64(kind)) * prime
-	for i := 0; i < len(name); i++ {
-		h = (h ^ uint64(name[i])) * prime
-	}
-	h = (h ^ 0xff) * prime
-	for i := 0; i < 8; i++ {
-		h = (h ^ (uint64(v) >> (8 * i) & 0xff)) * prime
-	}
-	if deleted {
-		h = (h ^ 1) * prime
-	} else {
-		h = (h ^ 2) * prime
-	}
-	h ^= h >> 30
-	h *= 0xbf58476d1ce4e5b9
-	h ^= h >> 27
-	h *= 0x94d049bb133111eb
-	h ^= h >> 31
-	return h
-}
-
 // originHashes recomputes every origin's hash from the entries.
 func originHashes(entries []crdt.Entry) map[string]uint64 {
 	out := map[string]uint64{}
@@ -48,7 +16,7 @@ func originHashes(entries []crdt.Entry) map[string]uint64 {
 			}
 			cur, sum, started = e.Origin, 0, true
 		}
-		sum += entryHash(e.Kind, e.Name, e.Version, e.Deleted)
+		sum += crdt.EntryHash(e.Kind, e.Name, e.Version, e.Deleted)
 	}
 	if started {
 		out[cur] += sum

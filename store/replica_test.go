@@ -42,7 +42,7 @@ func stateEntries(st *crdt.State) []crdt.Entry {
 	return out
 }
 
-func TestEntryHashMatchesCRDT(t *testing.T) {
+func TestOriginHashesMatchCRDT(t *testing.T) {
 	st := crdt.NewState("c1")
 	require.NoError(t, st.SetEpoch(3))
 	r := rand.New(rand.NewPCG(5, 6))
@@ -57,7 +57,7 @@ func TestEntryHashMatchesCRDT(t *testing.T) {
 		require.NoError(t, err)
 	}
 	h := originHashes(stateEntries(st))
-	require.Equal(t, st.Digest()["c1"].Hash, h["c1"], "store's copy of the entry hash drifted from crdt's")
+	require.Equal(t, st.Digest()["c1"].Hash, h["c1"], "store recomputes origin hashes exactly as crdt does")
 }
 
 func TestReplicaWriteReopen(t *testing.T) {
