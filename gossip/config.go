@@ -131,6 +131,8 @@ const (
 	// udpBudget is the largest user message sent over UDP (memberlist's
 	// UDPBufferSize is 1400; keep room for label, crypto and compound headers).
 	udpBudget = 1200
+	// HeadRetransmitMult is the RetransmitMult of our head/retire queue.
+	HeadRetransmitMult = 2
 	// maxSenderName bounds node names on the wire.
 	maxSenderName = 256
 	// maxHeadsPerMsg bounds head entries in one announcement.
@@ -224,9 +226,10 @@ func (c *Config) setDefaults() error {
 //     announcements) wait for the next gossip tick; an idle queue sends
 //     nothing, so a short interval costs no idle bandwidth.
 //   - GossipNodes 4 (wan/lan) — each tick reaches 4 peers.
-//   - RetransmitMult 2: a head is sent 2*ceil(log10(N+1)) times per node
-//     (6 at N=100) instead of 4*… — heads are tiny and anti-entropy repairs
-//     the rare miss.
+//   - memberlist's own RetransmitMult stays at the base (4): its alive/dead
+//     messages need it. Our own head/retire queue uses HeadRetransmitMult 2:
+//     a head is sent 2*ceil(log10(N+1)) times per node (6 at N=100) —
+//     heads are tiny, and anti-entropy repairs the rare miss.
 //   - PushPullInterval stays at the base (60s wan, 30s lan); it carries only
 //     our digest, and the own digest exchange runs every second anyway.
 func (c *Config) memberlistConfig() *memberlist.Config {
@@ -242,7 +245,6 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 		mc = memberlist.DefaultWANConfig()
 	}
 	mc.GossipInterval = 100 * time.Millisecond
-	mc.RetransmitMult = 2
 	mc.Name = c.NodeName
 	mc.BindAddr = c.BindAddr
 	mc.BindPort = c.BindPort
@@ -259,6 +261,17 @@ func (c *Config) memberlistConfig() *memberlist.Config {
 	// makes the UDP budget unpredictable.
 	mc.EnableCompression = false
 	return mc
+}
+
+// MemberlistConfigForProfile returns the tuned memberlist configuration of
+// a profile (timing only; identity, transport and delegates unset). The
+// simulator's naive baseline uses it to compare at equal timing.
+func MemberlistConfigForProfile(p Profile) *memberlist.Config {
+	c := Config{Profile: p}
+	if c.Profile == "" {
+		c.Profile = ProfileWAN
+	}
+	return c.memberlistConfig()
 }
 
 // LoadKeyringFile reads a keyring file: one base64 AES key (16, 24 or 32

@@ -304,7 +304,7 @@ func TestGarbageAndForgeriesDroppedAndCounted(t *testing.T) {
 	an := b.memberNode("a")
 	require.NotNil(t, an)
 	send := func(p []byte) { require.NoError(t, b.ml.SendBestEffort(an, p)) }
-	send([]byte{99, 1, 1, 'b'})                    // unknown type
+	send([]byte{99, 1, 1, 'b'})                     // unknown type
 	send([]byte{byte(msgSyncReq), 1, 1, 'b', 0xff}) // truncated
 	// A push claiming cluster c1's entries from b (cluster c2).
 	forged := crdt.NewState("c1")

@@ -182,7 +182,7 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	mc.Events = (*events)(n)
 	n.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return n.numMembers() },
-		RetransmitMult: mc.RetransmitMult,
+		RetransmitMult: HeadRetransmitMult,
 	}
 	n.m = newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
 	if cfg.MemberlistHook != nil {

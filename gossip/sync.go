@@ -21,7 +21,7 @@ const (
 	// syncEntryBudget bounds the entries of one sync answer (the maxEntries
 	// passed to Replica.DeltaSince, which chunks and round-robins itself).
 	syncEntryBudget = 16384
-	maxFastPulls        = 256
+	maxFastPulls    = 256
 )
 
 func (n *Node) worker() {

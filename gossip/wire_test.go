@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -140,7 +141,8 @@ func TestConfigDefaultsAndValidation(t *testing.T) {
 	mc := c.memberlistConfig()
 	require.Equal(t, 4, mc.GossipNodes)
 	require.Equal(t, "coastguard", mc.Label)
-	require.Equal(t, 2, mc.RetransmitMult)
+	require.Equal(t, 4, mc.RetransmitMult)
+	require.Equal(t, 100*time.Millisecond, mc.GossipInterval)
 	for _, bad := range []Config{{ClusterID: "c"}, {NodeName: "n"}, {NodeName: "n", ClusterID: "c", Profile: "moon"},
 		{NodeName: "n", ClusterID: "c", Keyring: [][]byte{[]byte("short")}}} {
 		require.Error(t, bad.setDefaults())

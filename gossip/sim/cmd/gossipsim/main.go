@@ -1,0 +1,120 @@
+// Command gossipsim runs the in-process gossip propagation simulation for
+// several mesh sizes and prints coastguard next to the naive baseline.
+//
+//	go run ./gossip/sim/cmd/gossipsim -n 10,50,100 -updates 20 -entries 10000,100000
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/gossip/sim"
+)
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		v, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func ms(d time.Duration) string {
+	if d == time.Duration(1<<63-1) {
+		return "inf"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
+}
+
+func main() {
+	nList := flag.String("n", "10,50,100", "mesh sizes")
+	updates := flag.Int("updates", 20, "updates per run")
+	entries := flag.String("entries", "10000,100000", "preloaded entries for the idle measurement (first one also used for the update run)")
+	maxIdleN := flag.Int("max-idle-n-large", 100, "largest N for which entries beyond the first are preloaded (memory)")
+	profile := flag.String("profile", "wan", "wan|lan|local")
+	payload := flag.Int("payload", 200, "pod value padding bytes")
+	idle := flag.Duration("idle", 5*time.Second, "idle measurement window")
+	naive := flag.Bool("naive", true, "also run the naive baseline")
+	asJSON := flag.Bool("json", false, "print JSON lines")
+	flag.Parse()
+	ns, err := ints(*nList)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	es, err := ints(*entries)
+	if err != nil || len(es) == 0 {
+		fmt.Fprintln(os.Stderr, "bad -entries")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var results []sim.Result
+	run := func(o sim.Options) {
+		r, err := sim.RunPropagationSim(ctx, o)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "N=%d naive=%v entries=%d: %v\n", o.N, o.Naive, o.Entries, err)
+			os.Exit(1)
+		}
+		results = append(results, r)
+		if *asJSON {
+			b, _ := json.Marshal(r)
+			fmt.Println(string(b))
+		} else {
+			fmt.Fprintf(os.Stderr, "done %s N=%d entries=%d\n", r.Mode, r.N, r.Entries)
+		}
+	}
+	for _, n := range ns {
+		base := sim.Options{N: n, Profile: gossip.Profile(*profile), PayloadBytes: *payload, IdleWindow: *idle}
+		o := base
+		o.Updates, o.Entries = *updates, es[0]
+		run(o)
+		for _, e := range es[1:] {
+			if n > *maxIdleN {
+				continue
+			}
+			o := base
+			o.Entries = e
+			run(o)
+		}
+		if *naive {
+			o := base
+			o.Naive, o.Updates = true, *updates
+			run(o)
+		}
+	}
+	if *asJSON {
+		return
+	}
+	fmt.Printf("%-10s %4s %7s %6s %6s %6s %9s %8s %10s %10s %12s %12s\n",
+		"mode", "N", "entries", "recv%", "p50ms", "p99ms", "payloadB", "app/u/n", "wire/u/n", "app/payload", "idleWire/s/n", "idleApp/s/n")
+	for _, r := range results {
+		recv, ratio := "-", "-"
+		p50, p99 := "-", "-"
+		app, wire := "-", "-"
+		if r.Updates > 0 {
+			recv = fmt.Sprintf("%.1f", 100*float64(r.Received)/float64(max(r.Expected, 1)))
+			p50, p99 = ms(r.P50), ms(r.P99)
+			app, wire = fmt.Sprintf("%.0f", r.AppBytesPerUpdatePerNode), fmt.Sprintf("%.0f", r.WireBytesPerUpdatePerNode)
+			ratio = fmt.Sprintf("%.2f", r.AppBytesPerUpdatePerNode/float64(max(r.PayloadBytes, 1)))
+		}
+		fmt.Printf("%-10s %4d %7d %6s %6s %6s %9d %8s %10s %10s %12.0f %12.0f\n",
+			r.Mode, r.N, r.Entries, recv, p50, p99, r.PayloadBytes, app, wire, ratio,
+			r.IdleWireBytesPerSecPerNode, r.IdleAppBytesPerSecPerNode)
+	}
+}

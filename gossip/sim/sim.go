@@ -1,0 +1,542 @@
+// Package sim runs in-process gossip meshes over real loopback UDP/TCP and
+// measures what the design promises: propagation latency of one update,
+// bytes sent per update per node, and idle bytes per second per node as a
+// function of the number of stored entries. It also runs a naive baseline
+// (plain memberlist TransmitLimitedQueue broadcast of the same payload,
+// every receiver re-broadcasting once) for ratio reporting.
+//
+// Used by `go run ./gossip/sim/cmd/gossipsim` (make bench).
+package sim
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/gossip/internal/memreplica"
+)
+
+// Options configures one simulation run.
+type Options struct {
+	N       int
+	Profile gossip.Profile
+	// Naive runs the baseline instead of coastguard's gossip.
+	Naive bool
+	// Updates is how many single-entry updates node 0 publishes (0: only the
+	// idle measurement).
+	Updates int
+	// PayloadBytes is the size of the updated pod value (default 200).
+	PayloadBytes int
+	// Spacing between updates (default 400ms).
+	Spacing time.Duration
+	// Entries preloaded identically into every replica before start
+	// (coastguard mode only), spread over all N origins.
+	Entries int
+	// IdleWindow is the idle measurement window (default 5s).
+	IdleWindow time.Duration
+	// NoEncryption disables the AES keyring (default: encrypted, as deployed).
+	NoEncryption bool
+	// Timeout per update for the last node to receive it (default 5s).
+	Timeout time.Duration
+}
+
+// Result of a run. Byte figures are per update per node (sum over all nodes
+// of what they sent during the update phase, minus the idle rate over the
+// same time, divided by Updates*N).
+type Result struct {
+	Mode     string
+	N        int
+	Profile  gossip.Profile
+	Entries  int
+	Updates  int
+	Expected int // Updates*(N-1)
+	Received int
+	P50, P99 time.Duration
+	Max      time.Duration
+	// PayloadBytes is the encoded size of one update as gossiped (the
+	// encoded crdt.Delta in coastguard mode, the same bytes in naive mode).
+	PayloadBytes int
+	// AppBytesPerUpdatePerNode counts message bytes handed to memberlist.
+	AppBytesPerUpdatePerNode float64
+	// WireBytesPerUpdatePerNode counts UDP+TCP bytes on the wire (with
+	// memberlist headers, labels and AES-GCM overhead).
+	WireBytesPerUpdatePerNode float64
+	// IdleWireBytesPerSecPerNode / IdleAppBytesPerSecPerNode: with no
+	// updates, Entries stored.
+	IdleWireBytesPerSecPerNode float64
+	IdleAppBytesPerSecPerNode  float64
+}
+
+func (o *Options) defaults() error {
+	if o.N < 2 {
+		return errors.New("sim: N must be >= 2")
+	}
+	if o.Profile == "" {
+		o.Profile = gossip.ProfileWAN
+	}
+	if o.PayloadBytes <= 0 {
+		o.PayloadBytes = 200
+	}
+	if o.Spacing <= 0 {
+		o.Spacing = 400 * time.Millisecond
+	}
+	if o.IdleWindow <= 0 {
+		o.IdleWindow = 5 * time.Second
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 5 * time.Second
+	}
+	return nil
+}
+
+// member abstracts one simulated daemon.
+type member interface {
+	addr() string
+	join(addr string) error
+	numMembers() int
+	wireSent() int64
+	appSent() int64
+	shutdown()
+}
+
+// arrivals records, per update, each node's first receipt latency.
+type arrivals struct {
+	mu   sync.Mutex
+	lat  map[int][]time.Duration
+	seen map[[2]int]bool
+}
+
+func (a *arrivals) record(node, update int, lat time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := [2]int{node, update}
+	if a.seen[k] {
+		return
+	}
+	a.seen[k] = true
+	a.lat[update] = append(a.lat[update], lat)
+}
+
+func (a *arrivals) count(update int) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.lat[update])
+}
+
+var simKey = []byte("0123456789abcdef0123456789abcdef")
+
+// RunPropagationSim runs one mesh of opts.N in-process members.
+func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
+	if err := opts.defaults(); err != nil {
+		return Result{}, err
+	}
+	res := Result{Mode: "coastguard", N: opts.N, Profile: opts.Profile, Entries: opts.Entries, Updates: opts.Updates}
+	if opts.Naive {
+		res.Mode = "naive"
+	}
+	arr := &arrivals{lat: map[int][]time.Duration{}, seen: map[[2]int]bool{}}
+	var keys [][]byte
+	if !opts.NoEncryption {
+		keys = [][]byte{simKey}
+	}
+
+	var members []member
+	var writer *cgMember
+	var naiveWriter *naiveMember
+	defer func() {
+		for _, m := range members {
+			m.shutdown()
+		}
+	}()
+
+	var preload []crdt.Delta
+	if !opts.Naive && opts.Entries > 0 {
+		preload = preloadDeltas(opts.N, opts.Entries)
+	}
+	for i := 0; i < opts.N; i++ {
+		if opts.Naive {
+			m, err := newNaiveMember(i, opts, keys, arr)
+			if err != nil {
+				return res, err
+			}
+			if i == 0 {
+				naiveWriter = m
+			}
+			members = append(members, m)
+			continue
+		}
+		m, err := newCGMember(i, opts, keys, arr, preload)
+		if err != nil {
+			return res, err
+		}
+		if i == 0 {
+			writer = m
+		}
+		members = append(members, m)
+	}
+	preload = nil
+	// Join: each new member joins a random earlier one.
+	for i := 1; i < len(members); i++ {
+		if err := members[i].join(members[rand.IntN(i)].addr()); err != nil {
+			return res, fmt.Errorf("sim: join %d: %w", i, err)
+		}
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		ok := true
+		for _, m := range members {
+			if m.numMembers() != opts.N {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, errors.New("sim: membership did not converge in 90s")
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// Let join-time push/pulls and alive broadcasts settle.
+	sleepCtx(ctx, 3*time.Second)
+
+	totals := func() (wire, app int64) {
+		for _, m := range members {
+			wire += m.wireSent()
+			app += m.appSent()
+		}
+		return
+	}
+	w0, a0 := totals()
+	t0 := time.Now()
+	sleepCtx(ctx, opts.IdleWindow)
+	w1, a1 := totals()
+	idleSecs := time.Since(t0).Seconds()
+	res.IdleWireBytesPerSecPerNode = float64(w1-w0) / idleSecs / float64(opts.N)
+	res.IdleAppBytesPerSecPerNode = float64(a1-a0) / idleSecs / float64(opts.N)
+	if opts.Updates == 0 {
+		return res, ctx.Err()
+	}
+
+	value := make([]byte, opts.PayloadBytes)
+	for i := range value {
+		value[i] = byte('a' + i%26)
+	}
+	res.Expected = opts.Updates * (opts.N - 1)
+	w0, a0 = totals()
+	t0 = time.Now()
+	for u := 0; u < opts.Updates; u++ {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		var err error
+		var size int
+		if opts.Naive {
+			size, err = naiveWriter.publish(u, value)
+		} else {
+			size, err = writer.publish(u, value)
+		}
+		if err != nil {
+			return res, err
+		}
+		res.PayloadBytes = size
+		end := time.Now().Add(opts.Timeout)
+		for arr.count(u) < opts.N-1 && time.Now().Before(end) {
+			time.Sleep(2 * time.Millisecond)
+		}
+		sleepCtx(ctx, opts.Spacing)
+	}
+	w1, a1 = totals()
+	secs := time.Since(t0).Seconds()
+	div := float64(opts.Updates * opts.N)
+	res.WireBytesPerUpdatePerNode = (float64(w1-w0) - res.IdleWireBytesPerSecPerNode*secs*float64(opts.N)) / div
+	res.AppBytesPerUpdatePerNode = (float64(a1-a0) - res.IdleAppBytesPerSecPerNode*secs*float64(opts.N)) / div
+
+	var all []time.Duration
+	for u := 0; u < opts.Updates; u++ {
+		all = append(all, arr.lat[u]...)
+	}
+	res.Received = len(all)
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	// Missing receipts count as +Inf for the percentiles.
+	pct := func(p float64) time.Duration {
+		idx := int(float64(res.Expected)*p+0.999999) - 1
+		if idx < 0 {
+			idx = 0
+		}
+		if idx >= len(all) {
+			return time.Duration(1<<63 - 1)
+		}
+		return all[idx]
+	}
+	res.P50, res.P99 = pct(0.50), pct(0.99)
+	if len(all) > 0 {
+		res.Max = all[len(all)-1]
+	}
+	return res, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+// preloadDeltas builds entries spread over N origins, as deltas every
+// replica applies before the mesh starts (identical state, no sync).
+func preloadDeltas(n, entries int) []crdt.Delta {
+	var out []crdt.Delta
+	per := entries / n
+	extra := entries % n
+	for o := 0; o < n; o++ {
+		s := crdt.NewState(origin(o))
+		_ = s.SetEpoch(s.MinEpoch())
+		cnt := per
+		if o < extra {
+			cnt++
+		}
+		for i := 0; i < cnt; i++ {
+			v, _ := crdt.EncodeValue(&crdt.PodValue{IPs: []string{fmt.Sprintf("10.%d.%d.%d", o%256, i/256%256, i%256)}})
+			if _, _, err := s.Write(crdt.KindPod, fmt.Sprintf("ns/pod-%d", i), v, false, 1); err != nil {
+				panic(err)
+			}
+		}
+		out = append(out, s.DeltaSince(crdt.Digest{}, 0)...)
+	}
+	return out
+}
+
+func origin(i int) string { return fmt.Sprintf("c%03d", i) }
+
+// ---- coastguard member ----
+
+type cgMember struct {
+	idx  int
+	node *gossip.Node
+	rep  *memreplica.Replica
+}
+
+func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []crdt.Delta) (*cgMember, error) {
+	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	rep := memreplica.New(origin(i))
+	if len(preload) > 0 {
+		if _, err := rep.Apply(preload...); err != nil {
+			return nil, fmt.Errorf("sim: preload: %w", err)
+		}
+		rep.BumpEpoch()
+	}
+	rep.OnApply = func(chs []crdt.Change) {
+		now := time.Now().UnixNano()
+		for _, ch := range chs {
+			if ch.New == nil || ch.Key.Origin != origin(0) || !strings.HasPrefix(ch.Key.Name, "sim/u-") {
+				continue
+			}
+			var u int
+			if _, err := fmt.Sscanf(ch.Key.Name, "sim/u-%d", &u); err == nil {
+				arr.record(i, u, time.Duration(now-ch.New.Stamp))
+			}
+		}
+	}
+	n, err := gossip.New(gossip.Config{
+		NodeName:      fmt.Sprintf("n%03d", i),
+		ClusterID:     origin(i),
+		BindAddr:      "127.0.0.1",
+		EphemeralPort: true,
+		Keyring:       keys,
+		Profile:       opts.Profile,
+		Transport:     gossip.NewFaultTransport(inner),
+	}, rep)
+	if err != nil {
+		return nil, err
+	}
+	return &cgMember{idx: i, node: n, rep: rep}, nil
+}
+
+func (m *cgMember) publish(u int, value []byte) (int, error) {
+	v, err := crdt.EncodeValue(&crdt.PodValue{IPs: []string{"10.9.9.9"}, Labels: map[string]string{"pad": string(value)}})
+	if err != nil {
+		return 0, err
+	}
+	d, err := m.rep.Write(crdt.KindPod, fmt.Sprintf("sim/u-%d", u), v, false)
+	if err != nil {
+		return 0, err
+	}
+	b, err := crdt.EncodeDelta(d)
+	if err != nil {
+		return 0, err
+	}
+	return len(b), m.node.Publish(d)
+}
+
+func (m *cgMember) addr() string { return m.node.Addr() }
+func (m *cgMember) join(a string) error {
+	_, err := m.node.Join(a)
+	return err
+}
+func (m *cgMember) numMembers() int { return len(aliveOf(m.node.Members())) }
+func (m *cgMember) wireSent() int64 { return m.node.Transport().SentBytes() }
+func (m *cgMember) appSent() int64  { return m.node.Stats().BytesOut }
+func (m *cgMember) shutdown()       { _ = m.node.Shutdown() }
+func aliveOf(ms []gossip.MemberInfo) []gossip.MemberInfo {
+	var out []gossip.MemberInfo
+	for _, m := range ms {
+		if m.Alive {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// ---- naive baseline ----
+
+// naiveMember is plain memberlist with a TransmitLimitedQueue: the writer
+// queues the update, every receiver re-queues it once on first receipt.
+// Same timing as coastguard's profile but memberlist's default
+// RetransmitMult of 4.
+type naiveMember struct {
+	idx   int
+	ml    *memberlist.Memberlist
+	tr    *gossip.FaultTransport
+	queue *memberlist.TransmitLimitedQueue
+	arr   *arrivals
+
+	mu       sync.Mutex
+	seen     map[uint32]bool
+	appBytes int64
+}
+
+type uniqueBroadcast []byte
+
+func (b uniqueBroadcast) Invalidates(memberlist.Broadcast) bool { return false }
+func (b uniqueBroadcast) Message() []byte                       { return b }
+func (b uniqueBroadcast) Finished()                             {}
+func (b uniqueBroadcast) UniqueBroadcast()                      {}
+
+func newNaiveMember(i int, opts Options, keys [][]byte, arr *arrivals) (*naiveMember, error) {
+	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	m := &naiveMember{idx: i, arr: arr, seen: map[uint32]bool{}, tr: gossip.NewFaultTransport(inner)}
+	mc := gossip.MemberlistConfigForProfile(opts.Profile)
+	mc.RetransmitMult = 4
+	mc.Name = fmt.Sprintf("n%03d", i)
+	mc.BindAddr = "127.0.0.1"
+	mc.BindPort = 0
+	mc.AdvertisePort = 0
+	mc.Transport = m.tr
+	mc.Logger = log.New(io.Discard, "", 0)
+	mc.Delegate = m
+	if len(keys) > 0 {
+		kr, err := memberlist.NewKeyring(nil, keys[0])
+		if err != nil {
+			return nil, err
+		}
+		mc.Keyring = kr
+	}
+	m.queue = &memberlist.TransmitLimitedQueue{NumNodes: func() int { return m.ml.NumMembers() }, RetransmitMult: mc.RetransmitMult}
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		return nil, err
+	}
+	m.ml = ml
+	return m, nil
+}
+
+// message: u32 update | i64 stamp | payload
+func (m *naiveMember) publish(u int, value []byte) (int, error) {
+	v, err := crdt.EncodeValue(&crdt.PodValue{IPs: []string{"10.9.9.9"}, Labels: map[string]string{"pad": string(value)}})
+	if err != nil {
+		return 0, err
+	}
+	s := crdt.NewState(origin(0))
+	_ = s.SetEpoch(1)
+	d, _, err := s.Write(crdt.KindPod, fmt.Sprintf("sim/u-%d", u), v, false, time.Now().UnixNano())
+	if err != nil {
+		return 0, err
+	}
+	payload, err := crdt.EncodeDelta(d)
+	if err != nil {
+		return 0, err
+	}
+	msg := make([]byte, 12, 12+len(payload))
+	binary.BigEndian.PutUint32(msg, uint32(u))
+	binary.BigEndian.PutUint64(msg[4:], uint64(time.Now().UnixNano()))
+	msg = append(msg, payload...)
+	m.mu.Lock()
+	m.seen[uint32(u)] = true
+	m.mu.Unlock()
+	m.queue.QueueBroadcast(uniqueBroadcast(msg))
+	return len(payload), nil
+}
+
+func (m *naiveMember) NodeMeta(int) []byte { return nil }
+func (m *naiveMember) NotifyMsg(b []byte) {
+	if len(b) < 12 {
+		return
+	}
+	u := binary.BigEndian.Uint32(b)
+	stamp := int64(binary.BigEndian.Uint64(b[4:]))
+	m.mu.Lock()
+	first := !m.seen[u]
+	m.seen[u] = true
+	m.mu.Unlock()
+	if !first {
+		return
+	}
+	if _, err := crdt.DecodeDelta(b[12:]); err != nil {
+		return
+	}
+	m.arr.record(m.idx, int(u), time.Duration(time.Now().UnixNano()-stamp))
+	cp := append([]byte(nil), b...)
+	m.queue.QueueBroadcast(uniqueBroadcast(cp))
+}
+func (m *naiveMember) GetBroadcasts(overhead, limit int) [][]byte {
+	msgs := m.queue.GetBroadcasts(overhead, limit)
+	m.mu.Lock()
+	for _, b := range msgs {
+		m.appBytes += int64(len(b))
+	}
+	m.mu.Unlock()
+	return msgs
+}
+func (m *naiveMember) LocalState(bool) []byte        { return nil }
+func (m *naiveMember) MergeRemoteState([]byte, bool) {}
+func (m *naiveMember) addr() string                  { return m.ml.LocalNode().Address() }
+func (m *naiveMember) numMembers() int               { return m.ml.NumMembers() }
+func (m *naiveMember) wireSent() int64               { return m.tr.SentBytes() }
+func (m *naiveMember) shutdown()                     { _ = m.ml.Shutdown() }
+func (m *naiveMember) join(a string) error {
+	_, err := m.ml.Join([]string{a})
+	return err
+}
+func (m *naiveMember) appSentBytes() int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.appBytes
+}
+
+var _ member = (*cgMember)(nil)
+
+func (m *naiveMember) appSent() int64 { return m.appSentBytes() }

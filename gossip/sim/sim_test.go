@@ -1,0 +1,47 @@
+package sim
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/gossip"
+)
+
+// A small mesh delivers every update to every member well within a second,
+// for both coastguard and the naive baseline, and coastguard sends fewer
+// bytes per update.
+func TestSimSmallMesh(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets, several seconds")
+	}
+	ctx := context.Background()
+	cg, err := RunPropagationSim(ctx, Options{N: 8, Profile: gossip.ProfileWAN, Updates: 5, Entries: 2000, IdleWindow: 2 * time.Second})
+	require.NoError(t, err)
+	require.Equal(t, cg.Expected, cg.Received)
+	require.Less(t, cg.P99, time.Second)
+	require.Greater(t, cg.PayloadBytes, 200)
+	nv, err := RunPropagationSim(ctx, Options{N: 8, Profile: gossip.ProfileWAN, Updates: 5, Naive: true, IdleWindow: time.Second})
+	require.NoError(t, err)
+	require.Equal(t, nv.Expected, nv.Received)
+	require.Less(t, cg.AppBytesPerUpdatePerNode, nv.AppBytesPerUpdatePerNode)
+	t.Logf("coastguard: %+v", cg)
+	t.Logf("naive:      %+v", nv)
+}
+
+// BenchmarkPropagation reports p50/p99 and bytes/update/node at N=10.
+func BenchmarkPropagation(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		r, err := RunPropagationSim(context.Background(), Options{N: 10, Updates: 10, IdleWindow: 2 * time.Second})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(r.P50)/1e6, "p50-ms")
+		b.ReportMetric(float64(r.P99)/1e6, "p99-ms")
+		b.ReportMetric(r.AppBytesPerUpdatePerNode, "app-B/update/node")
+		b.ReportMetric(r.WireBytesPerUpdatePerNode, "wire-B/update/node")
+		b.ReportMetric(r.IdleWireBytesPerSecPerNode, "idle-wire-B/s/node")
+	}
+}
