@@ -496,3 +496,18 @@ func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 	require.ErrorContains(t, r2.Info().Corrupt, "checksum")
 	require.FileExists(t, r2.Info().MovedAside)
 }
+
+func TestCommitFailureIsSticky(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	good := put(podEntry(t, "c", "ns/ok", 1, nil))
+	huge := put(podEntry(t, "c", "ns/"+string(bytes.Repeat([]byte("x"), bolt.MaxKeySize)), 2, nil))
+	err := s.Commit([]crdt.Change{good, huge}, crdt.Digest{"c": {Max: 2}}, nil)
+	require.Error(t, err)
+	// Nothing of the failed transaction is visible, and later writes are
+	// refused: memory would otherwise run ahead of disk unnoticed.
+	refs, qerr := s.PodsInNamespace("c", "ns")
+	require.NoError(t, qerr)
+	require.Empty(t, refs)
+	err2 := s.Commit([]crdt.Change{good}, nil, nil)
+	require.ErrorContains(t, err2, "refusing further writes")
+}
