@@ -13,6 +13,7 @@ type metrics struct {
 	entriesPerOrigin *prometheus.GaugeVec
 	corruptFiles     prometheus.Counter
 	resetOrigins     prometheus.Counter
+	loadSeconds      prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "coastguard_store_origin_resets_total",
 			Help: "Origins whose persisted digest disagreed with their entries at load and were marked for re-pull.",
 		}),
+		loadSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coastguard_store_load_seconds",
+			Help: "Duration of the last cold start: file load and in-memory state restore.",
+		}),
 	}
 	if reg != nil {
 		m.commitLatency = register(reg, m.commitLatency)
@@ -52,6 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.entriesPerOrigin = register(reg, m.entriesPerOrigin)
 		m.corruptFiles = register(reg, m.corruptFiles)
 		m.resetOrigins = register(reg, m.resetOrigins)
+		m.loadSeconds = register(reg, m.loadSeconds)
 	}
 	return m
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
@@ -71,6 +72,8 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 		reset     []string
 		resetDigs = crdt.Digest{}
 	)
+	start := time.Now()
+	entries := 0
 	// Restore inside the read transaction: values alias the mmap and
 	// Restore copies what it keeps, so nothing is copied twice.
 	err := s.load(false, func(snap *Snapshot) error {
@@ -82,7 +85,7 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 		if err := st.Restore(snap.Digest, snap.Entries); err != nil {
 			return fmt.Errorf("%w: restore: %v", ErrCorrupt, err)
 		}
-		writer, reset = snap.Writer, snap.Reset
+		writer, reset, entries = snap.Writer, snap.Reset, len(snap.Entries)
 		for _, o := range reset {
 			resetDigs[o] = snap.Digest[o]
 		}
@@ -97,7 +100,12 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Replica{state: st, store: s, self: self, opts: opts, info: s.Info(), reset: reset}
+	took := time.Since(start)
+	s.m.loadSeconds.Set(took.Seconds())
+	info := s.Info()
+	s.log.Info("store loaded", "entries", entries, "duration", took, "self", self,
+		"unclean_shutdown", info.Unclean, "page_check", info.Checked, "reset_origins", reset)
+	r := &Replica{state: st, store: s, self: self, opts: opts, info: info, reset: reset}
 	r.notify = newNotifier(r.deliver)
 	req := &commitReq{self: &self, digests: resetDigs}
 	if self != "" {
