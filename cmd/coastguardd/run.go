@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/kube"
+)
+
+func init() { subcommands["run"] = runDaemon }
+
+func runDaemon(args []string) int {
+	cfg, err := parseConfig("run", args, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coastguardd: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	log := newLogger(cfg.LogLevel)
+	if err := run(cfg, log); err != nil {
+		log.Error("coastguardd failed", "err", err)
+		fmt.Fprintf(os.Stderr, "coastguardd: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+func restConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig != "" {
+		return clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	c, err := rest.InClusterConfig()
+	if err != nil {
+		return nil, fmt.Errorf("no --kubeconfig and not running in a cluster: %w", err)
+	}
+	return c, nil
+}
+
+func gossipConfig(cfg Config) (gossip.Config, error) {
+	var g gossip.Config
+	host, port, err := splitHostPort(cfg.BindAddr, true)
+	if err != nil {
+		return g, fmt.Errorf("bind-addr: %w", err)
+	}
+	g.BindAddr, g.BindPort = host, port
+	if cfg.AdvertiseAddr != "" {
+		ah, ap, err := splitHostPort(cfg.AdvertiseAddr, false)
+		if err != nil {
+			return g, fmt.Errorf("advertise-addr: %w", err)
+		}
+		if ap == 0 {
+			ap = port
+		}
+		g.AdvertiseAddr, g.AdvertisePort = ah, ap
+	}
+	g.Seeds = cfg.Seeds
+	g.Profile = gossip.Profile(cfg.GossipProfile)
+	g.ReconnectTimeout = cfg.ReconnectTimeout
+	if cfg.GossipKeyFile != "" {
+		keys, err := gossip.LoadKeyringFile(cfg.GossipKeyFile)
+		if err != nil {
+			return g, fmt.Errorf("gossip-key-file: %w", err)
+		}
+		g.Keyring = keys
+	}
+	return g, nil
+}
+
+func run(cfg Config, log *slog.Logger) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer cancel()
+
+	rc, err := restConfig(cfg.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	rc.UserAgent = "coastguardd"
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return err
+	}
+
+	idCtx, idCancel := context.WithTimeout(ctx, 30*time.Second)
+	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, envOr("COASTGUARD_SUBMARINER_NAMESPACE", "submariner-operator"))
+	idCancel()
+	if err != nil {
+		return err
+	}
+	var info kube.ClusterInfo
+	if sub != nil {
+		info.PodCIDRs, info.ServiceCIDRs, info.GlobalCIDRs = sub.PodCIDRs, sub.ServiceCIDRs, sub.GlobalCIDRs
+		info.Globalnet = len(sub.GlobalCIDRs) > 0
+	}
+	log = log.With("cluster", clusterID)
+
+	gcfg, err := gossipConfig(cfg)
+	if err != nil {
+		return err
+	}
+	if len(gcfg.Keyring) == 0 {
+		log.Warn("gossip encryption is OFF: set --gossip-key-file (see docs/OPERATIONS.md)")
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h := newHealth("state", "enforcement")
+
+	d, err := daemon.New(daemon.Options{
+		ClusterID: clusterID, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
+		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
+		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
+		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
+		Registry: reg, Logger: log, Ready: h.set,
+	})
+	if err != nil {
+		return err
+	}
+	if cfg.MetricsAddr != "" {
+		srv := newHTTPServer(cfg.MetricsAddr, reg, h, adminHandler{decommission: d.Decommission, status: d.DebugState}, log)
+		if err := serveHTTP(srv, log); err != nil {
+			return fmt.Errorf("metrics-addr %s: %w", cfg.MetricsAddr, err)
+		}
+		defer func() {
+			sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+			defer c()
+			_ = srv.Shutdown(sctx)
+		}()
+	}
+	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "pid", strconv.Itoa(os.Getpid()))
+	return d.Run(ctx)
+}

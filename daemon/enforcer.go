@@ -1,0 +1,119 @@
+package daemon
+
+import (
+	"sort"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+// Outputs holds the enforcer's latest per-policy results for the enforcing
+// cluster, so that one changed pod recomputes only the policies it affects.
+type Outputs struct {
+	self    string
+	results map[string]enforce.Result
+}
+
+// NewOutputs returns empty outputs for the enforcing cluster self.
+func NewOutputs(self string) *Outputs {
+	return &Outputs{self: self, results: map[string]enforce.Result{}}
+}
+
+// Recompute evaluates the given policies (all of them when all is set)
+// against the inventory and returns the keys whose report changed.
+func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []string {
+	if all {
+		keys = keys[:0:0]
+		seen := map[string]bool{}
+		for _, r := range inv.Policies() {
+			k := PolicyKey(r)
+			keys = append(keys, k)
+			seen[k] = true
+		}
+		for k := range o.results {
+			if !seen[k] {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+	}
+	var changed []string
+	for _, k := range keys {
+		ref, ok := ParsePolicyKey(k)
+		if !ok {
+			continue
+		}
+		old, had := o.results[k]
+		res := enforce.Evaluate(o.self, inv, ref)
+		if _, exists := inv.Policy(ref); !exists {
+			delete(o.results, k)
+		} else {
+			o.results[k] = res
+		}
+		if !had || reportOf(old, 0) != reportOf(res, 0) {
+			changed = append(changed, k)
+		}
+	}
+	return changed
+}
+
+// Desired returns every generated NetworkPolicy, sorted by namespace/name.
+func (o *Outputs) Desired() []networkingv1.NetworkPolicy {
+	var out []networkingv1.NetworkPolicy
+	for _, r := range o.results {
+		out = append(out, r.NetworkPolicies...)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Namespace != out[j].Namespace {
+			return out[i].Namespace < out[j].Namespace
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
+}
+
+// Result returns the latest result of a policy.
+func (o *Outputs) Result(key string) (enforce.Result, bool) {
+	r, ok := o.results[key]
+	return r, ok
+}
+
+// Len is the number of policies with a result.
+func (o *Outputs) Len() int { return len(o.results) }
+
+// reportOf is the enforcement report the enforcing cluster publishes for a
+// result. Only clusters selected by the policy publish one.
+func reportOf(r enforce.Result, generation int64) crdt.ReportValue {
+	return crdt.ReportValue{
+		ObservedGeneration: generation,
+		NetworkPolicies:    int32(len(r.NetworkPolicies)),
+		RemotePeers:        int32(r.RemotePeers),
+		Error:              r.Error,
+		SkippedNoNamespace: r.SkippedNoNamespace,
+	}
+}
+
+// EnforcingClusters lists the clusters a policy's spec.clusterSelector selects:
+// the origin only when absent, every cluster for {}, else those whose labels
+// match.
+func EnforcingClusters(p enforce.Policy, clusterLabels map[string]map[string]string) ([]string, error) {
+	if p.Spec.ClusterSelector == nil {
+		return []string{p.Origin}, nil
+	}
+	sel, err := metav1.LabelSelectorAsSelector(p.Spec.ClusterSelector)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for id, l := range clusterLabels {
+		if sel.Matches(labels.Set(l)) {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}

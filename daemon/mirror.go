@@ -1,0 +1,367 @@
+// Package daemon wires coastguard's parts into the per-cluster daemon:
+// the durable replica (store), the gossip mesh, the Kubernetes inventory
+// writer and leader election (kube), and the enforcer that turns the
+// converged state into NetworkPolicies with the same translation code as
+// `coastguardd render` (enforce).
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+// Mirror keeps an enforce.Inventory in step with the replicated crdt state and
+// tells which policies a batch of changes affects for one enforcing cluster.
+// It is deterministic and does no I/O; the daemon serialises access.
+type Mirror struct {
+	self     string
+	inv      *enforce.Inventory
+	clusters map[string]map[string]string           // origin -> labels as published
+	counts   map[string]int                         // origin -> live entries mirrored
+	reports  map[string]map[string]crdt.ReportValue // policy key -> enforcing cluster -> report
+	// errors counts entries that failed to decode (poison values are
+	// skipped, never applied half-way).
+	DecodeErrors int
+}
+
+// NewMirror returns an empty mirror for the enforcing cluster self.
+func NewMirror(self string) *Mirror {
+	return &Mirror{
+		self:     self,
+		inv:      enforce.NewInventory(),
+		clusters: map[string]map[string]string{},
+		counts:   map[string]int{},
+		reports:  map[string]map[string]crdt.ReportValue{},
+	}
+}
+
+// Inventory returns the mirrored inventory (not a copy).
+func (m *Mirror) Inventory() *enforce.Inventory { return m.inv }
+
+// PolicyKey is the debouncer key of a policy: "origin/namespace/name".
+func PolicyKey(r enforce.PolicyRef) string { return r.Origin + "/" + r.Namespace + "/" + r.Name }
+
+// ParsePolicyKey is the inverse of PolicyKey.
+func ParsePolicyKey(k string) (enforce.PolicyRef, bool) {
+	p := strings.SplitN(k, "/", 3)
+	if len(p) != 3 {
+		return enforce.PolicyRef{}, false
+	}
+	return enforce.PolicyRef{Origin: p[0], Namespace: p[1], Name: p[2]}, true
+}
+
+// Load rebuilds the mirror from every entry of a state (start-up).
+func (m *Mirror) Load(st *crdt.State) []error {
+	var errs []error
+	for _, origin := range st.Origins() {
+		for _, k := range []crdt.Kind{crdt.KindCluster, crdt.KindNamespace, crdt.KindPod, crdt.KindPolicy, crdt.KindReport} {
+			st.Range(origin, k, func(e crdt.Entry) bool {
+				if _, err := m.apply(crdt.Change{Key: e.Key, New: &e}); err != nil {
+					errs = append(errs, err)
+				}
+				return true
+			})
+		}
+	}
+	return errs
+}
+
+// Result is what one batch of changes means for the enforcer.
+type Result struct {
+	// Affected policies (keys) whose translation for self may have changed.
+	Affected []string
+	// StatusDirty lists policies originated by self whose status inputs
+	// (reports, spec, the cluster set) changed.
+	StatusDirty []string
+	// All is set when every policy must be recomputed.
+	All bool
+	// Errors are decode errors of individual entries (skipped).
+	Errors []error
+}
+
+// Apply folds a batch of committed changes into the inventory.
+func (m *Mirror) Apply(changes []crdt.Change) Result {
+	var res Result
+	affected := map[string]bool{}
+	status := map[string]bool{}
+	for _, ch := range changes {
+		ech, err := m.apply(ch)
+		if err != nil {
+			res.Errors = append(res.Errors, err)
+			m.DecodeErrors++
+			continue
+		}
+		switch ch.Key.Kind {
+		case crdt.KindReport:
+			if pk, ok := reportPolicyKey(ch.Key.Name); ok && strings.HasPrefix(pk, m.self+"/") {
+				status[pk] = true
+			}
+			continue
+		case crdt.KindCluster:
+			res.All = true
+		case crdt.KindPolicy:
+			ref, _ := policyRef(ch.Key)
+			if ref.Origin == m.self {
+				status[PolicyKey(ref)] = true
+			}
+		}
+		if ech == nil {
+			continue
+		}
+		for _, r := range enforce.Affected(m.self, m.inv, *ech) {
+			affected[PolicyKey(r)] = true
+		}
+	}
+	// origins whose last entry went away (retired) disappear entirely
+	for origin, n := range m.counts {
+		if n <= 0 {
+			delete(m.counts, origin)
+			delete(m.clusters, origin)
+			m.inv.RemoveCluster(origin)
+			res.All = true
+		}
+	}
+	if res.All {
+		// cluster set or labels changed: every own policy's enforcing set may change
+		for _, r := range m.inv.Policies() {
+			if r.Origin == m.self {
+				status[PolicyKey(r)] = true
+			}
+		}
+	}
+	res.Affected = sortedKeys(affected)
+	res.StatusDirty = sortedKeys(status)
+	return res
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func splitNS(name string) (string, string, bool) {
+	i := strings.IndexByte(name, '/')
+	if i <= 0 || i == len(name)-1 {
+		return "", "", false
+	}
+	return name[:i], name[i+1:], true
+}
+
+func policyRef(k crdt.Key) (enforce.PolicyRef, bool) {
+	ns, n, ok := splitNS(k.Name)
+	return enforce.PolicyRef{Origin: k.Origin, Namespace: ns, Name: n}, ok
+}
+
+// reportPolicyKey maps a report entry name "<policyOrigin>/<ns>/<name>" to the policy key.
+func reportPolicyKey(name string) (string, bool) {
+	if _, ok := ParsePolicyKey(name); !ok {
+		return "", false
+	}
+	return name, true
+}
+
+func live(e *crdt.Entry) bool { return e != nil && !e.Deleted }
+
+// ensureCluster makes sure the inventory knows an origin even before its
+// cluster entry arrives (its cluster.clusterset.k8s.io label is implied).
+func (m *Mirror) ensureCluster(origin string) {
+	if _, ok := m.clusters[origin]; !ok {
+		m.clusters[origin] = nil
+		m.inv.SetCluster(enforce.Cluster{ID: origin})
+	}
+}
+
+// apply mirrors one change and returns the enforce.Change describing it (nil
+// when the enforcer does not care, e.g. reports).
+func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
+	k := ch.Key
+	wasLive, isLive := live(ch.Old), live(ch.New)
+	if wasLive && !isLive {
+		m.counts[k.Origin]--
+	} else if !wasLive && isLive {
+		m.counts[k.Origin]++
+	}
+	if isLive {
+		m.ensureCluster(k.Origin)
+	}
+	switch k.Kind {
+	case crdt.KindCluster:
+		c := enforce.Cluster{ID: k.Origin}
+		if isLive {
+			var v crdt.ClusterValue
+			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			c.Labels = v.Labels
+			c.Globalnet = v.Globalnet
+			c.GlobalCIDRs = v.GlobalCIDRs
+			c.ClusterEgressIPs = v.ClusterEgressIPs
+			c.NamespaceEgressIPs = v.NamespaceEgressIPs
+		}
+		if isLive || m.counts[k.Origin] > 0 {
+			m.clusters[k.Origin] = c.Labels
+			m.inv.SetCluster(c)
+		}
+		return &enforce.Change{Kind: enforce.ChangeCluster, Cluster: k.Origin}, nil
+
+	case crdt.KindNamespace:
+		ech := &enforce.Change{Kind: enforce.ChangeNamespace, Cluster: k.Origin, Namespace: k.Name}
+		if old := m.oldLabels(ch.Old, func() any { return &crdt.NamespaceValue{} }); old != nil {
+			ech.Labels = append(ech.Labels, old)
+		}
+		if isLive {
+			var v crdt.NamespaceValue
+			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			m.inv.SetNamespace(k.Origin, enforce.Namespace{Name: k.Name, Labels: v.Labels})
+			ech.Labels = append(ech.Labels, withNameLabel(v.Labels, k.Name))
+		} else {
+			m.inv.RemoveNamespace(k.Origin, k.Name)
+		}
+		return ech, nil
+
+	case crdt.KindPod:
+		ns, name, ok := splitNS(k.Name)
+		if !ok {
+			return nil, fmt.Errorf("%s: pod name is not namespace/name", k)
+		}
+		ech := &enforce.Change{Kind: enforce.ChangePod, Cluster: k.Origin, Namespace: ns}
+		if old := m.oldLabels(ch.Old, func() any { return &crdt.PodValue{} }); old != nil {
+			ech.Labels = append(ech.Labels, old)
+		}
+		if isLive {
+			var v crdt.PodValue
+			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			p := enforce.Pod{Namespace: ns, Name: name, Labels: v.Labels, IPs: v.IPs,
+				Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, EgressIPs: v.EgressIPs}
+			for _, port := range v.Ports {
+				p.Ports = append(p.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
+			}
+			m.inv.SetPod(k.Origin, p)
+			ech.Labels = append(ech.Labels, v.Labels)
+		} else {
+			m.inv.RemovePod(k.Origin, ns, name)
+		}
+		if len(ech.Labels) == 0 {
+			ech.Labels = nil // conservative
+		}
+		return ech, nil
+
+	case crdt.KindPolicy:
+		ref, ok := policyRef(k)
+		if !ok {
+			return nil, fmt.Errorf("%s: policy name is not namespace/name", k)
+		}
+		ech := &enforce.Change{Kind: enforce.ChangePolicy, Cluster: k.Origin, Namespace: ref.Namespace, Policy: ref}
+		if isLive {
+			var v crdt.PolicyValue
+			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			var spec apiv1.MultiClusterNetworkPolicySpec
+			if err := json.Unmarshal(v.Spec, &spec); err != nil {
+				m.inv.RemovePolicy(ref)
+				return ech, fmt.Errorf("%s: spec: %w", k, err)
+			}
+			// An invalid policy is still recorded (it generates nothing and
+			// every cluster reports the same error).
+			_ = m.inv.SetPolicy(enforce.Policy{Origin: k.Origin, Namespace: ref.Namespace, Name: ref.Name,
+				UID: v.UID, Generation: v.Generation, Spec: spec})
+		} else {
+			m.inv.RemovePolicy(ref)
+		}
+		return ech, nil
+
+	case crdt.KindReport:
+		pk, ok := reportPolicyKey(k.Name)
+		if !ok {
+			return nil, fmt.Errorf("%s: report name is not origin/namespace/name", k)
+		}
+		if isLive {
+			var v crdt.ReportValue
+			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+				return nil, fmt.Errorf("%s: %w", k, err)
+			}
+			if m.reports[pk] == nil {
+				m.reports[pk] = map[string]crdt.ReportValue{}
+			}
+			m.reports[pk][k.Origin] = v
+		} else if r := m.reports[pk]; r != nil {
+			delete(r, k.Origin)
+			if len(r) == 0 {
+				delete(m.reports, pk)
+			}
+		}
+		return nil, nil
+	}
+	return nil, fmt.Errorf("%s: unknown kind", k)
+}
+
+func withNameLabel(l map[string]string, name string) map[string]string {
+	out := make(map[string]string, len(l)+1)
+	for k, v := range l {
+		out[k] = v
+	}
+	out[corev1.LabelMetadataName] = name
+	return out
+}
+
+// oldLabels decodes the labels of the previous live value, if any.
+func (m *Mirror) oldLabels(old *crdt.Entry, mk func() any) map[string]string {
+	if !live(old) {
+		return nil
+	}
+	v := mk()
+	if err := crdt.DecodeValue(old.Value, v); err != nil {
+		return nil
+	}
+	switch x := v.(type) {
+	case *crdt.PodValue:
+		if x.Labels == nil {
+			return map[string]string{}
+		}
+		return x.Labels
+	case *crdt.NamespaceValue:
+		return withNameLabel(x.Labels, old.Key.Name)
+	}
+	return nil
+}
+
+// Reports returns the enforcement reports on a policy, by enforcing cluster.
+func (m *Mirror) Reports(policyKey string) map[string]crdt.ReportValue {
+	out := make(map[string]crdt.ReportValue, len(m.reports[policyKey]))
+	for c, r := range m.reports[policyKey] {
+		out[c] = r
+	}
+	return out
+}
+
+// ClusterLabels returns the labels of every known cluster (with the implied
+// cluster.clusterset.k8s.io label).
+func (m *Mirror) ClusterLabels() map[string]map[string]string {
+	out := make(map[string]map[string]string, len(m.clusters))
+	for id, l := range m.clusters {
+		c := make(map[string]string, len(l)+1)
+		for k, v := range l {
+			c[k] = v
+		}
+		c[enforce.ClusterIDLabel] = id
+		out[id] = c
+	}
+	return out
+}
