@@ -120,6 +120,7 @@ spec:
 
 	t.Run("MCNP validation through kubectl", func(t *testing.T) {
 		require.NoError(t, env.InstallCRDs(ctx, crdDir(t)), "the CRD must install on a real apiserver")
+		require.NoError(t, c1.EnsureNamespace(ctx, "shop", nil))
 		for _, c := range env.Clusters {
 			out, _, err := c.Kubectl(ctx, "get", "crd", "multiclusternetworkpolicies.networking.submariner.io",
 				"-o", `jsonpath={.status.conditions[?(@.type=="Established")].status}`)
