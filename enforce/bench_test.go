@@ -9,7 +9,14 @@ import (
 // spread over nNS namespaces and 5 apps, plus nPolicies MCNPs originated
 // round-robin by the clusters, enforced everywhere ({}), mixing local,
 // region-wide, all-cluster, namespaceSelector and named-port peers.
-func benchInventory(b *testing.B, nClusters, podsPerCluster, nNS, nPolicies int) *Inventory {
+//
+// nApps sets selector diversity: pod i has app (i % nApps) and lives in
+// namespace (i % nNS); policy i lives in namespace (i % nNS) and its peers
+// select apps of that namespace derived from i. With nApps = 5 every policy
+// of a namespace shares its peer selectors (worst case for incremental
+// work: one pod change affects ~50 policies of ~5000 remote peers each);
+// with nApps = 200 selectors are diverse.
+func benchInventory(b *testing.B, nClusters, podsPerCluster, nNS, nPolicies, nApps int) *Inventory {
 	inv := NewInventory()
 	for c := 0; c < nClusters; c++ {
 		id := fmt.Sprintf("c%03d", c)
@@ -19,22 +26,24 @@ func benchInventory(b *testing.B, nClusters, podsPerCluster, nNS, nPolicies int)
 		}
 		for i := 0; i < podsPerCluster; i++ {
 			p := pod(fmt.Sprintf("ns%02d", i%nNS), fmt.Sprintf("pod%05d", i),
-				l("app", fmt.Sprintf("app%d", i%5), "version", fmt.Sprintf("v%d", i%2)),
+				l("app", fmt.Sprintf("app%d", i%nApps), "version", fmt.Sprintf("v%d", i%2)),
 				fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250+1))
 			p.Ports = []Port{{Name: "http", Port: 8080 + int32(i%3)}, {Name: "metrics", Port: 9100}}
 			inv.SetPod(id, p)
 		}
 	}
 	peers := []string{
-		"{podSelector: {matchLabels: {app: app1}}}",
-		"{clusterSelector: {matchLabels: {region: r1}}, podSelector: {matchLabels: {app: app2}}}",
-		"{clusterSelector: {}, podSelector: {matchLabels: {app: app3, version: v1}}}",
-		"{clusterSelector: {matchExpressions: [{key: region, operator: In, values: [r2]}]}, namespaceSelector: {matchLabels: {team: t1}}, podSelector: {matchLabels: {app: app4}}}",
+		"{podSelector: {matchLabels: {app: app%d}}}",
+		"{clusterSelector: {matchLabels: {region: r1}}, podSelector: {matchLabels: {app: app%d}}}",
+		"{clusterSelector: {}, podSelector: {matchLabels: {app: app%d, version: v1}}}",
+		"{clusterSelector: {matchExpressions: [{key: region, operator: In, values: [r2]}]}, namespaceSelector: {matchLabels: {team: t1}}, podSelector: {matchLabels: {app: app%d}}}",
 	}
+	// peerApp picks an app living in namespace i % nNS.
+	peerApp := func(i, k int) int { return (i%nNS + nNS*(i/nNS+k)) % nApps }
 	for i := 0; i < nPolicies; i++ {
-		s := fmt.Sprintf("clusterSelector: {}\npodSelector: {matchLabels: {app: app%d}}\n", i%5)
-		s += "ingress:\n- from: [" + peers[i%len(peers)] + "]\n  ports: [{port: http}]\n"
-		s += "egress:\n- to: [" + peers[(i+1)%len(peers)] + "]\n  ports: [{port: http}, {port: 53, protocol: UDP}]\n"
+		s := fmt.Sprintf("clusterSelector: {}\npodSelector: {matchLabels: {app: app%d}}\n", peerApp(i, 0))
+		s += "ingress:\n- from: [" + fmt.Sprintf(peers[(i/nNS)%len(peers)], peerApp(i, 1)) + "]\n  ports: [{port: http}]\n"
+		s += "egress:\n- to: [" + fmt.Sprintf(peers[(i/nNS+1)%len(peers)], peerApp(i, 2)) + "]\n  ports: [{port: http}, {port: 53, protocol: UDP}]\n"
 		p := pol(b, fmt.Sprintf("c%03d", i%nClusters), fmt.Sprintf("ns%02d", i%nNS), fmt.Sprintf("policy-%04d", i), s)
 		if err := inv.SetPolicy(p); err != nil {
 			b.Fatal(err)
@@ -56,37 +65,45 @@ func benchFull(b *testing.B, inv *Inventory) {
 // 300 MCNPs × 750 pods (3 clusters × 250): the conflict-detection thesis's
 // largest setup. Target: < 100 ms per full regeneration.
 func BenchmarkTranslateFull_300x750(b *testing.B) {
-	benchFull(b, benchInventory(b, 3, 250, 10, 300))
+	benchFull(b, benchInventory(b, 3, 250, 10, 300, 50))
 }
 
 // 100 clusters × 1000 pods with 1000 MCNPs.
 func BenchmarkTranslateFull_100clusters_1000pods_1000mcnp(b *testing.B) {
-	benchFull(b, benchInventory(b, 100, 1000, 20, 1000))
+	benchFull(b, benchInventory(b, 100, 1000, 20, 1000, 200))
 }
 
-func benchIncremental(b *testing.B, inv *Inventory, nClusters int) {
+func BenchmarkTranslateFull_100clusters_1000pods_1000mcnp_shared(b *testing.B) {
+	benchFull(b, benchInventory(b, 100, 1000, 20, 1000, 5))
+}
+
+func benchIncremental(b *testing.B, inv *Inventory, nClusters int, app string) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	affected := 0
 	for i := 0; i < b.N; i++ {
 		// A pod in a remote cluster changes labels (and IP).
 		c := fmt.Sprintf("c%03d", 1+i%(nClusters-1))
-		old := l("app", "app3", "version", "v1")
-		p := pod("ns02", "pod00002", l("app", "app3", "version", fmt.Sprintf("v%d", i%2)), fmt.Sprintf("10.%d.200.%d", 1+i%(nClusters-1), i%250+1))
+		// pod00022 lives in ns02; flip its version label (matched by the
+		// {clusterSelector: {}, version: v1} peers) and its IP.
+		old := l("app", app, "version", fmt.Sprintf("v%d", (i+1)%2))
+		p := pod("ns02", "pod00022", l("app", app, "version", fmt.Sprintf("v%d", i%2)), fmt.Sprintf("10.%d.200.%d", 1+i%(nClusters-1), i%250+1))
 		inv.SetPod(c, p)
 		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []map[string]string{old, p.Labels}})
-		for _, ref := range refs {
-			_ = Evaluate("c000", inv, ref)
-		}
+		_ = EvaluateAll("c000", inv, refs)
 		affected = len(refs)
 	}
 	b.ReportMetric(float64(affected), "affected")
 }
 
 func BenchmarkIncrementalPod_300x750(b *testing.B) {
-	benchIncremental(b, benchInventory(b, 3, 250, 10, 300), 3)
+	benchIncremental(b, benchInventory(b, 3, 250, 10, 300, 50), 3, "app22")
 }
 
 func BenchmarkIncrementalPod_100clusters_1000pods_1000mcnp(b *testing.B) {
-	benchIncremental(b, benchInventory(b, 100, 1000, 20, 1000), 100)
+	benchIncremental(b, benchInventory(b, 100, 1000, 20, 1000, 200), 100, "app22")
+}
+
+func BenchmarkIncrementalPod_100clusters_1000pods_1000mcnp_shared(b *testing.B) {
+	benchIncremental(b, benchInventory(b, 100, 1000, 20, 1000, 5), 100, "app2")
 }

@@ -94,7 +94,11 @@ type compiledPeer struct {
 	// the namespace label index.
 	podIndex []indexReq
 	native   networkingv1.NetworkPolicyPeer
-	size     int
+	// nativeKey identifies native (de-duplication); key identifies the
+	// whole selector peer (evalCache).
+	nativeKey string
+	key       string
+	size      int
 }
 
 func compilePolicy(p Policy) *compiledPolicy {
@@ -197,6 +201,9 @@ func compileRule(ports []networkingv1.NetworkPolicyPort, peers []apiv1.MultiClus
 		}
 		b, _ := json.Marshal(c.native)
 		c.size = len(b) + 8
+		c.nativeKey = string(b)
+		k, _ := json.Marshal([]*metav1.LabelSelector{p.ClusterSelector, p.NamespaceSelector, p.PodSelector})
+		c.key = string(k)
 		cr.peers = append(cr.peers, c)
 	}
 	return cr, nil
@@ -315,14 +322,57 @@ type outRule struct {
 	sizes    []int
 }
 
+// remoteSet is what one selector peer selects, for one enforcing cluster
+// and policy namespace: whether the enforcing cluster is a peer cluster
+// (native peer) and the eligible remote pods by IP.
+type remoteSet struct {
+	hasLocal bool
+	pods     map[netip.Addr]*podEntry
+	sorted   []netip.Addr
+}
+
+// evalCache shares remoteSets between the policies of one evaluation batch
+// (policies commonly repeat peers such as "frontends of every cluster").
+// It is valid only while the inventory does not change.
+type evalCache struct {
+	enforcing string
+	sets      map[string]*remoteSet
+}
+
+func newEvalCache(enforcing string) *evalCache {
+	return &evalCache{enforcing: enforcing, sets: map[string]*remoteSet{}}
+}
+
+func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string) *remoteSet {
+	key := policyNS + "\x00" + p.key
+	if rs := ec.sets[key]; rs != nil {
+		return rs
+	}
+	rs := &remoteSet{pods: map[netip.Addr]*podEntry{}}
+	p.peerClusters(inv, ec.enforcing, func(c string) {
+		if c == ec.enforcing {
+			rs.hasLocal = true
+			return
+		}
+		p.collectRemote(inv, c, policyNS, rs.pods)
+	})
+	rs.sorted = make([]netip.Addr, 0, len(rs.pods))
+	for a := range rs.pods {
+		rs.sorted = append(rs.sorted, a)
+	}
+	slices.SortFunc(rs.sorted, netip.Addr.Compare)
+	ec.sets[key] = rs
+	return rs
+}
+
 // translateRule turns one compiled rule into zero or more output rules.
 // Never widen: a rule whose peers all translate to nothing is dropped.
-func translateRule(inv *Inventory, enforcing, policyNS string, r *compiledRule, egress bool, remoteSeen map[netip.Addr]struct{}) []outRule {
+func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRule, egress bool, remoteSeen map[netip.Addr]struct{}) []outRule {
 	if r.allPeers {
 		return []outRule{{ports: clonePorts(r.ports), allPeers: true}}
 	}
 	base := outRule{ports: clonePorts(r.ports)}
-	remote := map[netip.Addr]*podEntry{}
+	var sets []*remoteSet
 	nativeSeen := map[string]bool{}
 	for i := range r.peers {
 		p := &r.peers[i]
@@ -331,25 +381,43 @@ func translateRule(inv *Inventory, enforcing, policyNS string, r *compiledRule, 
 			base.sizes = append(base.sizes, p.size)
 			continue
 		}
-		p.peerClusters(inv, enforcing, func(c string) {
-			if c == enforcing {
-				b, _ := json.Marshal(p.native)
-				if k := string(b); !nativeSeen[k] {
-					nativeSeen[k] = true
-					base.peers = append(base.peers, *p.native.DeepCopy())
-					base.sizes = append(base.sizes, p.size)
-				}
-				return
-			}
-			p.collectRemote(inv, c, policyNS, remote)
-		})
+		rs := ec.remote(inv, p, policyNS)
+		if rs.hasLocal && !nativeSeen[p.nativeKey] {
+			nativeSeen[p.nativeKey] = true
+			base.peers = append(base.peers, *p.native.DeepCopy())
+			base.sizes = append(base.sizes, p.size)
+		}
+		if len(rs.sorted) > 0 {
+			sets = append(sets, rs)
+		}
 	}
-	addrs := make([]netip.Addr, 0, len(remote))
-	for a := range remote {
-		addrs = append(addrs, a)
+	// The union of the peers' remote pods, sorted by address. Cached sets
+	// are shared: read them, never modify them.
+	var addrs []netip.Addr
+	var remote map[netip.Addr]*podEntry
+	switch len(sets) {
+	case 0:
+	case 1:
+		addrs, remote = sets[0].sorted, sets[0].pods
+	default:
+		remote = map[netip.Addr]*podEntry{}
+		for _, rs := range sets {
+			for a, pod := range rs.pods {
+				if prev, ok := remote[a]; ok && prev.key <= pod.key {
+					continue
+				}
+				remote[a] = pod
+			}
+		}
+		addrs = make([]netip.Addr, 0, len(remote))
+		for a := range remote {
+			addrs = append(addrs, a)
+		}
+		slices.SortFunc(addrs, netip.Addr.Compare)
+	}
+	for _, a := range addrs {
 		remoteSeen[a] = struct{}{}
 	}
-	slices.SortFunc(addrs, netip.Addr.Compare)
 
 	if !egress || !r.hasNamed {
 		// Ports pass through: in ingress the destination is the local
@@ -593,7 +661,22 @@ func Evaluate(enforcing string, inv *Inventory, ref PolicyRef) Result {
 	if cp == nil {
 		return Result{}
 	}
-	return evaluate(enforcing, inv, cp)
+	return evaluate(inv, newEvalCache(enforcing), cp)
+}
+
+// EvaluateAll evaluates several policies for one enforcing cluster in one
+// batch, sharing the work of peers the policies have in common. Use it to
+// recompute the policies Affected by a change. Results are in refs order;
+// unknown refs yield the zero Result.
+func EvaluateAll(enforcing string, inv *Inventory, refs []PolicyRef) []Result {
+	ec := newEvalCache(enforcing)
+	out := make([]Result, len(refs))
+	for i, ref := range refs {
+		if cp := inv.policies[ref]; cp != nil {
+			out[i] = evaluate(inv, ec, cp)
+		}
+	}
+	return out
 }
 
 // TranslatePolicy returns the NetworkPolicies one policy generates in an
@@ -607,8 +690,8 @@ func TranslatePolicy(enforcing string, inv *Inventory, ref PolicyRef) []networki
 // identical (byte for byte, once serialised) output.
 func Translate(enforcing string, inv *Inventory) []networkingv1.NetworkPolicy {
 	var out []networkingv1.NetworkPolicy
-	for _, ref := range inv.sortedPolicies() {
-		out = append(out, evaluate(enforcing, inv, inv.policies[ref]).NetworkPolicies...)
+	for _, res := range EvaluateAll(enforcing, inv, inv.sortedPolicies()) {
+		out = append(out, res.NetworkPolicies...)
 	}
 	slices.SortFunc(out, func(a, b networkingv1.NetworkPolicy) int {
 		if c := strings.Compare(a.Namespace, b.Namespace); c != 0 {
@@ -619,7 +702,8 @@ func Translate(enforcing string, inv *Inventory) []networkingv1.NetworkPolicy {
 	return out
 }
 
-func evaluate(enforcing string, inv *Inventory, cp *compiledPolicy) Result {
+func evaluate(inv *Inventory, ec *evalCache, cp *compiledPolicy) Result {
+	enforcing := ec.enforcing
 	var res Result
 	if cp.err != nil {
 		res.Error = cp.err.Error()
@@ -644,12 +728,12 @@ func evaluate(enforcing string, inv *Inventory, cp *compiledPolicy) Result {
 	var ingress, egress []outRule
 	if hasType(networkingv1.PolicyTypeIngress) {
 		for i := range cp.ingress {
-			ingress = append(ingress, translateRule(inv, enforcing, cp.ref.Namespace, &cp.ingress[i], false, remoteSeen)...)
+			ingress = append(ingress, translateRule(inv, ec, cp.ref.Namespace, &cp.ingress[i], false, remoteSeen)...)
 		}
 	}
 	if hasType(networkingv1.PolicyTypeEgress) {
 		for i := range cp.egress {
-			egress = append(egress, translateRule(inv, enforcing, cp.ref.Namespace, &cp.egress[i], true, remoteSeen)...)
+			egress = append(egress, translateRule(inv, ec, cp.ref.Namespace, &cp.egress[i], true, remoteSeen)...)
 		}
 	}
 	res.RemotePeers = len(remoteSeen)
