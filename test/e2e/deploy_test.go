@@ -253,8 +253,24 @@ func TestDeployManifests(t *testing.T) {
 		for _, k := range []string{"ServiceExport", "PodMonitor", "PrometheusRule", "DaemonSet"} {
 			assert.True(t, kinds[k], "overlays/monitoring renders %s", k)
 		}
+		require.NoError(t, c.EnsureNamespace(ctx, "submariner-operator", nil), "Submariner's namespace exists in a cluster set")
 		_, stderr, err := c.KubectlInput(ctx, []byte(out), "apply", "--server-side", "-f", "-")
 		require.NoError(t, err, stderr)
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"get", "clusters.submariner.io", "-n", "submariner-operator"}, "yes"},
+			{[]string{"list", "clusters.submariner.io", "-n", "submariner-operator"}, "yes"},
+			{[]string{"list", "clusters.submariner.io", "-n", "default"}, "no"},
+			{[]string{"update", "clusters.submariner.io", "-n", "submariner-operator"}, "no"},
+			// The Submariner CR holds the broker token and the IPsec PSK.
+			{[]string{"get", "submariners.submariner.io", "-n", "submariner-operator"}, "no"},
+			{[]string{"get", "secrets", "-n", "submariner-operator"}, "no"},
+		} {
+			got, _, _ := c.Kubectl(ctx, append([]string{"auth", "can-i", "--as=" + deploySA}, tc.args...)...)
+			assert.Equal(t, tc.want, strings.TrimSpace(got), "can-i %v", tc.args)
+		}
 		_, err = c.Dynamic.Resource(schema.GroupVersionResource{Group: "multicluster.x-k8s.io", Version: "v1alpha1", Resource: "serviceexports"}).
 			Namespace(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
 		require.NoError(t, err, "ServiceExport named like the Service")
