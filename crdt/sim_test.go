@@ -92,6 +92,7 @@ type sim struct {
 	pDrop   float64
 	pDup    float64
 	lastVer map[string]Version // highest version each origin ever wrote
+	cause   string             // what is being applied (for tracing)
 	stats   map[string]int
 }
 
@@ -145,7 +146,13 @@ func (s *sim) tracef(format string, args ...any) {
 func (s *sim) observe(nd *simNode, changes []Change) {
 	for _, c := range changes {
 		if simTrace != "" && c.Key.String() == simTrace {
-			s.tracef("%s %s: %v -> %v (digest %v)", nd.name, c.Key, c.Old, c.New, nd.st.Digest()[c.Key.Origin])
+			str := func(e *Entry) string {
+				if e == nil {
+					return "nil"
+				}
+				return fmt.Sprintf("%s(del=%v)", e.Version, e.Deleted)
+			}
+			s.tracef("%s %s: %s -> %s (digest %v) via %s", nd.name, c.Key, str(c.Old), str(c.New), nd.st.Digest()[c.Key.Origin], s.cause)
 		}
 		if c.New == nil {
 			continue
@@ -318,6 +325,7 @@ func (s *sim) deliver(m simMsg) {
 		if err != nil {
 			s.fatalf("decode delta: %v", err)
 		}
+		s.cause = fmt.Sprintf("msg %s<-%s (%s,%s] reset=%v final=%v gap=%v gc=%s n=%d", nd.name, s.nodes[m.from].name, d.From, d.To, d.Reset, d.Final, d.Gap, d.GC, len(d.Entries))
 		ch, err := nd.st.Apply(d)
 		if err != nil {
 			s.fatalf("%s apply: %v", nd.name, err)
@@ -801,6 +809,7 @@ func (s *sim) pull(a, b *simNode) {
 		}
 	}
 	for _, d := range b.st.DeltaSince(a.st.Digest(), 7) {
+		s.cause = fmt.Sprintf("pull %s<-%s (%s,%s] reset=%v final=%v gap=%v gc=%s n=%d", a.name, b.name, d.From, d.To, d.Reset, d.Final, d.Gap, d.GC, len(d.Entries))
 		ch, err := a.st.Apply(d)
 		if err != nil {
 			s.fatalf("apply: %v", err)

@@ -695,9 +695,12 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 		}
 		switch {
 		case r == nil:
-			if !o.stale() && e.Version <= o.gc {
-				// We are not stale, so a key we lack at or below GC had a
-				// successor whose tombstone we already collected.
+			if !o.stale() && e.Version <= o.max {
+				// We are not stale: below our watermark we already hold the
+				// latest of every key, so a key we lack there is obsolete
+				// (its successor may be a tombstone we collected). Never
+				// re-admit it; a hash-mismatch reset only ever shrinks both
+				// sides to what they agree on (see ARCHITECTURE.md).
 				continue
 			}
 			r = newRecord(e)
@@ -901,15 +904,14 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		return syncReset, from
 	}
 	if present && r.Max == o.max && r.GC == o.gc && r.Retired == o.retired &&
-		r.Top <= r.Max && o.top() <= o.max && r.Hash != o.hash && o.hash > r.Hash {
-		// Equal watermarks but different contents: only possible after a
-		// writer misbehaved. The side with the larger hash is authoritative
-		// so the two never reset each other back and forth.
-		from := Version(0)
-		if r.Reset > 0 && r.Reset <= o.max {
-			from = r.Reset
-		}
-		return syncReset, from
+		r.Top <= r.Max && o.top() <= o.max && r.Hash != o.hash {
+		// Equal watermarks but different contents: possible only after a
+		// takeover from a lagging replica (before its seal) or a writer
+		// that misbehaved. Both sides reset each other; a non-stale
+		// receiver only drops what the stream lacks and upgrades common
+		// keys, so the pair converges monotonically on what both hold, and
+		// the writer re-publishes any live object that fell out.
+		return syncReset, 0
 	}
 	if r.Max < o.max {
 		return syncNormal, r.Max
@@ -1056,7 +1058,7 @@ func OriginBehind(local OriginDigest, present bool, remote OriginDigest) bool {
 		return false // remote is stale for this origin and will not serve it
 	}
 	if !present {
-		return remote.Max > 0 || remote.Retired > 0 || remote.GC > 0
+		return remote.Max > 0 || remote.Retired > 0 || remote.GC > 0 || remote.Top > 0
 	}
 	switch {
 	case remote.Max > local.Max, remote.GC > local.GC, remote.Retired > local.Retired:
@@ -1064,8 +1066,11 @@ func OriginBehind(local OriginDigest, present bool, remote OriginDigest) bool {
 	case local.Max < local.GC && remote.Max >= local.GC:
 		return true // we are stale; remote can reset us
 	case remote.Max == local.Max && remote.GC == local.GC && remote.Retired == local.Retired &&
-		remote.Top <= remote.Max && local.Top <= local.Max && remote.Hash > local.Hash:
-		return true // equal watermarks, different content: larger hash wins
+		remote.Top <= remote.Max && local.Top <= local.Max && remote.Hash != local.Hash:
+		return true // equal watermarks, different content: mutual reset
+	case local.Max >= local.GC && remote.Top > max(remote.Max, local.Max) &&
+		(local.Top != remote.Top || local.Hash != remote.Hash):
+		return true // remote holds out-of-order entries we may lack (gap delta)
 	}
 	return false
 }

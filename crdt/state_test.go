@@ -301,26 +301,37 @@ func TestGCResetBehindPeer(t *testing.T) {
 	assert.Empty(t, ch)
 }
 
-func TestHashMismatchResetsOneWay(t *testing.T) {
-	// Two replicas that disagree at equal watermarks (a misbehaving writer
-	// reused a version) converge on the larger-hash side.
+func TestHashMismatchResetsToAgreement(t *testing.T) {
+	// Two replicas that disagree at equal watermarks (a writer reused a
+	// version, or a lagging takeover before its seal) reset each other and
+	// converge on what both hold; nothing below the watermark is re-admitted.
 	x := NewState("")
 	y := NewState("")
-	mk := func(name string) Delta {
-		return Delta{Origin: "a", From: 0, To: MakeVersion(1, 1), Entries: []Entry{
-			{Key: Key{"a", KindPod, name}, Version: MakeVersion(1, 1), Value: []byte("v")},
-		}}
+	mk := func(names ...string) Delta {
+		d := Delta{Origin: "a", From: 0, To: MakeVersion(1, 3)}
+		for i, n := range names {
+			d.Entries = append(d.Entries, Entry{Key: Key{"a", KindPod, n}, Version: MakeVersion(1, uint64(i+1)), Value: []byte("v")})
+		}
+		return d
 	}
-	mustApply(t, x, mk("ns/x"))
-	mustApply(t, y, mk("ns/y"))
+	mustApply(t, x, mk("ns/common", "ns/x"))
+	mustApply(t, y, mk("ns/common", "ns/y"))
 	require.NotEqual(t, x.Digest()["a"].Hash, y.Digest()["a"].Hash)
-	bx, by := x.Behind(y.Digest()), y.Behind(x.Digest())
-	assert.Equal(t, 1, len(bx)+len(by), "exactly one side pulls")
+	assert.Equal(t, []string{"a"}, x.Behind(y.Digest()))
+	assert.Equal(t, []string{"a"}, y.Behind(x.Digest()))
 	for i := 0; i < 3; i++ {
-		mustApply(t, x, y.DeltaSince(x.Digest(), 0)...)
+		for _, d := range y.DeltaSince(x.Digest(), 1) {
+			for _, c := range mustApply(t, x, d) {
+				assert.Nil(t, c.New, "a reset at equal watermarks only drops")
+			}
+		}
 		mustApply(t, y, x.DeltaSince(y.Digest(), 0)...)
 	}
 	assert.Equal(t, x.Digest(), y.Digest())
+	_, ok := x.Get(Key{"a", KindPod, "ns/common"})
+	assert.True(t, ok)
+	assert.Equal(t, 1, x.Len("a"))
+	assert.Empty(t, x.DeltaSince(y.Digest(), 0))
 }
 
 func TestRestoreVerifiesHash(t *testing.T) {
@@ -346,4 +357,29 @@ func TestRestoreVerifiesHash(t *testing.T) {
 	assert.Empty(t, bad.Origins())
 	err = bad.Restore(Digest{}, entries)
 	assert.True(t, errors.Is(err, ErrInvalid))
+}
+
+func TestGapEntriesSpread(t *testing.T) {
+	a := writer(t, "a", 1)
+	mustWrite(t, a, KindPod, "ns/p", "1", false)
+	lost := mustWrite(t, a, KindPod, "ns/q", "1", false)
+	late := mustWrite(t, a, KindPod, "ns/r", "1", false)
+	_ = lost
+	// x saw only the last broadcast; the writer then disappears for good.
+	x, y := NewState("x"), NewState("y")
+	mustApply(t, x, late)
+	assert.Equal(t, Version(0), x.Digest()["a"].Max)
+	assert.Equal(t, []string{"a"}, y.Behind(x.Digest()), "y must pull x's out-of-order entries")
+	ds := x.DeltaSince(y.Digest(), 0)
+	require.Len(t, ds, 1)
+	assert.True(t, ds[0].Gap)
+	mustApply(t, y, ds...)
+	assert.Equal(t, x.Digest(), y.Digest())
+	_, ok := y.Get(Key{"a", KindPod, "ns/r"})
+	assert.True(t, ok)
+	assert.Empty(t, y.Behind(x.Digest()))
+	assert.Empty(t, x.DeltaSince(y.Digest(), 0))
+	// Retiring what we know finishes the origin for good.
+	r := x.RetireRecord("a")
+	assert.Equal(t, late.To, r.UpTo)
 }
