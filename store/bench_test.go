@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -188,7 +189,7 @@ func BenchmarkColdStart1M(b *testing.B) {
 				mode = CheckAlways
 			}
 			for range b.N {
-				r, err := OpenReplica(path, "", Options{Check: mode})
+				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet})
 				require.NoError(b, err)
 				var n int
 				r.View(func(st *crdt.State) {
@@ -240,3 +241,5 @@ func BenchmarkReplicaApply(b *testing.B) {
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "entries/s")
 }
+
+var quiet = slog.New(slog.DiscardHandler)

@@ -17,6 +17,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 	bolt "go.etcd.io/bbolt"
@@ -491,11 +492,34 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 
 const slabSize = 4 << 20
 
+// slabCopy copies b into the free tail of slab (a fresh 4 MiB slab when it
+// does not fit) and returns the copy, capacity-capped so appends cannot
+// spill into a neighbour, and the remaining tail. One allocation per slab
+// instead of one per value.
+func slabCopy(slab, b []byte) (cp, rest []byte) {
+	n := len(b)
+	if n > len(slab) {
+		slab = make([]byte, max(slabSize, n))
+	}
+	copy(slab, b)
+	return slab[:n:n], slab[n:]
+}
+
+// slabString is slabCopy for names: the bytes are never written again, so
+// they can back a string without another copy.
+func slabString(slab, b []byte) (string, []byte) {
+	if len(b) == 0 {
+		return "", slab
+	}
+	cp, rest := slabCopy(slab, b)
+	return unsafe.String(&cp[0], len(cp)), rest
+}
+
 // loadEntries decodes every entry; hint (the persisted entry count) sizes
 // the slice up front.
 func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error) {
 	entries := make([]crdt.Entry, 0, max(hint, 1024))
-	var slab []byte
+	var slab, names []byte
 	var lastOrigin string
 	c := b.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
@@ -514,7 +538,7 @@ func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error
 					}
 					e.Origin = lastOrigin
 					e.Kind = crdt.Kind(kind[0])
-					e.Name = string(name)
+					e.Name, names = slabString(names, name)
 				}
 			}
 		}
@@ -525,16 +549,7 @@ func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error
 			return nil, fmt.Errorf("%w: entry %s: %v", ErrCorrupt, e.Key, err)
 		}
 		if n := len(e.Value); n > 0 && copyValues {
-			if n > len(slab) {
-				sz := slabSize
-				if n > sz {
-					sz = n
-				}
-				slab = make([]byte, sz)
-			}
-			copy(slab, e.Value)
-			e.Value = slab[:n:n]
-			slab = slab[n:]
+			e.Value, slab = slabCopy(slab, e.Value)
 		} else if n == 0 {
 			e.Value = nil
 		}
