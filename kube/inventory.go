@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -64,7 +66,10 @@ type InventoryConfig struct {
 	FullSyncPeriod time.Duration
 	RateLimiter    workqueue.TypedRateLimiter[InventoryKey]
 	Registerer     prometheus.Registerer
-	Logger         *slog.Logger
+	// Recorder, when set, gets a Warning Event on every MCNP that cannot be
+	// replicated (no spec, too large).
+	Recorder record.EventRecorder
+	Logger   *slog.Logger
 }
 
 // InventoryKey is one queued inventory item. Kind 0 means "full sync".
@@ -221,10 +226,11 @@ func (inv *Inventory) Start(ctx context.Context) {
 	inv.queue.Add(InventoryKey{Kind: crdt.KindCluster})
 }
 
-// ClusterPropertyServed asks discovery whether about.k8s.io/v1alpha1
-// clusterproperties is installed.
-func ClusterPropertyServed(d discovery.DiscoveryInterface) (bool, error) {
-	list, err := d.ServerResourcesForGroupVersion(ClusterPropertyResource.GroupVersion().String())
+// ResourceServed asks discovery whether the apiserver serves gvr (for
+// example whether a CRD is installed). A missing group/version is
+// (false, nil); other discovery failures are errors.
+func ResourceServed(d discovery.DiscoveryInterface, gvr schema.GroupVersionResource) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -232,11 +238,31 @@ func ClusterPropertyServed(d discovery.DiscoveryInterface) (bool, error) {
 		return false, err
 	}
 	for _, r := range list.APIResources {
-		if r.Name == ClusterPropertyResource.Resource {
+		if r.Name == gvr.Resource {
 			return true, nil
 		}
 	}
 	return false, nil
+}
+
+// ClusterPropertyServed reports whether about.k8s.io/v1alpha1
+// clusterproperties is installed.
+func ClusterPropertyServed(d discovery.DiscoveryInterface) (bool, error) {
+	return ResourceServed(d, ClusterPropertyResource)
+}
+
+// CheckMCNPServed returns a clear error when the MultiClusterNetworkPolicy
+// CRD is not installed: the MCNP informer could never sync without it, so
+// the daemon should fail fast instead of waiting for ever.
+func CheckMCNPServed(d discovery.DiscoveryInterface) error {
+	ok, err := ResourceServed(d, MCNPResource)
+	if err != nil {
+		return fmt.Errorf("discovery of %s: %w", MCNPResource, err)
+	}
+	if !ok {
+		return fmt.Errorf("the MultiClusterNetworkPolicy CRD (%s) is not installed; apply deploy/ CRDs first", MCNPResource.GroupResource())
+	}
+	return nil
 }
 
 // ensureClusterProperties starts the ClusterProperty informer once the
@@ -355,11 +381,16 @@ func (inv *Inventory) desiredValue(key InventoryKey) (value []byte, present bool
 			return nil, false, fmt.Errorf("policy %s: unexpected cache type %T", key.Name, obj)
 		}
 		v, err := PolicyToValue(u)
-		if err != nil {
-			return nil, false, err
+		if err == nil {
+			var b []byte
+			if b, err = EncodeCanonical(&v); err == nil {
+				return b, true, nil
+			}
 		}
-		b, err := EncodeCanonical(&v)
-		return b, err == nil, err
+		if inv.cfg.Recorder != nil {
+			inv.cfg.Recorder.Eventf(u, corev1.EventTypeWarning, "InvalidPolicy", "not replicated to the cluster set: %v", err)
+		}
+		return nil, false, err
 	}
 	return nil, false, fmt.Errorf("inventory: unknown kind %v", key.Kind)
 }

@@ -21,6 +21,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -293,7 +294,16 @@ func TestInventoryKeepsUnconvertibleEntries(t *testing.T) {
 	rep.own.Set(crdt.KindPolicy, "shop/broken", []byte("last good"))
 	broken := mcnp("shop", "broken", nil)
 	r := newInvRig(t, rep, nil, []runtime.Object{broken}, false)
+	rec := record.NewFakeRecorder(8)
+	r.inv.cfg.Recorder = rec
 	require.NoError(t, r.inv.FullSync())
+	select {
+	case e := <-rec.Events:
+		assert.Contains(t, e, "Warning InvalidPolicy")
+		assert.Contains(t, e, "has no spec")
+	default:
+		t.Error("no Event for the invalid policy")
+	}
 	b, ok := rep.get(crdt.KindPolicy, "shop/broken")
 	assert.True(t, ok, "a policy that fails to convert is not tombstoned")
 	assert.Equal(t, "last good", string(b))
@@ -354,6 +364,21 @@ func TestInventoryConfigValidation(t *testing.T) {
 	inv, err := NewInventory(InventoryConfig{ClusterID: "c1", Client: fake.NewClientset(), Dynamic: dynamicfake.NewSimpleDynamicClient(runtime.NewScheme()), Writer: newMemReplica(), Persisted: newMemReplica().Persisted})
 	require.NoError(t, err)
 	assert.Error(t, inv.RunWriter(context.Background()), "RunWriter before Start")
+}
+
+func TestResourceServed(t *testing.T) {
+	client := fake.NewClientset()
+	disc := &switchDiscovery{DiscoveryInterface: client.Discovery()}
+	ok, err := ClusterPropertyServed(disc)
+	require.NoError(t, err)
+	assert.False(t, ok)
+	disc.served.Store(true)
+	ok, err = ClusterPropertyServed(disc)
+	require.NoError(t, err)
+	assert.True(t, ok)
+	assert.ErrorContains(t, CheckMCNPServed(disc), "not installed")
+	client.Resources = []*metav1.APIResourceList{{GroupVersion: "networking.submariner.io/v1", APIResources: []metav1.APIResource{{Name: "multiclusternetworkpolicies"}}}}
+	assert.NoError(t, CheckMCNPServed(client.Discovery()))
 }
 
 func TestPodRelevant(t *testing.T) {
