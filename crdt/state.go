@@ -884,6 +884,7 @@ const (
 	syncReset
 	syncWatermarks
 	syncGap
+	syncMismatch // a reset stream exempt from the entry budget
 )
 
 // plan decides, for our origin o and the remote's digest r of it, what the
@@ -910,8 +911,10 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		// that misbehaved. Both sides reset each other; a non-stale
 		// receiver only drops what the stream lacks and upgrades common
 		// keys, so the pair converges monotonically on what both hold, and
-		// the writer re-publishes any live object that fell out.
-		return syncReset, 0
+		// the writer re-publishes any live object that fell out. A
+		// non-stale receiver does not advertise progress, so this stream
+		// is sent whole (see DeltaSince).
+		return syncMismatch, 0
 	}
 	if r.Max < o.max {
 		return syncNormal, r.Max
@@ -945,7 +948,7 @@ type cursor struct {
 func (c *cursor) next(limit int) (Delta, bool) {
 	o := c.o
 	d := Delta{Origin: o.name, From: c.from, GC: o.gc, Retired: o.retired,
-		Reset: c.mode == syncReset, Gap: c.mode == syncGap}
+		Reset: c.mode == syncReset || c.mode == syncMismatch, Gap: c.mode == syncGap}
 	if c.mode == syncWatermarks {
 		d.From, d.To = o.max, o.max
 		c.done = true
@@ -988,7 +991,9 @@ func (c *cursor) next(limit int) (Delta, bool) {
 // most DeltaChunkEntries entries, taking one chunk per origin in turn (origins
 // in sorted order) so a large origin cannot starve the others. maxEntries
 // bounds the total number of entries (<= 0: unbounded); watermark-only
-// chunks are always included. Every prefix of the result is valid to apply.
+// chunks are always included, and so is the whole of a hash-mismatch reset
+// stream (rare; it must complete in one go). Every prefix of the result is
+// valid to apply.
 func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
 	budget := maxEntries
 	if budget <= 0 {
@@ -1014,12 +1019,16 @@ func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
 			if c.done {
 				continue
 			}
-			d, ok := c.next(min(budget, share))
+			limit := min(budget, share)
+			if c.mode == syncMismatch {
+				limit = DeltaChunkEntries
+			}
+			d, ok := c.next(limit)
 			if !ok {
 				c.done = true
 				continue
 			}
-			budget -= len(d.Entries)
+			budget = max(0, budget-len(d.Entries))
 			out = append(out, d)
 			if !c.done {
 				active++
