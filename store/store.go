@@ -393,7 +393,7 @@ func (s *Store) Close() error {
 	<-s.done
 	var markErr error
 	if failed == nil {
-		markErr = s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaClean, []byte{1}) })
+		markErr = s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaClean, []byte{1}) })
 	}
 	return errors.Join(markErr, s.db.Close())
 }
@@ -651,7 +651,7 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	start := time.Now()
 	nchanges := 0
 	countDelta := map[string]int{}
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		w := newTxWriter(tx)
 		digests := crdt.Digest{}
 		var writer *WriterMeta
@@ -853,9 +853,29 @@ func (s *Store) PoliciesOfOrigin(origin string) ([]string, error) {
 
 type podFields struct{ cluster, ns, pod int }
 
-func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) ([]PodRef, error) {
-	var out []PodRef
-	err := s.db.View(func(tx *bolt.Tx) error {
+// update is db.Update guarded like reads: a write transaction that walks
+// into damaged pages fails with ErrCorrupt instead of crashing the daemon.
+func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
+	defer guardRead(&err)()
+	return s.db.Update(fn)
+}
+
+// guardRead turns a panic or memory fault inside a read of damaged pages
+// (possible when the full page check was skipped) into an ErrCorrupt error
+// instead of crashing the daemon. Use as: defer guardRead(&err)() .
+func guardRead(err *error) func() {
+	old := debug.SetPanicOnFault(true)
+	return func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			*err = fmt.Errorf("%w: panic while reading: %v", ErrCorrupt, r)
+		}
+	}
+}
+
+func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) (out []PodRef, err error) {
+	defer guardRead(&err)()
+	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
 			comps, err := decodeKey(k, n)
@@ -873,9 +893,9 @@ func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) ([]PodRef, e
 	return out, err
 }
 
-func (s *Store) scanNames(bucket, prefix []byte) ([]string, error) {
-	var out []string
-	err := s.db.View(func(tx *bolt.Tx) error {
+func (s *Store) scanNames(bucket, prefix []byte) (out []string, err error) {
+	defer guardRead(&err)()
+	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
 			comps, err := decodeKey(k, 2)

@@ -390,6 +390,18 @@ func TestCorruptFileMovedAside(t *testing.T) {
 			}
 			return b
 		},
+		"late-pages-garbled": func(b []byte) []byte {
+			// Only the second half of the file: leaves and branches, not the
+			// meta pages or (usually) the root; only the page check sees it.
+			r := rand.New(rand.NewPCG(11, 12))
+			for p := len(b) / 4096 / 2; p < len(b)/4096; p++ {
+				off := p*4096 + r.IntN(64)
+				for i := range 32 {
+					b[off+i] = byte(r.Uint32())
+				}
+			}
+			return b
+		},
 		"pages-garbled": func(b []byte) []byte {
 			r := rand.New(rand.NewPCG(9, 9))
 			for p := 2; p < len(b)/4096; p++ {
@@ -510,4 +522,52 @@ func TestCommitFailureIsSticky(t *testing.T) {
 	require.Empty(t, refs)
 	err2 := s.Commit([]crdt.Change{good}, nil, nil)
 	require.ErrorContains(t, err2, "refusing further writes")
+}
+
+func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	b := populated(t, path)
+	r := rand.New(rand.NewPCG(13, 14))
+	for p := 2; p < len(b)/4096; p++ {
+		off := p*4096 + r.IntN(64)
+		for i := range 32 {
+			b[off+i] = byte(r.Uint32())
+		}
+	}
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	// Skip every check that would have moved the file aside, then query:
+	// damage must surface as ErrCorrupt errors, never as a crash.
+	db, err := bolt.Open(path, 0o600, nil)
+	require.NoError(t, err, "bbolt's own open does not notice page damage")
+	s := &Store{db: db, path: path, opts: Options{}, m: newMetrics(nil), counts: map[string]int{}}
+	s.opts.defaults()
+	s.log = s.opts.Logger
+	s.start()
+	defer s.Close()
+	var errs int
+	for i := range 7 {
+		if _, err := s.PodsInNamespace("c", fmt.Sprintf("ns%d", i)); err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			errs++
+		}
+	}
+	for _, q := range []func() error{
+		func() error { _, err := s.PodsWithLabelKey("app"); return err },
+		func() error { _, err := s.PodsWithLabelInCluster("app", "3", "c"); return err },
+		func() error { _, err := s.NamespacesInCluster("c"); return err },
+	} {
+		if err := q(); err != nil {
+			require.ErrorIs(t, err, ErrCorrupt)
+			errs++
+		}
+	}
+	require.Positive(t, errs, "damage in every page must be noticed by some query")
+	// Writes walking into damaged pages fail (and stick) instead of crashing.
+	var changes []crdt.Change
+	for i := range 200 {
+		changes = append(changes, put(podEntry(t, "c", fmt.Sprintf("ns%d/pod-%d", i%7, i*13), crdt.Version(5000+i), nil)))
+	}
+	if err := s.Commit(changes, crdt.Digest{"c": {Max: 6000}}, nil); err != nil {
+		require.ErrorIs(t, err, ErrCorrupt)
+	}
 }
