@@ -155,3 +155,19 @@ func Eventually(ctx context.Context, timeout, interval time.Duration, cond func(
 	}
 	return nil
 }
+
+// ApplyKustomize renders dir with kubectl's built-in kustomize and applies
+// the result with server-side apply (for example deploy/ or an overlay).
+func (c *Cluster) ApplyKustomize(ctx context.Context, dir string) error {
+	out, _, err := c.Kubectl(ctx, "kustomize", dir)
+	if err != nil {
+		return fmt.Errorf("harness: rendering %s: %w", dir, err)
+	}
+	if _, _, err := c.KubectlInput(ctx, []byte(out), "apply", "--server-side", "--force-conflicts", "-f", "-"); err != nil {
+		return fmt.Errorf("harness: applying %s: %w", dir, err)
+	}
+	if _, _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd", "--all"); err != nil {
+		return fmt.Errorf("harness: waiting for CRDs of %s: %w", dir, err)
+	}
+	return nil
+}
