@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -144,6 +145,10 @@ type Store struct {
 	failed error
 	queue  chan *commitReq
 	done   chan struct{}
+
+	// corruptSeen is set when a read hit damaged content; Close then omits
+	// the clean-shutdown mark so the next open runs the full page check.
+	corruptSeen atomic.Bool
 
 	countMu sync.Mutex
 	counts  map[string]int // entries per origin, for the gauge
@@ -392,7 +397,7 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	<-s.done
 	var markErr error
-	if failed == nil {
+	if failed == nil && !s.corruptSeen.Load() {
 		markErr = s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaClean, []byte{1}) })
 	}
 	return errors.Join(markErr, s.db.Close())
@@ -860,6 +865,13 @@ func (s *Store) update(fn func(*bolt.Tx) error) (err error) {
 	return s.db.Update(fn)
 }
 
+// noteCorrupt records that a read found damaged content.
+func (s *Store) noteCorrupt(err *error) {
+	if errors.Is(*err, ErrCorrupt) {
+		s.corruptSeen.Store(true)
+	}
+}
+
 // guardRead turns a panic or memory fault inside a read of damaged pages
 // (possible when the full page check was skipped) into an ErrCorrupt error
 // instead of crashing the daemon. Use as: defer guardRead(&err)() .
@@ -874,6 +886,7 @@ func guardRead(err *error) func() {
 }
 
 func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) (out []PodRef, err error) {
+	defer s.noteCorrupt(&err)
 	defer guardRead(&err)()
 	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()
@@ -894,6 +907,7 @@ func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) (out []PodRe
 }
 
 func (s *Store) scanNames(bucket, prefix []byte) (out []string, err error) {
+	defer s.noteCorrupt(&err)
 	defer guardRead(&err)()
 	err = s.db.View(func(tx *bolt.Tx) error {
 		c := tx.Bucket(bucket).Cursor()

@@ -562,6 +562,7 @@ func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
 		}
 	}
 	require.Positive(t, errs, "damage in every page must be noticed by some query")
+	require.True(t, s.corruptSeen.Load(), "Close must not mark a damaged file clean")
 	// Writes walking into damaged pages fail (and stick) instead of crashing.
 	var changes []crdt.Change
 	for i := range 200 {
