@@ -11,7 +11,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// Bucket names. Every bucket is top level; see docs/STORE.md.
+// Bucket names. Every bucket is top level; see docs/ARCHITECTURE.md, "Store".
 var (
 	bucketMeta     = []byte("meta")      // schema version, self, writer epoch/version
 	bucketEntries  = []byte("entries")   // (origin, kind, name) -> record

@@ -3,7 +3,7 @@
 // enforce correctly - before any peer answers.
 //
 // Layout, key encoding and crash-safety rules are described in
-// docs/STORE.md.
+// docs/ARCHITECTURE.md, section "Store".
 package store
 
 import (
