@@ -137,8 +137,8 @@ func BenchmarkHeapPerPod1M(b *testing.B) {
 // TestHeapPerPod keeps the memory budget honest in ordinary test runs
 // (100k entries; the per-entry cost does not grow with n).
 func TestHeapPerPod(t *testing.T) {
-	if testing.Short() {
-		t.Skip("allocates ~50 MB")
+	if testing.Short() || raceEnabled {
+		t.Skip("allocates ~50 MB; heap figures are meaningless under -race (run without -race/-short)")
 	}
 	per, s := heapPerEntry(t, 100_000)
 	runtime.KeepAlive(s)

@@ -936,7 +936,7 @@ func TestSimulator(t *testing.T) {
 		if n > 16 {
 			steps = 4000
 		}
-		if testing.Short() {
+		if testing.Short() || raceEnabled {
 			steps /= 4
 		}
 		t.Run(fmt.Sprintf("seed=%d/n=%d", seed, n), func(t *testing.T) {
