@@ -182,6 +182,13 @@ func (n *Node) observe(mn *memberlist.Node, alive bool) {
 	if prevCluster != "" && prevCluster != cluster {
 		n.clusterSeen[prevCluster] = now
 	}
+	var cnt int64
+	for _, m := range n.members {
+		if m.Alive {
+			cnt++
+		}
+	}
+	n.aliveCount.Store(cnt)
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

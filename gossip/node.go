@@ -106,6 +106,7 @@ type Node struct {
 	shutdown    bool
 
 	statBytesOut, statBytesIn, statMsgsOut atomic.Int64
+	aliveCount                             atomic.Int64
 }
 
 // Stats are cumulative counters of coastguard gossip messages (the
@@ -148,6 +149,11 @@ func New(cfg Config, rep Replica) (*Node, error) {
 		nextID:      rand.Uint64() >> 1,
 	}
 	n.metaWriter = cfg.IsWriter()
+	n.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       func() int { return n.numMembers() },
+		RetransmitMult: HeadRetransmitMult,
+	}
+	n.m = newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
 	mc := cfg.memberlistConfig()
 	if len(cfg.Keyring) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.Keyring[1:], cfg.Keyring[0])
@@ -180,11 +186,6 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
-	n.queue = &memberlist.TransmitLimitedQueue{
-		NumNodes:       func() int { return n.numMembers() },
-		RetransmitMult: HeadRetransmitMult,
-	}
-	n.m = newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
 	if cfg.MemberlistHook != nil {
 		cfg.MemberlistHook(mc)
 	}
@@ -229,12 +230,17 @@ func (n *Node) joinAddrs(addrs []string) (int, error) {
 	return n.ml.Join(addrs)
 }
 
+// numMembers is the alive member count as seen through events (safe to
+// call from memberlist goroutines before Create returned).
 func (n *Node) numMembers() int {
-	if n.ml == nil {
-		return 1
+	if v := n.aliveCount.Load(); v > 0 {
+		return int(v)
 	}
-	return n.ml.NumMembers()
+	return 1
 }
+
+// NumAlive returns memberlist's count of alive members (including self).
+func (n *Node) NumAlive() int { return n.ml.NumMembers() }
 
 // Members returns every member ever seen (alive or not), sorted by name.
 func (n *Node) Members() []MemberInfo {

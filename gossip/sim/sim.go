@@ -58,6 +58,9 @@ type Options struct {
 type Result struct {
 	Mode     string
 	N        int
+	// MinMembersSeen is the smallest alive-member count any member saw
+	// before measuring (N when membership fully converged).
+	MinMembersSeen int
 	Profile  gossip.Profile
 	Entries  int
 	Updates  int
@@ -193,20 +196,17 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 			return res, fmt.Errorf("sim: join %d: %w", i, err)
 		}
 	}
-	deadline := time.Now().Add(90 * time.Second)
+	// Wait for every member to see all N alive. On an overloaded machine
+	// failure detection may flap; after 60s proceed and report it.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
-		ok := true
+		minSeen := opts.N
 		for _, m := range members {
-			if m.numMembers() != opts.N {
-				ok = false
-				break
-			}
+			minSeen = min(minSeen, m.numMembers())
 		}
-		if ok {
+		res.MinMembersSeen = minSeen
+		if minSeen == opts.N || time.Now().After(deadline) {
 			break
-		}
-		if time.Now().After(deadline) {
-			return res, errors.New("sim: membership did not converge in 90s")
 		}
 		select {
 		case <-ctx.Done():

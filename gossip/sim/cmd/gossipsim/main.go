@@ -101,8 +101,8 @@ func main() {
 	if *asJSON {
 		return
 	}
-	fmt.Printf("%-10s %4s %7s %6s %6s %6s %9s %8s %10s %10s %12s %12s\n",
-		"mode", "N", "entries", "recv%", "p50ms", "p99ms", "payloadB", "app/u/n", "wire/u/n", "app/payload", "idleWire/s/n", "idleApp/s/n")
+	fmt.Printf("%-10s %4s %5s %7s %6s %6s %6s %9s %8s %10s %10s %12s %12s\n",
+		"mode", "N", "minN", "entries", "recv%", "p50ms", "p99ms", "payloadB", "app/u/n", "wire/u/n", "app/payload", "idleWire/s/n", "idleApp/s/n")
 	for _, r := range results {
 		recv, ratio := "-", "-"
 		p50, p99 := "-", "-"
@@ -113,8 +113,8 @@ func main() {
 			app, wire = fmt.Sprintf("%.0f", r.AppBytesPerUpdatePerNode), fmt.Sprintf("%.0f", r.WireBytesPerUpdatePerNode)
 			ratio = fmt.Sprintf("%.2f", r.AppBytesPerUpdatePerNode/float64(max(r.PayloadBytes, 1)))
 		}
-		fmt.Printf("%-10s %4d %7d %6s %6s %6s %9d %8s %10s %10s %12.0f %12.0f\n",
-			r.Mode, r.N, r.Entries, recv, p50, p99, r.PayloadBytes, app, wire, ratio,
+		fmt.Printf("%-10s %4d %5d %7d %6s %6s %6s %9d %8s %10s %10s %12.0f %12.0f\n",
+			r.Mode, r.N, r.MinMembersSeen, r.Entries, recv, p50, p99, r.PayloadBytes, app, wire, ratio,
 			r.IdleWireBytesPerSecPerNode, r.IdleAppBytesPerSecPerNode)
 	}
 }
