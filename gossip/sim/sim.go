@@ -56,18 +56,18 @@ type Options struct {
 // of what they sent during the update phase, minus the idle rate over the
 // same time, divided by Updates*N).
 type Result struct {
-	Mode     string
-	N        int
+	Mode string
+	N    int
 	// MinMembersSeen is the smallest alive-member count any member saw
 	// before measuring (N when membership fully converged).
 	MinMembersSeen int
-	Profile  gossip.Profile
-	Entries  int
-	Updates  int
-	Expected int // Updates*(N-1)
-	Received int
-	P50, P99 time.Duration
-	Max      time.Duration
+	Profile        gossip.Profile
+	Entries        int
+	Updates        int
+	Expected       int // Updates*(N-1)
+	Received       int
+	P50, P99       time.Duration
+	Max            time.Duration
 	// PayloadBytes is the encoded size of one update as gossiped (the
 	// encoded crdt.Delta in coastguard mode, the same bytes in naive mode).
 	PayloadBytes int
