@@ -95,7 +95,7 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 		if rerr := s.recoverCorrupt(err); rerr != nil {
 			return nil, rerr
 		}
-		err, st, reset, writer = nil, crdt.NewState(self), nil, WriterMeta{}
+		err, st, reset, writer, resetDigs = nil, crdt.NewState(self), nil, WriterMeta{}, crdt.Digest{}
 	}
 	if err != nil {
 		return nil, err
