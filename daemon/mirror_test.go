@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+// world is a set of origin writers plus one observing replica, the way the
+// daemon sees them: every write becomes a delta applied to the observer,
+// whose change feed drives the Mirror.
+type world struct {
+	t        *testing.T
+	writers  map[string]*crdt.State
+	observer *crdt.State
+	mirror   *Mirror
+	outputs  *Outputs
+}
+
+func newWorld(t *testing.T, self string, clusters ...string) *world {
+	w := &world{t: t, writers: map[string]*crdt.State{}, observer: crdt.NewState(self),
+		mirror: NewMirror(self), outputs: NewOutputs(self)}
+	for _, c := range clusters {
+		s := crdt.NewState(c)
+		require.NoError(t, s.SetEpoch(1))
+		w.writers[c] = s
+	}
+	return w
+}
+
+func (w *world) write(origin string, kind crdt.Kind, name string, v any) {
+	w.t.Helper()
+	var b []byte
+	if v != nil {
+		var err error
+		b, err = crdt.EncodeValue(v)
+		require.NoError(w.t, err)
+	}
+	d, _, err := w.writers[origin].Write(kind, name, b, v == nil, 0)
+	require.NoError(w.t, err)
+	changes, err := w.observer.Apply(d)
+	require.NoError(w.t, err)
+	res := w.mirror.Apply(changes)
+	require.Empty(w.t, res.Errors)
+	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
+}
+
+func policyValue(t *testing.T, spec apiv1.MultiClusterNetworkPolicySpec, gen int64) *crdt.PolicyValue {
+	b, err := json.Marshal(spec)
+	require.NoError(t, err)
+	return &crdt.PolicyValue{UID: "u", Generation: gen, Spec: b}
+}
+
+func names(nps []networkingv1.NetworkPolicy) []string {
+	var out []string
+	for _, np := range nps {
+		b, _ := json.Marshal(np)
+		out = append(out, string(b))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fromScratch rebuilds the inventory from the observer's full state and
+// translates everything: the reference the incremental path must match.
+func (w *world) fromScratch(self string) []networkingv1.NetworkPolicy {
+	m := NewMirror(self)
+	require.Empty(w.t, m.Load(w.observer))
+	return enforce.Translate(self, m.Inventory())
+}
+
+func TestIncrementalMatchesFullTranslation(t *testing.T) {
+	clusters := []string{"a", "b", "c"}
+	for seed := int64(1); seed <= 6; seed++ {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewSource(seed))
+			w := newWorld(t, "a", clusters...)
+			for _, c := range clusters {
+				w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": []string{"eu", "us"}[rng.Intn(2)]}})
+				w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{Labels: map[string]string{"team": "x"}})
+			}
+			apps := []string{"web", "db", "api"}
+			for step := 0; step < 150; step++ {
+				c := clusters[rng.Intn(len(clusters))]
+				switch r := rng.Intn(10); {
+				case r < 6: // pod upsert or delete
+					name := fmt.Sprintf("shop/p%d", rng.Intn(12))
+					if rng.Intn(5) == 0 {
+						w.write(c, crdt.KindPod, name, nil)
+					} else {
+						w.write(c, crdt.KindPod, name, &crdt.PodValue{
+							Labels: map[string]string{"app": apps[rng.Intn(len(apps))]},
+							IPs:    []string{fmt.Sprintf("10.%d.0.%d", rng.Intn(3), rng.Intn(250)+1)},
+							Phase:  "Running",
+							Ports:  []crdt.NamedPort{{Name: "sql", Port: 5432}}})
+					}
+				case r < 8: // policy upsert / delete
+					name := fmt.Sprintf("shop/pol%d", rng.Intn(3))
+					if rng.Intn(4) == 0 {
+						w.write(c, crdt.KindPolicy, name, nil)
+						continue
+					}
+					spec := apiv1.MultiClusterNetworkPolicySpec{
+						PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": apps[rng.Intn(3)]}},
+						Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{
+							ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}},
+							PodSelector:     &metav1.LabelSelector{MatchLabels: map[string]string{"app": apps[rng.Intn(3)]}},
+						}}}},
+					}
+					if rng.Intn(2) == 0 {
+						spec.ClusterSelector = &metav1.LabelSelector{}
+					}
+					w.write(c, crdt.KindPolicy, name, policyValue(t, spec, int64(step)))
+				case r < 9: // relabel a cluster
+					w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": []string{"eu", "us"}[rng.Intn(2)]}})
+				default: // relabel or delete/recreate the namespace
+					if rng.Intn(3) == 0 {
+						w.write(c, crdt.KindNamespace, "shop", nil)
+					} else {
+						w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{Labels: map[string]string{"team": []string{"x", "y"}[rng.Intn(2)]}})
+					}
+				}
+				require.Equal(t, names(w.fromScratch("a")), names(w.outputs.Desired()), "step %d", step)
+			}
+		})
+	}
+}
+
+func TestRetirementRemovesClusterAndItsPolicies(t *testing.T) {
+	w := newWorld(t, "a", "a", "b")
+	w.write("a", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
+	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
+	w.write("b", crdt.KindPod, "shop/web", &crdt.PodValue{Labels: map[string]string{"app": "web"}, IPs: []string{"10.2.0.1"}, Phase: "Running"})
+	spec := apiv1.MultiClusterNetworkPolicySpec{
+		ClusterSelector: &metav1.LabelSelector{},
+		PodSelector:     metav1.LabelSelector{},
+		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{
+			ClusterSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}},
+	}
+	w.write("a", crdt.KindPolicy, "shop/from-a", policyValue(t, spec, 1))
+	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, spec, 1))
+	require.Len(t, w.outputs.Desired(), 2)
+
+	changes, err := w.observer.ApplyRetire(w.observer.RetireRecord("b"))
+	require.NoError(t, err)
+	res := w.mirror.Apply(changes)
+	require.True(t, res.All)
+	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
+	desired := w.outputs.Desired()
+	require.Len(t, desired, 1, "b's policy is gone")
+	require.Equal(t, "a", desired[0].Labels[enforce.LabelOriginCluster])
+	for _, r := range desired[0].Spec.Ingress {
+		for _, p := range r.From {
+			require.Nil(t, p.IPBlock, "b's pod IP must be gone")
+		}
+	}
+	require.NotContains(t, w.mirror.ClusterLabels(), "b")
+}
+
+func TestReportsAndStatusDirty(t *testing.T) {
+	w := newWorld(t, "a", "a", "b")
+	w.write("a", crdt.KindPolicy, "shop/p", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 3))
+	w.write("b", crdt.KindReport, "a/shop/p", &crdt.ReportValue{ObservedGeneration: 3, NetworkPolicies: 1})
+	rep := w.mirror.Reports("a/shop/p")
+	require.Equal(t, int64(3), rep["b"].ObservedGeneration)
+
+	d, _, err := w.writers["b"].Write(crdt.KindReport, "a/shop/p", nil, true, 0)
+	require.NoError(t, err)
+	changes, err := w.observer.Apply(d)
+	require.NoError(t, err)
+	res := w.mirror.Apply(changes)
+	require.Equal(t, []string{"a/shop/p"}, res.StatusDirty)
+	require.Empty(t, w.mirror.Reports("a/shop/p"))
+}
+
+func TestUndecodableEntryIsSkipped(t *testing.T) {
+	m := NewMirror("a")
+	e := crdt.Entry{Key: crdt.Key{Origin: "b", Kind: crdt.KindPod, Name: "shop/x"}, Version: 1, Value: []byte{0xc1, 0xff}}
+	res := m.Apply([]crdt.Change{{Key: e.Key, New: &e}})
+	require.Len(t, res.Errors, 1)
+	require.Equal(t, 1, m.DecodeErrors)
+}
+
+func TestEnforcingClusters(t *testing.T) {
+	labels := map[string]map[string]string{"a": {"region": "eu"}, "b": {"region": "us"}, "c": {"region": "eu"}}
+	p := enforce.Policy{Origin: "b"}
+	got, err := EnforcingClusters(p, labels)
+	require.NoError(t, err)
+	require.Equal(t, []string{"b"}, got, "absent selector = origin only")
+	p.Spec.ClusterSelector = &metav1.LabelSelector{}
+	got, _ = EnforcingClusters(p, labels)
+	require.Equal(t, []string{"a", "b", "c"}, got)
+	p.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}
+	got, _ = EnforcingClusters(p, labels)
+	require.Equal(t, []string{"a", "c"}, got)
+}
