@@ -85,6 +85,7 @@ type MultiClusterNetworkPolicyIngressRule struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.protocol) || p.protocol in ['TCP', 'UDP', 'SCTP'])",message="protocol must be TCP, UDP or SCTP"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == string || (p.port >= 1 && p.port <= 65535))",message="port must be between 1 and 65535"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.endPort) || (has(p.port) && type(p.port) == int && p.endPort >= p.port && p.endPort <= 65535))",message="endPort requires a numeric port and must be >= port and <= 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == int || (size(p.port) >= 1 && size(p.port) <= 15))",message="a named port must have 1 to 15 characters"
 	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
 
 	// from lists the sources; empty or absent means all sources.
@@ -104,6 +105,7 @@ type MultiClusterNetworkPolicyEgressRule struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.protocol) || p.protocol in ['TCP', 'UDP', 'SCTP'])",message="protocol must be TCP, UDP or SCTP"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == string || (p.port >= 1 && p.port <= 65535))",message="port must be between 1 and 65535"
 	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.endPort) || (has(p.port) && type(p.port) == int && p.endPort >= p.port && p.endPort <= 65535))",message="endPort requires a numeric port and must be >= port and <= 65535"
+	// +kubebuilder:validation:XValidation:rule="self.all(p, !has(p.port) || type(p.port) == int || (size(p.port) >= 1 && size(p.port) <= 15))",message="a named port must have 1 to 15 characters"
 	Ports []networkingv1.NetworkPolicyPort `json:"ports,omitempty"`
 
 	// to lists the destinations; empty or absent means all destinations.

@@ -90,6 +90,9 @@ ingress: [{ports: [{port: http, endPort: 99}]}]`, "spec.ingress[0].ports[0].endP
 	{"bad named port", `
 podSelector: {}
 ingress: [{ports: [{port: "Not_A_Name"}]}]`, "spec.ingress[0].ports[0].port"},
+	{"named port too long", `
+podSelector: {}
+egress: [{ports: [{port: abcdefghijklmnopq}]}]`, "spec.egress[0].ports[0].port"},
 	{"bad protocol", `
 podSelector: {}
 ingress: [{ports: [{port: 80, protocol: ICMP}]}]`, "spec.ingress[0].ports[0].protocol"},
