@@ -320,6 +320,11 @@ func (inv *Inventory) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
+// InformerFactory is the inventory's typed informer factory, so other
+// components (the applier's NetworkPolicy informer) share its connection;
+// informers added after Start need another factory.Start call.
+func (inv *Inventory) InformerFactory() informers.SharedInformerFactory { return inv.factory }
+
 // MCNPLister lists MCNPs from the informer cache (unstructured).
 func (inv *Inventory) MCNPLister() cache.GenericLister { return inv.mcnps }
 
@@ -479,7 +484,9 @@ func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err er
 
 // FullSync diffs the caches against the persisted own entries and writes
 // the difference (the join flow: objects deleted while the daemon was down
-// become tombstones). It resets the no-op cache to the result.
+// become tombstones). It resets the no-op cache to the result. RunWriter
+// calls it at the start of every term and every FullSyncPeriod; call it
+// directly only while RunWriter is not running.
 func (inv *Inventory) FullSync() error {
 	if !inv.HasSynced() {
 		return errors.New("inventory: caches not synced")
