@@ -5,6 +5,30 @@
 // Nothing here is a fake: every cluster is a real kube-apiserver binary built by
 // hack/build-testbins.sh (make testbins). A missing binary is a hard error that
 // names the remedy; the harness never skips.
+//
+// Layout: one etcd (--unsafe-no-fsync, random ports) shared by N apiservers
+// with distinct --etcd-prefix and --service-cluster-ip-range, each with its
+// own CA, serving certificate, admin client certificate (system:masters),
+// service-account key pair and kubeconfig; RBAC authorization. Cluster i's
+// daemons gossip on the loopback alias 127.0.0.(10+i) and run with their own
+// primary group, which Partition matches with iptables owner rules.
+//
+// Typical use in a test:
+//
+//	env := harness.Start(t, harness.Options{Clusters: 3})
+//	require.NoError(t, env.InstallCRDs(ctx, "deploy/crds"))
+//	bin, _ := harness.Build("./cmd/coastguardd")
+//	a, _ := env.StartDaemon(env.Clusters[0], harness.DaemonOptions{Binary: bin})
+//	b, _ := env.StartDaemon(env.Clusters[1], harness.DaemonOptions{Binary: bin}) // seeds: a
+//	_, _ = env.Clusters[0].RunPod(ctx, "shop", "web-0", "10.244.1.5", map[string]string{"app": "web"})
+//	_ = env.Partition(env.Clusters[0], env.Clusters[1]) // ... env.Heal()
+//	_ = a.Kill(); _ = a.Restart()
+//
+// Everything started is stopped in t.Cleanup (process groups, SIGKILL after a
+// grace period, iptables chain removed), also shortly before the test binary's
+// -timeout; children die with the test binary (parent-death signal) even if
+// it is killed. With Options.Detach the processes outlive the program instead
+// (make demo) and Down(dir) stops them.
 package harness
 
 import (
