@@ -52,7 +52,7 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 			// Local pods are selected natively by the CNI: no change.
 			return nil
 		}
-		return inv.collectAffected(enforcing, ch.Cluster, func(cp *compiledPolicy, p *compiledPeer) bool {
+		return inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
 			if p.nsSel == nil {
 				if ch.Namespace != cp.ref.Namespace {
 					return false
@@ -103,12 +103,19 @@ func anyMatches(sel labels.Selector, sets []map[string]string) bool {
 // cluster dimension includes the remote cluster (so only explicit
 // clusterSelectors qualify) and for which match(peer) holds.
 func (inv *Inventory) collectAffected(enforcing, remote string, match func(*compiledPolicy, *compiledPeer) bool) []PolicyRef {
+	return inv.collectAffectedFrom(enforcing, remote, "", match)
+}
+
+// collectAffectedFrom is collectAffected restricted to the candidates of the
+// reverse index: policies with a namespaceSelector peer, plus (when ns is
+// not "") policies of namespace ns with a same-namespace remote peer.
+func (inv *Inventory) collectAffectedFrom(enforcing, remote, ns string, match func(*compiledPolicy, *compiledPeer) bool) []PolicyRef {
 	var out []PolicyRef
 	remoteLabels := inv.clusterLabels(remote)
-	for _, ref := range inv.sortedPolicies() {
+	check := func(ref PolicyRef) {
 		cp := inv.policies[ref]
-		if cp.err != nil || !cp.enforcedAt(inv, enforcing) || !inv.HasNamespace(enforcing, ref.Namespace) {
-			continue
+		if cp == nil || cp.err != nil || !cp.enforcedAt(inv, enforcing) || !inv.HasNamespace(enforcing, ref.Namespace) {
+			return
 		}
 		if cp.anyPeer(func(p *compiledPeer) bool {
 			return p.ipBlock == nil && p.clusterSel != nil && p.clusterSel.Matches(remoteLabels) && match(cp, p)
@@ -116,6 +123,17 @@ func (inv *Inventory) collectAffected(enforcing, remote string, match func(*comp
 			out = append(out, ref)
 		}
 	}
+	for ref := range inv.remoteNSSel {
+		check(ref)
+	}
+	if ns != "" {
+		for ref := range inv.remoteSameNS[ns] {
+			if _, dup := inv.remoteNSSel[ref]; !dup {
+				check(ref)
+			}
+		}
+	}
+	slices.SortFunc(out, PolicyRef.Compare)
 	return out
 }
 

@@ -129,6 +129,11 @@ func (p *Policy) Ref() PolicyRef {
 type Inventory struct {
 	clusters map[string]*clusterState
 	policies map[PolicyRef]*compiledPolicy
+	// Reverse index for Affected: policies with a peer that can select
+	// remote pods (explicit clusterSelector), by policy namespace when the
+	// peer has no namespaceSelector, and all those with one.
+	remoteSameNS map[string]map[PolicyRef]struct{}
+	remoteNSSel  map[PolicyRef]struct{}
 	// sorted caches, rebuilt lazily
 	clusterIDs []string
 	policyRefs []PolicyRef
@@ -193,8 +198,10 @@ type podEntry struct {
 // NewInventory returns an empty inventory.
 func NewInventory() *Inventory {
 	return &Inventory{
-		clusters: map[string]*clusterState{},
-		policies: map[PolicyRef]*compiledPolicy{},
+		clusters:     map[string]*clusterState{},
+		policies:     map[PolicyRef]*compiledPolicy{},
+		remoteSameNS: map[string]map[PolicyRef]struct{}{},
+		remoteNSSel:  map[PolicyRef]struct{}{},
 	}
 }
 
@@ -250,6 +257,7 @@ func (inv *Inventory) RemoveCluster(id string) {
 	}
 	for ref := range inv.policies {
 		if ref.Origin == id {
+			inv.unindexPolicy(ref)
 			delete(inv.policies, ref)
 			inv.policyRefs = nil
 		}
@@ -332,7 +340,9 @@ func (inv *Inventory) SetPolicy(p Policy) error {
 	if _, ok := inv.policies[cp.ref]; !ok {
 		inv.policyRefs = nil
 	}
+	inv.unindexPolicy(cp.ref)
 	inv.policies[cp.ref] = cp
+	inv.indexPolicy(cp)
 	if cp.err != nil {
 		return fmt.Errorf("policy %s: %w", cp.ref, cp.err)
 	}
@@ -342,8 +352,41 @@ func (inv *Inventory) SetPolicy(p Policy) error {
 // RemovePolicy removes a policy.
 func (inv *Inventory) RemovePolicy(ref PolicyRef) {
 	if _, ok := inv.policies[ref]; ok {
+		inv.unindexPolicy(ref)
 		delete(inv.policies, ref)
 		inv.policyRefs = nil
+	}
+}
+
+func (inv *Inventory) indexPolicy(cp *compiledPolicy) {
+	if cp.err != nil {
+		return
+	}
+	cp.anyPeer(func(p *compiledPeer) bool {
+		if p.ipBlock != nil || p.clusterSel == nil {
+			return false
+		}
+		if p.nsSel != nil {
+			inv.remoteNSSel[cp.ref] = struct{}{}
+			return false
+		}
+		set := inv.remoteSameNS[cp.ref.Namespace]
+		if set == nil {
+			set = map[PolicyRef]struct{}{}
+			inv.remoteSameNS[cp.ref.Namespace] = set
+		}
+		set[cp.ref] = struct{}{}
+		return false
+	})
+}
+
+func (inv *Inventory) unindexPolicy(ref PolicyRef) {
+	delete(inv.remoteNSSel, ref)
+	if set := inv.remoteSameNS[ref.Namespace]; set != nil {
+		delete(set, ref)
+		if len(set) == 0 {
+			delete(inv.remoteSameNS, ref.Namespace)
+		}
 	}
 }
 
