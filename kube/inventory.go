@@ -178,6 +178,9 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 	nsInf := inv.factory.Core().V1().Namespaces()
 	inv.namespaces = nsInf.Lister()
 	mcnpInf := inv.dynFactory.ForResource(MCNPResource)
+	if err := mcnpInf.Informer().SetTransform(stripManagedFields); err != nil {
+		return nil, fmt.Errorf("inventory: MCNP transform: %w", err)
+	}
 	inv.mcnps = mcnpInf.Lister()
 	inv.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nsInf.Informer().HasSynced, mcnpInf.Informer().HasSynced}
 
@@ -283,6 +286,7 @@ func (inv *Inventory) ensureClusterProperties() {
 		return
 	}
 	inf := inv.dynFactory.ForResource(ClusterPropertyResource)
+	_ = inf.Informer().SetTransform(stripManagedFields) // fails only once started; then it is already set
 	enqueue := func(any) { inv.queue.Add(InventoryKey{Kind: crdt.KindCluster}) }
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, n any) { enqueue(n) }, DeleteFunc: enqueue,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -256,4 +257,19 @@ func EncodeCanonical(v any) ([]byte, error) {
 		return nil, crdt.ErrValueTooLarge
 	}
 	return buf.Bytes(), nil
+}
+
+// stripManagedFields is a cache.TransformFunc dropping metadata.managedFields
+// (often the largest part of a small object) from cached objects.
+func stripManagedFields(obj any) (any, error) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		if a, err := meta.Accessor(t.Obj); err == nil {
+			a.SetManagedFields(nil)
+		}
+		return t, nil
+	}
+	if a, err := meta.Accessor(obj); err == nil {
+		a.SetManagedFields(nil)
+	}
+	return obj, nil
 }

@@ -184,3 +184,19 @@ func TestClusterValueFrom(t *testing.T) {
 	_, errs = ClusterValueFrom("", nil, ClusterInfo{})
 	assert.Len(t, errs, 1)
 }
+
+func TestStripManagedFields(t *testing.T) {
+	u := mcnp("a", "p", map[string]any{})
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+	out, err := stripManagedFields(u)
+	require.NoError(t, err)
+	assert.Nil(t, out.(*unstructured.Unstructured).GetManagedFields())
+	assert.Equal(t, "p", out.(*unstructured.Unstructured).GetName())
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "kubectl"}})
+	tomb, err := stripManagedFields(cache.DeletedFinalStateUnknown{Obj: u})
+	require.NoError(t, err)
+	assert.Nil(t, tomb.(cache.DeletedFinalStateUnknown).Obj.(*unstructured.Unstructured).GetManagedFields())
+	s, err := stripManagedFields("not an object")
+	require.NoError(t, err)
+	assert.Equal(t, "not an object", s)
+}
