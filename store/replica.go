@@ -53,7 +53,7 @@ type Replica struct {
 // entries do not restore - is moved aside and the replica starts empty.
 func OpenReplica(path, self string, opts Options) (*Replica, error) {
 	opts.defaults()
-	s, err := Open(path, opts)
+	s, err := open(path, opts, true)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +91,11 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 		}
 		return nil
 	})
+	// The page check (if any) ran concurrently with the load; its verdict
+	// decides whether the loaded state may be used.
+	if cerr := s.finishOpen(); cerr != nil && (err == nil || errors.Is(err, ErrCorrupt)) {
+		err = cerr
+	}
 	if errors.Is(err, ErrCorrupt) {
 		if rerr := s.recoverCorrupt(err); rerr != nil {
 			return nil, rerr

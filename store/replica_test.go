@@ -3,6 +3,7 @@ package store
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -381,4 +382,28 @@ func TestReplicaWriteManyOneCommit(t *testing.T) {
 	refs, err := r2.Store().PodsWithLabelInCluster("a", "b", "c1")
 	require.NoError(t, err)
 	require.Len(t, refs, 100)
+}
+
+func TestReplicaDeferredPageCheckRejectsDamage(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	populated(t, path)
+	// Unclean image (no clean mark) with damage in the second half only.
+	s, err := Open(path, Options{Check: CheckNever})
+	require.NoError(t, err)
+	img, err := os.ReadFile(path) // taken while open: mark cleared
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	r := rand.New(rand.NewPCG(21, 22))
+	for p := len(img) / 4096 / 2; p < len(img)/4096; p++ {
+		off := p*4096 + r.IntN(64)
+		for i := range 32 {
+			img[off+i] = byte(r.Uint32())
+		}
+	}
+	require.NoError(t, os.WriteFile(path, img, 0o600))
+	rep := openReplica(t, path, "", Options{})
+	info := rep.Info()
+	require.ErrorIs(t, info.Corrupt, ErrCorrupt)
+	require.FileExists(t, info.MovedAside)
+	require.Empty(t, rep.Digest())
 }

@@ -150,6 +150,9 @@ type Store struct {
 	// the clean-shutdown mark so the next open runs the full page check.
 	corruptSeen atomic.Bool
 
+	// pending delivers the result of a deferred page check (OpenReplica).
+	pending <-chan error
+
 	countMu sync.Mutex
 	counts  map[string]int // entries per origin, for the gauge
 }
@@ -160,6 +163,13 @@ type Store struct {
 // resyncs from its peers. A file from a newer schema is refused with a
 // *SchemaError.
 func Open(path string, opts Options) (*Store, error) {
+	return open(path, opts, false)
+}
+
+// open is Open; with deferCheck a needed page check runs in the background
+// and finishOpen must be called before the first write (OpenReplica loads
+// the state meanwhile, using both cores).
+func open(path string, opts Options, deferCheck bool) (*Store, error) {
 	opts.defaults()
 	s := &Store{
 		path:   path,
@@ -171,7 +181,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	db, created, corrupt, err := tryOpen(path, &opts, &s.info)
+	db, created, corrupt, err, pending := tryOpen(path, &opts, &s.info, deferCheck)
 	if err != nil {
 		return nil, err
 	}
@@ -179,7 +189,7 @@ func Open(path string, opts Options) (*Store, error) {
 		if err := s.moveAside(corrupt); err != nil {
 			return nil, err
 		}
-		db, created, corrupt, err = tryOpen(path, &opts, &s.info)
+		db, created, corrupt, err, pending = tryOpen(path, &opts, &s.info, false)
 		if err != nil {
 			return nil, err
 		}
@@ -188,9 +198,25 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 	}
 	s.db = db
+	s.pending = pending
 	s.info.Created = s.info.Created || created
 	s.start()
 	return s, nil
+}
+
+// finishOpen waits for a deferred page check. On success it clears the
+// clean-shutdown mark; a failed check returns an ErrCorrupt error (the
+// caller then calls recoverCorrupt). Without a pending check it is a no-op.
+func (s *Store) finishOpen() error {
+	if s.pending == nil {
+		return nil
+	}
+	cerr := <-s.pending
+	s.pending = nil
+	if cerr != nil {
+		return cerr
+	}
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) })
 }
 
 // moveAside renames the current file to <path>.corrupt-<timestamp>.
@@ -211,7 +237,10 @@ func (s *Store) moveAside(cause error) error {
 
 // tryOpen opens path and verifies it. corrupt != nil means the file must be
 // moved aside; err != nil is a hard error (locked, permission, newer schema).
-func tryOpen(path string, opts *Options, info *OpenInfo) (db *bolt.DB, created bool, corrupt, err error) {
+//
+// With deferCheck, a needed page check runs in the background: the result
+// arrives on pending and the caller must call finishOpen before writing.
+func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *bolt.DB, created bool, corrupt, err error, pending <-chan error) {
 	// A truncated mmap'd file faults (SIGBUS) instead of returning an error;
 	// turn faults into recoverable panics on this goroutine.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -220,7 +249,7 @@ func tryOpen(path string, opts *Options, info *OpenInfo) (db *bolt.DB, created b
 			if db != nil {
 				closeQuietly(db)
 			}
-			db, err = nil, nil
+			db, err, pending = nil, nil, nil
 			corrupt = fmt.Errorf("%w: panic while opening: %v", ErrCorrupt, r)
 		}
 	}()
@@ -229,11 +258,11 @@ func tryOpen(path string, opts *Options, info *OpenInfo) (db *bolt.DB, created b
 	case errors.Is(statErr, fs.ErrNotExist):
 		created = true
 	case statErr != nil:
-		return nil, false, nil, fmt.Errorf("store: %w", statErr)
+		return nil, false, nil, fmt.Errorf("store: %w", statErr), nil
 	case !fi.Mode().IsRegular():
-		return nil, false, nil, fmt.Errorf("store: %s is not a regular file", path)
+		return nil, false, nil, fmt.Errorf("store: %s is not a regular file", path), nil
 	case fi.Size() == 0:
-		return nil, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil
+		return nil, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil, nil
 	}
 	if !created && !opts.NoPrefetch {
 		prefetch(path)
@@ -242,29 +271,37 @@ func tryOpen(path string, opts *Options, info *OpenInfo) (db *bolt.DB, created b
 	if err != nil {
 		switch {
 		case errors.Is(err, berrors.ErrTimeout):
-			return nil, false, nil, fmt.Errorf("store: %s is locked by another process: %w", path, err)
+			return nil, false, nil, fmt.Errorf("store: %s is locked by another process: %w", path, err), nil
 		case errors.Is(err, fs.ErrPermission):
-			return nil, false, nil, fmt.Errorf("store: %w", err)
+			return nil, false, nil, fmt.Errorf("store: %w", err), nil
 		}
-		return nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err), nil
+		return nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err), nil, nil
 	}
 	if created {
 		if err := initBuckets(db); err != nil {
 			closeQuietly(db)
-			return nil, false, nil, fmt.Errorf("store: initialise %s: %w", path, err)
+			return nil, false, nil, fmt.Errorf("store: initialise %s: %w", path, err), nil
 		}
-		return db, true, nil, nil
+		return db, true, nil, nil, nil
 	}
-	if corrupt, err = verify(db, path, fi.Size(), opts.Check, info); corrupt != nil || err != nil {
+	needCheck, corrupt, err := verify(db, path, fi.Size(), opts.Check, info)
+	if corrupt == nil && err == nil && needCheck {
+		if deferCheck {
+			ch := make(chan error, 1)
+			go func() { ch <- pageCheck(db) }()
+			return db, false, nil, nil, ch
+		}
+		corrupt = pageCheck(db)
+	}
+	if corrupt != nil || err != nil {
 		closeQuietly(db)
-		return nil, false, corrupt, err
+		return nil, false, corrupt, err, nil
 	}
-	// Clear the clean-shutdown mark: from now on a crash leaves it absent.
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) }); err != nil {
+	if err := clearCleanMark(db); err != nil {
 		closeQuietly(db)
-		return nil, false, nil, fmt.Errorf("store: %s: %w", path, err)
+		return nil, false, nil, fmt.Errorf("store: %s: %w", path, err), nil
 	}
-	return db, false, nil, nil
+	return db, false, nil, nil, nil
 }
 
 // prefetch reads the file sequentially once so the page cache holds it
@@ -286,6 +323,12 @@ func prefetch(path string) {
 	}
 }
 
+// clearCleanMark deletes the clean-shutdown mark: from now on a crash
+// leaves it absent.
+func clearCleanMark(db *bolt.DB) error {
+	return db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) })
+}
+
 func closeQuietly(db *bolt.DB) {
 	defer func() { _ = recover() }()
 	_ = db.Close()
@@ -304,7 +347,7 @@ func initBuckets(db *bolt.DB) error {
 
 // verify checks an existing file: size against the high-water mark, schema,
 // buckets, and (unless skipped) bbolt's page check.
-func verify(db *bolt.DB, path string, size int64, mode CheckMode, info *OpenInfo) (corrupt, err error) {
+func verify(db *bolt.DB, path string, size int64, mode CheckMode, info *OpenInfo) (needCheck bool, corrupt, err error) {
 	err = db.View(func(tx *bolt.Tx) error {
 		if need := tx.Size(); size < need {
 			corrupt = fmt.Errorf("%w: truncated: file has %d bytes, its metadata needs %d", ErrCorrupt, size, need)
@@ -335,25 +378,41 @@ func verify(db *bolt.DB, path string, size int64, mode CheckMode, info *OpenInfo
 		info.Unclean = !bytes.Equal(meta.Get(metaClean), []byte{1})
 		if mode == CheckAlways || (mode == CheckAfterUncleanShutdown && info.Unclean) {
 			info.Checked = true
-			var errs []error
-			for e := range tx.Check() {
-				if len(errs) < 8 {
-					errs = append(errs, e)
-				}
-			}
-			if len(errs) > 0 {
-				corrupt = fmt.Errorf("%w: page check: %w", ErrCorrupt, errors.Join(errs...))
+			needCheck = true
+		}
+		return nil
+	})
+	return needCheck, corrupt, err
+}
+
+// pageCheck runs bbolt's full page check in a read transaction.
+func pageCheck(db *bolt.DB) error {
+	var errs []error
+	err := db.View(func(tx *bolt.Tx) error {
+		for e := range tx.Check() {
+			if len(errs) < 8 {
+				errs = append(errs, e)
 			}
 		}
 		return nil
 	})
-	return corrupt, err
+	if err != nil {
+		return fmt.Errorf("%w: page check: %v", ErrCorrupt, err)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%w: page check: %w", ErrCorrupt, errors.Join(errs...))
+	}
+	return nil
 }
 
 // recoverCorrupt is used when corruption is found after Open (while
 // loading): it stops the committer, moves the file aside and starts over
 // with a fresh file. Only valid before the store is shared.
 func (s *Store) recoverCorrupt(cause error) error {
+	if s.pending != nil {
+		<-s.pending
+		s.pending = nil
+	}
 	s.mu.Lock()
 	close(s.queue)
 	s.mu.Unlock()
@@ -362,7 +421,7 @@ func (s *Store) recoverCorrupt(cause error) error {
 	if err := s.moveAside(cause); err != nil {
 		return err
 	}
-	db, _, corrupt, err := tryOpen(s.path, &s.opts, &s.info)
+	db, _, corrupt, err, _ := tryOpen(s.path, &s.opts, &s.info, false)
 	if err != nil {
 		return err
 	}
@@ -396,6 +455,13 @@ func (s *Store) Close() error {
 	failed := s.failed
 	s.mu.Unlock()
 	<-s.done
+	if s.pending != nil {
+		// A check still running: the file's state is unknown, leave it
+		// unmarked so the next open checks again.
+		<-s.pending
+		s.pending = nil
+		failed = errors.New("page check did not complete")
+	}
 	var markErr error
 	if failed == nil && !s.corruptSeen.Load() {
 		markErr = s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put(metaClean, []byte{1}) })
