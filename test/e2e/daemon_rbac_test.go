@@ -43,9 +43,11 @@ func TestDaemonsRunUnderDeployRBAC(t *testing.T) {
 		require.NoError(t, err)
 		ds = append(ds, d)
 	}
+	began := time.Now()
 	for _, d := range ds {
 		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
 	}
+	t.Logf("3 coastguardd ready %s after start", time.Since(began).Round(time.Millisecond))
 	for _, d := range ds {
 		require.NoError(t, harness.Eventually(ctx, 30*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 			m, err := d.Metrics(ctx)
@@ -56,6 +58,8 @@ func TestDaemonsRunUnderDeployRBAC(t *testing.T) {
 			return v == 3, nil
 		}), "%s sees 3 alive clusters", d.NodeName)
 	}
+	t.Logf("all see 3 alive clusters %s after start", time.Since(began).Round(time.Millisecond))
+	logRSS(t, env)
 	for _, d := range ds {
 		log, err := d.TailLog(400)
 		require.NoError(t, err)
