@@ -109,3 +109,29 @@ func OwnSnapshot(s *crdt.State, origin string, kinds []crdt.Kind) Snapshot {
 	}
 	return out
 }
+
+// ReplicaWriter adapts a store.Replica-style Write, which returns the
+// committed delta, to Writer. onDelta (optional) receives every delta,
+// e.g. to hand it to gossip for immediate broadcast.
+func ReplicaWriter(write func(kind crdt.Kind, name string, value []byte, deleted bool) (crdt.Delta, error), onDelta func(crdt.Delta)) Writer {
+	return WriterFunc(func(kind crdt.Kind, name string, value []byte, deleted bool) error {
+		d, err := write(kind, name, value, deleted)
+		if err != nil {
+			return err
+		}
+		if onDelta != nil {
+			onDelta(d)
+		}
+		return nil
+	})
+}
+
+// PersistedFromView builds InventoryConfig.Persisted from a
+// store.Replica-style View: origin's live inventory entries.
+func PersistedFromView(view func(func(*crdt.State)), origin string) func() (Snapshot, error) {
+	return func() (Snapshot, error) {
+		var snap Snapshot
+		view(func(s *crdt.State) { snap = OwnSnapshot(s, origin, InventoryKinds) })
+		return snap, nil
+	}
+}
