@@ -35,7 +35,10 @@ cluster ID, containing YAML or JSON files (multi-document allowed) of kinds
 Namespace, Pod, NetworkPolicy (user-authored, left alone),
 MultiClusterNetworkPolicy and ClusterProperty. For every cluster it writes
 OUT/<clusterID>/networkpolicies.yaml with the NetworkPolicies coastguard
-would apply there (empty when none).
+would apply there (empty when none). Objects without metadata.namespace
+are in "default", as with kubectl; a v1 List (kubectl get -o yaml) is read
+item by item. Unknown kinds are ignored with a warning; invalid input stops
+everything with an error naming the file, document and object.
 `
 
 func runRender(args []string) int {

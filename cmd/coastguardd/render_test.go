@@ -75,6 +75,15 @@ func TestRenderEmptyAndJSON(t *testing.T) {
 		"b/pol.yaml":  "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: p, namespace: shop}\nspec:\n  podSelector: {}\n  ingress: [{from: [{clusterSelector: {}, podSelector: {matchLabels: {app: x}}}]}]\n",
 		"c/notes.txt": "ignored",
 		"c/cm.yaml":   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+		"c/list.yaml": `apiVersion: v1
+kind: List
+items:
+- {apiVersion: v1, kind: Namespace, metadata: {name: shop}}
+- apiVersion: v1
+  kind: Pod
+  metadata: {name: p, namespace: shop, labels: {app: x}}
+  status: {phase: Running, podIP: 10.9.0.1}
+`,
 		"top.yaml":    nsShop,
 	})
 	out := t.TempDir()
@@ -89,6 +98,7 @@ func TestRenderEmptyAndJSON(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(out, "b", "networkpolicies.yaml"))
 	require.NoError(t, err)
 	require.Contains(t, string(b), "cidr: fd00::1/128")
+	require.Contains(t, string(b), "cidr: 10.9.0.1/32", "pods from a v1 List are read")
 	require.Contains(t, log.String(), "kind ConfigMap (v1) is not used by coastguard, ignored")
 	require.Contains(t, log.String(), "notes.txt: not a .yaml")
 	require.Contains(t, log.String(), "top.yaml: files at the top level are ignored")
