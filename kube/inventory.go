@@ -595,6 +595,8 @@ func (inv *Inventory) RunWriter(ctx context.Context) error {
 	if err := inv.WaitForSync(ctx); err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx) // also stops the ticker when we return early
+	defer cancel()
 	inv.queue.Add(fullSyncKey)
 	go func() {
 		t := time.NewTicker(inv.cfg.FullSyncPeriod)
