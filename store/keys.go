@@ -26,9 +26,10 @@ import (
 //     prefix of cluster "foobar" (66 6f 6f 62 61 72 00 01), nor of "foo\x00x"
 //     (66 6f 6f 00 ff 78 00 01).
 //   - Order-preserving: bytes.Compare on encoded keys orders tuples
-//     lexicographically by component (0x00 0x01 < 0x00 0xFF < any other byte
-//     continuation), so a prefix scan returns results sorted by the remaining
-//     components.
+//     lexicographically by component (at the first difference, an ended
+//     component 0x00 0x01 sorts before an escaped NUL 0x00 0xFF, which sorts
+//     before any non-NUL byte), so a prefix scan returns results sorted by
+//     the remaining components. TestKeyNoCollisionAndOrder checks this.
 //
 // The single-byte Kind in entry keys is written as its own component (one
 // byte, escaped like any other), so the whole key space uses one rule.
