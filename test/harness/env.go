@@ -462,6 +462,16 @@ func (e *Env) Close() error {
 		}
 	}
 
+	// Remember which process groups we are about to stop: only those are
+	// checked for leftovers afterwards (the pid of a process that exited
+	// long ago may belong to someone else by now).
+	var wasRunning []*Process
+	for _, p := range e.Processes() {
+		if p.Running() {
+			wasRunning = append(wasRunning, p)
+		}
+	}
+
 	var errs []error
 	var wg sync.WaitGroup
 	var emu sync.Mutex
@@ -501,7 +511,7 @@ func (e *Env) Close() error {
 	if e.Etcd != nil {
 		stopAll([]*Process{e.Etcd}, 5*time.Second)
 	}
-	for _, p := range e.Processes() {
+	for _, p := range wasRunning {
 		if pid := p.Pid(); pid != 0 && groupAlive(pid) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			errs = append(errs, fmt.Errorf("harness: process group of %s (pid %d) still alive after stop; killed", p.Name, pid))
