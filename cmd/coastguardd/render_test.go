@@ -84,7 +84,7 @@ items:
   metadata: {name: p, namespace: shop, labels: {app: x}}
   status: {phase: Running, podIP: 10.9.0.1}
 `,
-		"top.yaml":    nsShop,
+		"top.yaml": nsShop,
 	})
 	out := t.TempDir()
 	var log bytes.Buffer
