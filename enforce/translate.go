@@ -49,9 +49,12 @@ type compiledPolicy struct {
 	policy     Policy
 	err        error
 	clusterSel labels.Selector // nil: origin only
-	types      []networkingv1.PolicyType
-	ingress    []compiledRule
-	egress     []compiledRule
+	// isolateOnly: the policy is invalid (err) but its clusterSelector and
+	// podSelector are usable; it generates isolation without rules.
+	isolateOnly bool
+	types       []networkingv1.PolicyType
+	ingress     []compiledRule
+	egress      []compiledRule
 }
 
 type compiledRule struct {
@@ -108,6 +111,16 @@ func compilePolicy(p Policy) *compiledPolicy {
 	spec := &cp.policy.Spec
 	if errs := apiv1.ValidateSpec(spec, field.NewPath("spec")); len(errs) > 0 {
 		cp.err = errs.ToAggregate()
+		// Fail closed: when the enforcing clusters and the selected pods
+		// are still well defined, isolate those pods (policyTypes, no
+		// rules) rather than leave them open.
+		sel, err1 := selector(spec.ClusterSelector)
+		_, err2 := metav1.LabelSelectorAsSelector(&spec.PodSelector)
+		if err1 == nil && err2 == nil {
+			cp.clusterSel = sel
+			cp.types = effectiveTypes(spec)
+			cp.isolateOnly = true
+		}
 		return cp
 	}
 	var err error
@@ -707,12 +720,20 @@ func evaluate(inv *Inventory, ec *evalCache, cp *compiledPolicy) Result {
 	var res Result
 	if cp.err != nil {
 		res.Error = cp.err.Error()
-		res.Selected = cp.policy.Spec.ClusterSelector == nil && enforcing == cp.ref.Origin
-		if !res.Selected && cp.policy.Spec.ClusterSelector != nil {
-			if s, err := metav1.LabelSelectorAsSelector(cp.policy.Spec.ClusterSelector); err == nil {
-				res.Selected = s.Matches(inv.clusterLabels(enforcing))
-			}
+		if !cp.isolateOnly {
+			// Where it should be enforced is unknown: nothing to do.
+			return res
 		}
+		if !cp.enforcedAt(inv, enforcing) {
+			return res
+		}
+		res.Selected = true
+		if !inv.HasNamespace(enforcing, cp.ref.Namespace) {
+			res.SkippedNoNamespace = true
+			return res
+		}
+		podSel, _ := json.Marshal(cp.policy.Spec.PodSelector)
+		res.NetworkPolicies = []networkingv1.NetworkPolicy{buildNetworkPolicy(cp, 0, 1, &part{size: len(podSel)})}
 		return res
 	}
 	if !cp.enforcedAt(inv, enforcing) {

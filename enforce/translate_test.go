@@ -516,14 +516,47 @@ func TestMetadata(t *testing.T) {
 	require.NotEqual(t, h1, Translate("eu-1", inv)[1].Annotations[AnnotationContentHash])
 }
 
-func TestInvalidPolicy(t *testing.T) {
+func TestInvalidPolicyFailsClosed(t *testing.T) {
 	inv := base(t)
-	err := inv.SetPolicy(pol(t, "eu-1", "shop", "bad", "podSelector: {}\ningress: [{from: [{}]}]"))
-	require.ErrorContains(t, err, "spec.ingress[0].from[0]")
-	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "bad"})
-	require.True(t, res.Selected)
-	require.Contains(t, res.Error, "at least one")
+	inv.SetPod("us-1", pod("shop", "a", nil, "10.3.0.1"))
+	// Invalid only inside a peer (bad CIDR, which the apiserver cannot
+	// check): the selected pods are isolated, no rule is emitted.
+	err := inv.SetPolicy(pol(t, "eu-1", "shop", "bad", `
+clusterSelector: {matchLabels: {region: eu}}
+podSelector: {matchLabels: {app: db}}
+ingress: [{from: [{clusterSelector: {}}, {ipBlock: {cidr: 10.0.0.0/99}}]}]
+egress: [{}]`))
+	require.ErrorContains(t, err, "spec.ingress[0].from[1].ipBlock.cidr")
+	ref := PolicyRef{"eu-1", "shop", "bad"}
+	for _, c := range []string{"eu-1", "eu-2"} {
+		res := Evaluate(c, inv, ref)
+		require.True(t, res.Selected)
+		require.Contains(t, res.Error, "must be a valid CIDR")
+		require.Len(t, res.NetworkPolicies, 1)
+		np := res.NetworkPolicies[0]
+		require.Equal(t, l("app", "db"), np.Spec.PodSelector.MatchLabels)
+		require.Equal(t, []networkingv1.PolicyType{"Ingress", "Egress"}, np.Spec.PolicyTypes)
+		require.Nil(t, np.Spec.Ingress)
+		require.Nil(t, np.Spec.Egress)
+	}
+	require.False(t, Evaluate("us-1", inv, ref).Selected)
+	require.Empty(t, Translate("us-1", inv))
+
+	// An unusable podSelector: nothing can be enforced; the error is reported.
+	err = inv.SetPolicy(pol(t, "eu-1", "shop", "bad", "podSelector: {matchExpressions: [{key: a, operator: Equals, values: [b]}]}"))
+	require.Error(t, err)
+	res := Evaluate("eu-1", inv, ref)
+	require.NotEmpty(t, res.Error)
+	require.False(t, res.Selected)
 	require.Empty(t, res.NetworkPolicies)
+
+	// Empty peer (the CRD rejects it; a peer might still send one).
+	err = inv.SetPolicy(pol(t, "eu-1", "shop", "bad", "podSelector: {}\ningress: [{from: [{}]}]"))
+	require.ErrorContains(t, err, "spec.ingress[0].from[0]")
+	res = Evaluate("eu-1", inv, ref)
+	require.Contains(t, res.Error, "at least one")
+	require.Len(t, res.NetworkPolicies, 1)
+	require.Nil(t, res.NetworkPolicies[0].Spec.Ingress)
 	require.Error(t, inv.SetPolicy(Policy{Origin: "eu-1", Name: "x"}))
 }
 
