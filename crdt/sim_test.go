@@ -664,9 +664,7 @@ func (s *sim) quiesce() {
 		s.group[i] = 0
 	}
 	s.pDrop, s.pDup = 0, 0
-	for len(s.queue) > 0 {
-		s.deliverSome()
-	}
+	s.drain()
 	for _, nd := range s.liveNodes() {
 		if nd.sealAt != 0 {
 			s.seal(nd)
@@ -705,6 +703,20 @@ func (s *sim) quiesce() {
 	s.fullSync(false)
 }
 
+// drain delivers every queued message. Message chains must die out: a
+// digest/pull ping-pong that never ends means Behind and DeltaSince disagree.
+func (s *sim) drain() {
+	for n := 0; len(s.queue) > 0; n++ {
+		if n > 200000 {
+			m := s.queue[0]
+			a, b := s.nodes[m.from], s.nodes[m.to]
+			s.fatalf("message storm: queue never drains (e.g. %s->%s kind %d):\n%s\nBehind %s->%s: %v, %s->%s: %v",
+				a.name, b.name, m.kind, s.digestDiff([]*simNode{a, b}), a.name, b.name, a.st.Behind(b.st.Digest()), b.name, a.name, b.st.Behind(a.st.Digest()))
+		}
+		s.deliverSome()
+	}
+}
+
 func (s *sim) republishDiff(nd *simNode) {
 	keys := map[Key]bool{}
 	for k := range nd.truth {
@@ -721,9 +733,7 @@ func (s *sim) republishDiff(nd *simNode) {
 func (s *sim) fullSync(liveOnly bool) {
 	live := s.liveNodes()
 	for round := 0; round < 400; round++ {
-		for len(s.queue) > 0 {
-			s.deliverSome()
-		}
+		s.drain()
 		if round > 0 && s.allEqual(live, liveOnly) {
 			return
 		}
