@@ -330,8 +330,9 @@ func (inv *Inventory) RemovePod(cluster, namespace, name string) {
 
 // SetPolicy adds or replaces a policy. An invalid policy (see
 // apiv1.ValidateSpec) is still recorded, so that every enforcing cluster
-// reports the same error for it, but it generates nothing; the error is
-// also returned.
+// reports the same error for it (Result.Error), and it fails closed: if its
+// clusterSelector and podSelector are usable it generates isolation only
+// (policyTypes, no rules), else nothing. The error is also returned.
 func (inv *Inventory) SetPolicy(p Policy) error {
 	if p.Origin == "" || p.Namespace == "" || p.Name == "" {
 		return fmt.Errorf("policy %q: origin, namespace and name are required", p.Ref())
