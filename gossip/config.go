@@ -80,7 +80,9 @@ type Config struct {
 	Profile Profile
 
 	// RejoinInterval is how often known-but-not-alive peers and the seeds are
-	// re-joined (default 30s).
+	// re-joined. It bounds how long a healed partition, or a seed that was
+	// not up yet at start, stays unmerged. Default by profile: 30s wan, 10s
+	// lan, 2s local.
 	RejoinInterval time.Duration
 	// ReconnectTimeout: a cluster with no alive member for this long is
 	// retired (default 24h).
@@ -178,7 +180,7 @@ func (c *Config) setDefaults() error {
 		}
 	}
 	if c.RejoinInterval <= 0 {
-		c.RejoinInterval = 30 * time.Second
+		c.RejoinInterval = defaultRejoinInterval(c.Profile)
 	}
 	if c.ReconnectTimeout <= 0 {
 		c.ReconnectTimeout = 24 * time.Hour
@@ -232,6 +234,19 @@ func (c *Config) setDefaults() error {
 //     heads are tiny, and anti-entropy repairs the rare miss.
 //   - PushPullInterval stays at the base (60s wan, 30s lan); it carries only
 //     our digest, and the own digest exchange runs every second anyway.
+// defaultRejoinInterval: a rejoin only dials seeds that are not alive and
+// members that are dead, so a short interval costs nothing while healthy.
+func defaultRejoinInterval(p Profile) time.Duration {
+	switch p {
+	case ProfileLocal:
+		return 2 * time.Second
+	case ProfileLAN:
+		return 10 * time.Second
+	default:
+		return 30 * time.Second
+	}
+}
+
 func (c *Config) memberlistConfig() *memberlist.Config {
 	var mc *memberlist.Config
 	switch c.Profile {
