@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+// enforceScale is one inventory shape.
+type enforceScale struct {
+	name     string
+	clusters int
+	pods     int // per cluster
+	ns       int // namespaces per cluster
+	policies int
+	apps     int // selector diversity
+}
+
+// workload is a replicated inventory held as real crdt writer states (one
+// per origin), so the daemon path sees genuine crdt.Changes.
+type workload struct {
+	sc      enforceScale
+	writers []*crdt.State
+	rng     *rand.Rand
+	stamp   int64
+}
+
+func origin(c int) string { return fmt.Sprintf("c%03d", c) }
+
+var peerTemplates = []string{
+	"{podSelector: {matchLabels: {app: app%d}}}",
+	"{clusterSelector: {matchLabels: {region: r1}}, podSelector: {matchLabels: {app: app%d}}}",
+	"{clusterSelector: {}, podSelector: {matchLabels: {app: app%d, version: v1}}}",
+	"{clusterSelector: {matchExpressions: [{key: region, operator: In, values: [r2]}]}, namespaceSelector: {matchLabels: {team: t1}}, podSelector: {matchLabels: {app: app%d}}}",
+}
+
+// newWorkload builds sc.clusters origins (4 regions), each with sc.ns
+// namespaces and sc.pods pods over sc.apps apps, and sc.policies MCNPs
+// originated round-robin, enforced everywhere, mixing local, region-wide,
+// all-cluster, namespaceSelector and named-port peers (the same shape as
+// enforce/bench_test.go). It returns every change in write order.
+func newWorkload(sc enforceScale, seed uint64) (*workload, []crdt.Change, error) {
+	w := &workload{sc: sc, rng: rand.New(rand.NewPCG(seed, 0xe4f)), stamp: 1}
+	var all []crdt.Change
+	write := func(s *crdt.State, kind crdt.Kind, name string, v any) error {
+		b, err := crdt.EncodeValue(v)
+		if err != nil {
+			return err
+		}
+		w.stamp++
+		_, ch, err := s.Write(kind, name, b, false, w.stamp)
+		all = append(all, ch...)
+		return err
+	}
+	for c := 0; c < sc.clusters; c++ {
+		s := crdt.NewState(origin(c))
+		if err := s.SetEpoch(1); err != nil {
+			return nil, nil, err
+		}
+		w.writers = append(w.writers, s)
+		if err := write(s, crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": fmt.Sprintf("r%d", c%4)}}); err != nil {
+			return nil, nil, err
+		}
+		for n := 0; n < sc.ns; n++ {
+			if err := write(s, crdt.KindNamespace, nsName(n), &crdt.NamespaceValue{Labels: map[string]string{"team": fmt.Sprintf("t%d", n%3)}}); err != nil {
+				return nil, nil, err
+			}
+		}
+		for i := 0; i < sc.pods; i++ {
+			if err := write(s, crdt.KindPod, podName(sc, i), w.podValue(c, i, i%2, fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250+1))); err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	peerApp := func(i, k int) int { return (i%sc.ns + sc.ns*(i/sc.ns+k)) % sc.apps }
+	for i := 0; i < sc.policies; i++ {
+		s := fmt.Sprintf("clusterSelector: {}\npodSelector: {matchLabels: {app: app%d}}\n", peerApp(i, 0))
+		s += "ingress:\n- from: [" + fmt.Sprintf(peerTemplates[(i/sc.ns)%len(peerTemplates)], peerApp(i, 1)) + "]\n  ports: [{port: http}]\n"
+		s += "egress:\n- to: [" + fmt.Sprintf(peerTemplates[(i/sc.ns+1)%len(peerTemplates)], peerApp(i, 2)) + "]\n  ports: [{port: http}, {port: 53, protocol: UDP}]\n"
+		var spec apiv1.MultiClusterNetworkPolicySpec
+		if err := yaml.UnmarshalStrict([]byte(s), &spec); err != nil {
+			return nil, nil, fmt.Errorf("policy %d: %w", i, err)
+		}
+		js, err := json.Marshal(spec)
+		if err != nil {
+			return nil, nil, err
+		}
+		name := fmt.Sprintf("%s/policy-%04d", nsName(i%sc.ns), i)
+		if err := write(w.writers[i%sc.clusters], crdt.KindPolicy, name, &crdt.PolicyValue{UID: fmt.Sprintf("uid-%d", i), Generation: 1, Spec: js}); err != nil {
+			return nil, nil, err
+		}
+	}
+	return w, all, nil
+}
+
+func nsName(n int) string { return fmt.Sprintf("ns%02d", n) }
+
+func podName(sc enforceScale, i int) string {
+	return fmt.Sprintf("%s/pod%05d", nsName(i%sc.ns), i)
+}
+
+func (w *workload) podValue(c, i, version int, ip string) *crdt.PodValue {
+	return &crdt.PodValue{
+		Labels: map[string]string{"app": fmt.Sprintf("app%d", i%w.sc.apps), "version": fmt.Sprintf("v%d", version)},
+		IPs:    []string{ip},
+		Phase:  "Running",
+		Ports:  []crdt.NamedPort{{Name: "http", Port: 8080 + int32(i%3)}, {Name: "metrics", Port: 9100}},
+	}
+}
+
+// podChange re-labels (version flip) and re-IPs pod i of a remote cluster:
+// the change the incremental path is built for.
+func (w *workload) podChange(k int) ([]crdt.Change, error) {
+	c := 1 + w.rng.IntN(w.sc.clusters-1)
+	i := w.rng.IntN(w.sc.pods)
+	ip := fmt.Sprintf("10.%d.%d.%d", c, 200+k%50, k%250+1)
+	b, err := crdt.EncodeValue(w.podValue(c, i, (i+k+1)%2, ip))
+	if err != nil {
+		return nil, err
+	}
+	w.stamp++
+	_, ch, err := w.writers[c].Write(crdt.KindPod, podName(w.sc, i), b, false, w.stamp)
+	return ch, err
+}
+
+func timeIt(fn func()) time.Duration {
+	t0 := time.Now()
+	fn()
+	return time.Since(t0)
+}
+
+func runEnforce(ctx context.Context, cfg *config, rec *recorder) error {
+	small := enforceScale{name: "300mcnp_x_750pods", clusters: 3, pods: 250, ns: 10, policies: 300, apps: 50}
+	large := enforceScale{name: "100clusters_x_1000pods_x_1000mcnp", clusters: 100, pods: 1000, ns: 20, policies: 1000, apps: 200}
+	if cfg.quick {
+		large = enforceScale{name: "20clusters_x_1000pods_x_200mcnp(quick)", clusters: 20, pods: 1000, ns: 20, policies: 200, apps: 200}
+	}
+	for _, sc := range []enforceScale{small, large} {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err := enforceOne(ctx, cfg, rec, sc, sc == small); err != nil {
+			return fmt.Errorf("%s: %w", sc.name, err)
+		}
+		runtime.GC()
+	}
+	return nil
+}
+
+func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale, small bool) error {
+	w, changes, err := newWorkload(sc, cfg.seed)
+	if err != nil {
+		return err
+	}
+	self := origin(0)
+	mirror := daemon.NewMirror(self)
+	var loadDur time.Duration
+	loadDur = timeIt(func() { mirror.Apply(changes) })
+	changes = nil
+	inv := mirror.Inventory()
+	params := func(extra map[string]any) map[string]any {
+		p := map[string]any{"clusters": sc.clusters, "pods": sc.clusters * sc.pods, "mcnps": sc.policies,
+			"namespaces_per_cluster": sc.ns, "apps": sc.apps, "enforcing": self}
+		for k, v := range extra {
+			p[k] = v
+		}
+		return p
+	}
+
+	// Full regeneration: raw enforce.Translate and the daemon's
+	// Outputs.Recompute(all) on fresh outputs. Warm-up once, median of runs.
+	runs := 5
+	if !small {
+		runs = 3
+	}
+	if cfg.quick {
+		runs = 3
+	}
+	var nps int
+	_ = enforce.Translate(self, inv) // warm-up
+	var rawFull, dFull []float64
+	for i := 0; i < runs; i++ {
+		rawFull = append(rawFull, ms(timeIt(func() { nps = len(enforce.Translate(self, inv)) })))
+	}
+	var outs *daemon.Outputs
+	for i := 0; i < runs; i++ {
+		o := daemon.NewOutputs(self)
+		dFull = append(dFull, ms(timeIt(func() { o.Recompute(inv, nil, true) })))
+		outs = o
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	// Incremental: one remote pod changes label and IP.
+	// raw: inventory update + Affected + EvaluateAll;
+	// daemon: crdt change -> Mirror.Apply (decode, inventory, Affected) ->
+	// Outputs.Recompute(affected).
+	n := 200
+	if !small {
+		n = 50
+	}
+	if cfg.quick {
+		n = 30
+	}
+	var rawInc, dInc []time.Duration
+	var affected []int
+	for k := 0; k < n; k++ {
+		chs, err := w.podChange(k)
+		if err != nil {
+			return err
+		}
+		ch := chs[0]
+		var res daemon.Result
+		d := timeIt(func() {
+			res = mirror.Apply(chs)
+			outs.Recompute(inv, res.Affected, res.All)
+		})
+		if len(res.Errors) > 0 {
+			return fmt.Errorf("mirror: %v", res.Errors)
+		}
+		dInc = append(dInc, d)
+		affected = append(affected, len(res.Affected))
+
+		// raw enforce on the same inventory: re-apply the same pod's
+		// previous labels is not needed; Affected is computed for the
+		// change just made (labels before and after).
+		var oldV, newV crdt.PodValue
+		if ch.Old != nil {
+			_ = crdt.DecodeValue(ch.Old.Value, &oldV)
+		}
+		_ = crdt.DecodeValue(ch.New.Value, &newV)
+		ns, _, _ := cutNS(ch.Key.Name)
+		rawInc = append(rawInc, timeIt(func() {
+			refs := enforce.Affected(self, inv, enforce.Change{Kind: enforce.ChangePod, Cluster: ch.Key.Origin, Namespace: ns,
+				Labels: []map[string]string{oldV.Labels, newV.Labels}})
+			_ = enforce.EvaluateAll(self, inv, refs)
+		}))
+	}
+	rawIncS, dIncS := sortDurations(rawInc), sortDurations(dInc)
+	avgAff := 0.0
+	for _, a := range affected {
+		avgAff += float64(a)
+	}
+	avgAff /= float64(len(affected))
+
+	fullT, incT := "<= 100", "<= 20"
+	fullOK, incOK := le(100), le(20)
+	if !small {
+		fullT, fullOK = "", nil
+		incT, incOK = "<= 10", le(10)
+	}
+	common := map[string]any{"netpols": nps, "runs": runs, "mirror_load_ms": round(ms(loadDur))}
+	rec.add("enforce_full_ms", median(rawFull), "ms", params(merge(common, map[string]any{"path": "enforce.Translate", "scale": sc.name})), fullT, fullOK)
+	rec.add("enforce_full_daemon_ms", median(dFull), "ms", params(merge(common, map[string]any{"path": "daemon.Outputs.Recompute(all)", "scale": sc.name})), fullT, fullOK)
+	incParams := map[string]any{"changes": n, "affected_avg": round(avgAff), "stat": "median"}
+	rec.add("enforce_incremental_ms", percentileMS(rawIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "enforce.Affected+EvaluateAll", "p99_ms": round(percentileMS(rawIncS, 0.99)), "scale": sc.name})), incT, incOK)
+	rec.add("enforce_incremental_daemon_ms", percentileMS(dIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "daemon.Mirror.Apply+Outputs.Recompute", "p99_ms": round(percentileMS(dIncS, 0.99)), "scale": sc.name})), incT, incOK)
+	rec.add("enforce_full_over_incremental", median(dFull)/percentileMS(dIncS, 0.5), "ratio", params(map[string]any{"path": "daemon", "scale": sc.name}), "", nil)
+	return nil
+}
+
+func cutNS(name string) (string, string, bool) {
+	for i := 0; i < len(name); i++ {
+		if name[i] == '/' {
+			return name[:i], name[i+1:], true
+		}
+	}
+	return "", name, false
+}
+
+func merge(a, b map[string]any) map[string]any {
+	out := make(map[string]any, len(a)+len(b))
+	for k, v := range a {
+		out[k] = v
+	}
+	for k, v := range b {
+		out[k] = v
+	}
+	return out
+}

@@ -1,0 +1,285 @@
+// Command coastguard-bench measures every performance goal of coastguard
+// in one run and writes bench/results.json, a Markdown table (stdout and
+// bench/results.md) and plots (bench/propagation.svg: end-to-end latency CDF;
+// bench/sim.svg: simulated p99 latency versus mesh size, ours and naive).
+//
+//	go run ./cmd/coastguard-bench -out bench          # make bench (~20 min)
+//	go run ./cmd/coastguard-bench -out bench -quick   # make bench-quick (~2 min)
+//
+// Sections (-only picks a comma list): e2e (real apiservers: propagation and
+// churn), sim (in-process gossip meshes, ours and the naive baseline side by
+// side), bytes, heal, enforce, store.
+//
+// Absolute figures depend on the machine; the tool prints it. Ratios against
+// the naive baseline measured in the same run are what survive a noisy
+// shared machine. Nothing here asserts a time: the exit status is non-zero
+// only when a measurement could not be taken.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Metric is one measured figure.
+type Metric struct {
+	Name   string         `json:"name"`
+	Value  float64        `json:"value"`
+	Unit   string         `json:"unit"`
+	Params map[string]any `json:"params,omitempty"`
+	// Target is the goal from issue 10 in words ("<= 150"), empty if none.
+	Target string `json:"target,omitempty"`
+	// Met reports whether Value meets Target (nil: no target).
+	Met *bool `json:"met,omitempty"`
+}
+
+// Report is bench/results.json.
+type Report struct {
+	Started  time.Time `json:"started"`
+	Duration string    `json:"duration"`
+	Quick    bool      `json:"quick"`
+	Seed     uint64    `json:"seed"`
+	Machine  Machine   `json:"machine"`
+	Metrics  []Metric  `json:"metrics"`
+	Errors   []string  `json:"errors,omitempty"`
+}
+
+type config struct {
+	out   string
+	quick bool
+	only  map[string]bool
+	seed  uint64
+	log   *slog.Logger
+}
+
+func (c *config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
+
+// recorder collects metrics in order.
+type recorder struct {
+	metrics []Metric
+	// series for the plots
+	e2eLatencies []time.Duration
+	simPoints    []simPoint
+}
+
+type simPoint struct {
+	Mode    string
+	Profile string
+	N       int
+	P99ms   float64
+}
+
+func (r *recorder) add(name string, value float64, unit string, params map[string]any, target string, met func(float64) bool) {
+	m := Metric{Name: name, Value: round(value), Unit: unit, Params: params, Target: target}
+	if met != nil && !math.IsNaN(value) && !math.IsInf(value, 0) {
+		ok := met(value)
+		m.Met = &ok
+	}
+	r.metrics = append(r.metrics, m)
+	slog.Info("metric", "name", name, "value", m.Value, "unit", unit)
+}
+
+func round(v float64) float64 {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return v
+	}
+	switch a := math.Abs(v); {
+	case a >= 100:
+		return math.Round(v)
+	case a >= 1:
+		return math.Round(v*100) / 100
+	default:
+		return math.Round(v*10000) / 10000
+	}
+}
+
+func le(limit float64) func(float64) bool { return func(v float64) bool { return v <= limit } }
+
+func main() {
+	out := flag.String("out", "bench", "output directory (results.json, results.md, *.svg)")
+	quick := flag.Bool("quick", false, "small sizes and short durations (~2 min); for CI, asserts nothing")
+	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,heal,enforce,store (default all)")
+	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
+	verbose := flag.Bool("v", false, "debug logging")
+	flag.Parse()
+
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(logger)
+	cfg := &config{out: *out, quick: *quick, seed: *seed, log: logger, only: map[string]bool{}}
+	known := map[string]bool{"e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true}
+	for _, s := range strings.Split(*only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !known[s] {
+				fmt.Fprintf(os.Stderr, "unknown section %q (want e2e,sim,bytes,heal,enforce,store)\n", s)
+				os.Exit(2)
+			}
+			cfg.only[s] = true
+		}
+	}
+	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rep := Report{Started: time.Now().UTC(), Quick: cfg.quick, Seed: cfg.seed, Machine: describeMachine()}
+	rec := &recorder{}
+	fmt.Fprintf(os.Stderr, "coastguard-bench: %s\n", rep.Machine)
+	fmt.Fprintln(os.Stderr, "NOTE: figures come from a shared machine (2 cores shared with other jobs); absolute times are noisy, same-run ratios are the comparable figures.")
+
+	sections := []struct {
+		name string
+		run  func(context.Context, *config, *recorder) error
+	}{
+		// Cheap, CPU-bound sections first; the real-apiserver section
+		// starts processes and is the most expensive.
+		{"enforce", runEnforce},
+		{"store", runStore},
+		{"bytes", runBytes},
+		{"sim", runSim},
+		{"heal", runHeal},
+		{"e2e", runE2E},
+	}
+	for _, s := range sections {
+		if !cfg.want(s.name) {
+			continue
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		began := time.Now()
+		slog.Info("section start", "section", s.name)
+		err := s.run(ctx, cfg, rec)
+		slog.Info("section done", "section", s.name, "took", time.Since(began).Round(time.Millisecond))
+		if err != nil {
+			slog.Error("section failed", "section", s.name, "err", err)
+			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", s.name, err))
+		}
+		runtime.GC()
+	}
+	rep.Metrics = rec.metrics
+	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
+
+	table := markdown(rep)
+	fmt.Print(table)
+	var errs []error
+	if b, err := json.MarshalIndent(rep, "", "  "); err != nil {
+		errs = append(errs, err)
+	} else if err := os.WriteFile(filepath.Join(cfg.out, "results.json"), append(b, '\n'), 0o644); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.WriteFile(filepath.Join(cfg.out, "results.md"), []byte(table), 0o644); err != nil {
+		errs = append(errs, err)
+	}
+	if err := writePlots(cfg.out, rec); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		fmt.Fprintln(os.Stderr, "coastguard-bench:", err)
+		os.Exit(1)
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(os.Stderr, "coastguard-bench: %d section(s) failed\n", len(rep.Errors))
+		os.Exit(1)
+	}
+}
+
+// markdown renders the report as a Markdown table.
+func markdown(rep Report) string {
+	var b strings.Builder
+	mode := "full"
+	if rep.Quick {
+		mode = "quick (smaller sizes, shorter windows)"
+	}
+	fmt.Fprintf(&b, "\n## coastguard-bench %s, %s run, took %s\n\n", rep.Started.Format("2006-01-02 15:04 UTC"), mode, rep.Duration)
+	fmt.Fprintf(&b, "Machine: %s. Figures come from a shared 2-core machine (other jobs running); compare the same-run ratios rather than absolute times. Seed %d.\n\n", rep.Machine, rep.Seed)
+	b.WriteString("| metric | value | unit | target | met | params |\n|---|---:|---|---|---|---|\n")
+	for _, m := range rep.Metrics {
+		met := ""
+		if m.Met != nil {
+			met = "no"
+			if *m.Met {
+				met = "yes"
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", m.Name, fmtValue(m.Value), m.Unit, m.Target, met, fmtParams(m.Params))
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(&b, "\n**Failed:** %s\n", e)
+	}
+	return b.String()
+}
+
+func fmtValue(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "inf"
+	case math.IsNaN(v):
+		return "n/a"
+	case v == math.Trunc(v):
+		return fmt.Sprintf("%.0f", v)
+	default:
+		return fmt.Sprintf("%g", v)
+	}
+}
+
+func fmtParams(p map[string]any) string {
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%v", k, p[k]))
+	}
+	return strings.ReplaceAll(strings.Join(parts, " "), "|", "/")
+}
+
+// percentile of sorted durations (nearest rank), in milliseconds.
+func percentileMS(sorted []time.Duration, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	idx := int(math.Ceil(p*float64(len(sorted)))) - 1
+	idx = max(0, min(idx, len(sorted)-1))
+	return float64(sorted[idx]) / float64(time.Millisecond)
+}
+
+func sortDurations(d []time.Duration) []time.Duration {
+	out := append([]time.Duration(nil), d...)
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

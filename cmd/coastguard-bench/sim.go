@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"runtime"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/gossip/sim"
+)
+
+// profileTimings describes the memberlist timings of a profile, as both
+// coastguard and the naive baseline run them.
+func profileTimings(p gossip.Profile) string {
+	mc := gossip.MemberlistConfigForProfile(p)
+	return fmt.Sprintf("%s: gossip %s to %d nodes, probe %s (timeout %s), push-pull %s, suspicion mult %d",
+		p, mc.GossipInterval, mc.GossipNodes, mc.ProbeInterval, mc.ProbeTimeout, mc.PushPullInterval, mc.SuspicionMult)
+}
+
+func simMS(d time.Duration) float64 {
+	if d == time.Duration(math.MaxInt64) {
+		return math.Inf(1)
+	}
+	return ms(d)
+}
+
+// runSim measures propagation of single-pod updates through in-process
+// meshes over loopback UDP/TCP (encrypted as deployed), coastguard and the
+// naive baseline back to back at each size.
+func runSim(ctx context.Context, cfg *config, rec *recorder) error {
+	type plan struct {
+		profile gossip.Profile
+		ns      []int
+	}
+	plans := []plan{{gossip.ProfileLAN, []int{10, 50, 100, 300}}, {gossip.ProfileWAN, []int{100, 300}}}
+	updates := 15
+	if cfg.quick {
+		plans = []plan{{gossip.ProfileLAN, []int{10, 30}}}
+		updates = 5
+	}
+	for _, pl := range plans {
+		for _, n := range pl.ns {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			base := sim.Options{N: n, Profile: pl.profile, Updates: updates, IdleWindow: 2 * time.Second, Timeout: 10 * time.Second}
+			cg, err := sim.RunPropagationSim(ctx, base)
+			if err != nil {
+				return fmt.Errorf("coastguard N=%d %s: %w", n, pl.profile, err)
+			}
+			runtime.GC()
+			nb := base
+			nb.Naive = true
+			nv, err := sim.RunPropagationSim(ctx, nb)
+			if err != nil {
+				return fmt.Errorf("naive N=%d %s: %w", n, pl.profile, err)
+			}
+			runtime.GC()
+			target, ok := "", (func(float64) bool)(nil)
+			if n == 300 {
+				switch pl.profile {
+				case gossip.ProfileLAN:
+					target, ok = "<= 1000", le(1000)
+				case gossip.ProfileWAN:
+					target, ok = "<= 2000", le(2000)
+				}
+			}
+			params := map[string]any{"n": n, "profile": string(pl.profile), "timings": profileTimings(pl.profile),
+				"updates": updates, "payload_b": cg.PayloadBytes, "transport": "loopback UDP/TCP, AES-GCM keyring"}
+			recv := func(r sim.Result) string { return fmt.Sprintf("%d/%d", r.Received, r.Expected) }
+			rec.add("sim_propagation_p99_ms", simMS(cg.P99), "ms", merge(params, map[string]any{"mode": "coastguard",
+				"p50_ms": round(simMS(cg.P50)), "received": recv(cg)}), target, ok)
+			rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", merge(params, map[string]any{"mode": "naive",
+				"p50_ms": round(simMS(nv.P50)), "received": recv(nv)}), "", nil)
+			rec.add("sim_p99_ratio_ours_over_naive", simMS(cg.P99)/simMS(nv.P99), "ratio",
+				map[string]any{"n": n, "profile": string(pl.profile), "p50_ratio": round(simMS(cg.P50) / simMS(nv.P50))}, "< 1", func(v float64) bool { return v < 1 })
+			rec.add("sim_wire_bytes_per_update_per_node_ratio_ours_over_naive", cg.WireBytesPerUpdatePerNode/nv.WireBytesPerUpdatePerNode, "ratio",
+				map[string]any{"n": n, "profile": string(pl.profile), "ours_wire_b": round(cg.WireBytesPerUpdatePerNode), "naive_wire_b": round(nv.WireBytesPerUpdatePerNode),
+					"app_ratio": round(cg.AppBytesPerUpdatePerNode / nv.AppBytesPerUpdatePerNode)}, "< 1", func(v float64) bool { return v < 1 })
+			rec.simPoints = append(rec.simPoints,
+				simPoint{Mode: "coastguard", Profile: string(pl.profile), N: n, P99ms: simMS(cg.P99)},
+				simPoint{Mode: "naive", Profile: string(pl.profile), N: n, P99ms: simMS(nv.P99)})
+		}
+	}
+	return nil
+}
+
+// runBytes measures bytes sent per update per node and idle bytes per
+// second per node with 10k and 100k replicated entries, and the naive
+// baseline's figures in the same run.
+func runBytes(ctx context.Context, cfg *config, rec *recorder) error {
+	n, updates := 20, 20
+	entries := []int{10_000, 100_000}
+	idle := 10 * time.Second
+	if cfg.quick {
+		n, updates, idle = 10, 8, 3*time.Second
+	}
+	prof := gossip.ProfileWAN
+	var idleByEntries []float64
+	var last sim.Result
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r, err := sim.RunPropagationSim(ctx, sim.Options{N: n, Profile: prof, Updates: updates, Entries: e, IdleWindow: idle, Timeout: 10 * time.Second})
+		if err != nil {
+			return fmt.Errorf("coastguard entries=%d: %w", e, err)
+		}
+		runtime.GC()
+		params := map[string]any{"n": n, "entries": e, "profile": string(prof), "updates": updates, "payload_b": r.PayloadBytes,
+			"app_b": round(r.AppBytesPerUpdatePerNode), "what": "UDP+TCP bytes sent by all nodes during the update phase minus the idle rate, / (updates*N)"}
+		rec.add("bytes_per_update_per_node", r.WireBytesPerUpdatePerNode, "B", params,
+			fmt.Sprintf("<= %d (2x payload)", 2*r.PayloadBytes), le(2*float64(r.PayloadBytes)))
+		rec.add("bytes_per_update_per_node_over_payload", r.WireBytesPerUpdatePerNode/float64(r.PayloadBytes), "ratio",
+			map[string]any{"n": n, "entries": e, "app_ratio": round(r.AppBytesPerUpdatePerNode / float64(r.PayloadBytes))}, "<= 2", le(2))
+		rec.add("idle_bytes_per_sec_per_node", r.IdleWireBytesPerSecPerNode, "B/s", map[string]any{"n": n, "entries": e, "profile": string(prof),
+			"window_s": idle.Seconds(), "app_b_per_s": round(r.IdleAppBytesPerSecPerNode)}, "", nil)
+		idleByEntries = append(idleByEntries, r.IdleWireBytesPerSecPerNode)
+		last = r
+	}
+	nv, err := sim.RunPropagationSim(ctx, sim.Options{N: n, Profile: prof, Updates: updates, Naive: true, IdleWindow: idle, Timeout: 10 * time.Second})
+	if err != nil {
+		return fmt.Errorf("naive: %w", err)
+	}
+	rec.add("bytes_per_update_per_node_naive", nv.WireBytesPerUpdatePerNode, "B", map[string]any{"n": n, "profile": string(prof), "updates": updates,
+		"payload_b": nv.PayloadBytes, "app_b": round(nv.AppBytesPerUpdatePerNode)}, "", nil)
+	rec.add("bytes_per_update_ratio_ours_over_naive", last.WireBytesPerUpdatePerNode/nv.WireBytesPerUpdatePerNode, "ratio",
+		map[string]any{"n": n, "ours_entries": last.Entries}, "< 1", func(v float64) bool { return v < 1 })
+	rec.add("idle_bytes_per_sec_per_node_naive", nv.IdleWireBytesPerSecPerNode, "B/s", map[string]any{"n": n, "profile": string(prof), "window_s": idle.Seconds()}, "", nil)
+	if len(idleByEntries) == 2 && idleByEntries[0] > 0 {
+		rec.add("idle_bytes_ratio_100k_over_10k", idleByEntries[1]/idleByEntries[0], "ratio",
+			map[string]any{"n": n, "what": "idle traffic must not grow with entry count"}, "~1 (<= 1.2)", le(1.2))
+	}
+	return nil
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/store"
+	"github.com/coastguard-mcnp/coastguard/test/harness"
+)
+
+// realisticPodValue is a typical pod as the inventory writer encodes it:
+// three labels (one a pod-template-hash), one IP, phase, one named port.
+func realisticPodValue(i int) ([]byte, error) {
+	return crdt.EncodeValue(&crdt.PodValue{
+		Labels: map[string]string{
+			"app":               fmt.Sprintf("web-%d", i%97),
+			"pod-template-hash": fmt.Sprintf("%010x", uint64(i)*2654435761%(1<<40)),
+			"tier":              "frontend",
+		},
+		IPs:   []string{fmt.Sprintf("10.%d.%d.%d", 244+(i>>16)&3, (i>>8)&255, i&255)},
+		Phase: "Running",
+		Ports: []crdt.NamedPort{{Name: "http", Port: 8080}},
+	})
+}
+
+// buildStore writes origins x perOrigin pods through real crdt writer
+// states into a bbolt file, 10,000 entries per commit.
+func buildStore(path string, origins, perOrigin int) (time.Duration, error) {
+	t0 := time.Now()
+	s, err := store.Open(path, store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	for c := 0; c < origins; c++ {
+		st := crdt.NewState(fmt.Sprintf("cluster-%02d", c))
+		if err := st.SetEpoch(1); err != nil {
+			return 0, err
+		}
+		var pending []crdt.Change
+		for i := 0; i < perOrigin; i++ {
+			v, err := realisticPodValue(c*perOrigin + i)
+			if err != nil {
+				return 0, err
+			}
+			_, ch, err := st.Write(crdt.KindPod, fmt.Sprintf("team-%02d/web-%07d", i%50, i), v, false, 1)
+			if err != nil {
+				return 0, err
+			}
+			pending = append(pending, ch...)
+			if len(pending) == 10_000 || i == perOrigin-1 {
+				if err := s.Commit(pending, st.Digest(), nil); err != nil {
+					return 0, err
+				}
+				pending = nil
+			}
+		}
+	}
+	return time.Since(t0), s.Close()
+}
+
+func countEntries(path string) (int, error) {
+	r, err := store.OpenReplica(path, "", store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return 0, err
+	}
+	var n int
+	r.View(func(st *crdt.State) {
+		for _, o := range st.Origins() {
+			n += st.Len(o)
+		}
+	})
+	return n, r.Close()
+}
+
+func storeFixture(origins, per int) (path string, built bool, took time.Duration, err error) {
+	dir := filepath.Join(".cache", "bench")
+	if root, rerr := harness.RepoRoot(); rerr == nil {
+		dir = filepath.Join(root, ".cache", "bench")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", false, 0, err
+	}
+	path = filepath.Join(dir, fmt.Sprintf("store-%dx%d.db", origins, per))
+	if _, serr := os.Stat(path); serr == nil {
+		if n, cerr := countEntries(path); cerr == nil && n == origins*per {
+			return path, false, 0, nil
+		} else {
+			slog.Info("store fixture unusable, rebuilding", "path", path, "entries", n, "err", cerr)
+		}
+	}
+	tmp := path + ".building"
+	_ = os.Remove(tmp)
+	slog.Info("building store fixture", "path", path, "entries", origins*per)
+	took, err = buildStore(tmp, origins, per)
+	if err != nil {
+		_ = os.Remove(tmp)
+		return "", false, 0, fmt.Errorf("build: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", false, 0, err
+	}
+	return path, true, took, nil
+}
+
+func heapAlloc() uint64 {
+	var ms runtime.MemStats
+	runtime.GC()
+	runtime.GC()
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+func runStore(ctx context.Context, cfg *config, rec *recorder) error {
+	origins, per := 10, 100_000
+	runs := 3
+	if cfg.quick {
+		origins, per, runs = 10, 10_000, 2
+	}
+	total := origins * per
+	// The fixture is cached under .cache/bench (git-ignored): building 1M
+	// entries takes minutes on a loaded machine. A cached file that no
+	// longer opens (store format changed) or holds the wrong count is
+	// rebuilt.
+	path, built, buildDur, err := storeFixture(origins, per)
+	if err != nil {
+		return err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	params := map[string]any{"entries": total, "origins": origins, "file_mib": round(float64(fi.Size()) / (1 << 20))}
+	if built {
+		rec.add("store_build_entries_per_s", float64(total)/buildDur.Seconds(), "entries/s",
+			merge(params, map[string]any{"batch": 10000, "fsync": "per commit"}), "", nil)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	quiet := slog.New(slog.DiscardHandler)
+	var cold []float64
+	var heapRep, heapMirror float64
+	for i := 0; i < runs; i++ {
+		before := heapAlloc()
+		t0 := time.Now()
+		r, err := store.OpenReplica(path, "", store.Options{Logger: quiet})
+		if err != nil {
+			return fmt.Errorf("open: %w", err)
+		}
+		var n int
+		r.View(func(st *crdt.State) {
+			for _, o := range st.Origins() {
+				n += st.Len(o)
+			}
+		})
+		cold = append(cold, ms(time.Since(t0)))
+		if n != total {
+			_ = r.Close()
+			return fmt.Errorf("replica holds %d entries, want %d", n, total)
+		}
+		if i == runs-1 {
+			// Live heap of an open replica (bbolt mmap is not heap), then
+			// with the daemon's enforce mirror of the same entries.
+			heapRep = float64(heapAlloc()-before) / float64(total)
+			m := daemon.NewMirror("cluster-self")
+			var errs []error
+			r.View(func(st *crdt.State) { errs = m.Load(st) })
+			if len(errs) > 0 {
+				_ = r.Close()
+				return fmt.Errorf("mirror load: %v", errs[0])
+			}
+			heapMirror = float64(heapAlloc()-before) / float64(total)
+			runtime.KeepAlive(m)
+		}
+		runtime.KeepAlive(r)
+		if err := r.Close(); err != nil {
+			return err
+		}
+	}
+	target, ok := "<= 10000", le(10000)
+	if cfg.quick {
+		target, ok = "", nil
+	}
+	rec.add("cold_start_ms", median(cold), "ms", merge(params, map[string]any{
+		"path": "store.OpenReplica (default check: after unclean shutdown only) + crdt.Restore", "runs": runs, "stat": "median",
+		"page_cache": "warm (the store prefetches the file sequentially before opening)"}), target, ok)
+	htarget, hok := "<= 500", le(500)
+	if cfg.quick {
+		htarget, hok = "", nil
+	}
+	rec.add("heap_bytes_per_entry", heapRep, "B", merge(params, map[string]any{
+		"what": "live heap of an open store.Replica (crdt state + names) per pod entry"}), htarget, hok)
+	rec.add("heap_bytes_per_entry_with_mirror", heapMirror, "B", merge(params, map[string]any{
+		"what": "replica + daemon.Mirror (enforce inventory) per pod entry"}), "", nil)
+	return nil
+}
