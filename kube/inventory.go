@@ -191,8 +191,24 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 		if _, err := h.inf.AddEventHandler(inv.handler(h.kind)); err != nil {
 			return nil, fmt.Errorf("inventory: add handler: %w", err)
 		}
+		if err := h.inf.SetWatchErrorHandlerWithContext(inv.onWatchError); err != nil {
+			return nil, fmt.Errorf("inventory: watch error handler: %w", err)
+		}
 	}
 	return inv, nil
+}
+
+// RelistSyncDelay is how long after a watch failure (which makes the
+// reflector relist) the writer re-diffs everything against the persisted
+// entries.
+var RelistSyncDelay = 2 * time.Second
+
+// onWatchError keeps client-go's logging and schedules a full sync: the
+// reflector is about to relist, and the diff after it catches anything a
+// broken watch lost.
+func (inv *Inventory) onWatchError(ctx context.Context, r *cache.Reflector, err error) {
+	cache.DefaultWatchErrorHandler(ctx, r, err)
+	inv.queue.AddAfter(fullSyncKey, RelistSyncDelay)
 }
 
 func (inv *Inventory) handler(kind crdt.Kind) cache.ResourceEventHandler {

@@ -21,6 +21,7 @@ import (
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
@@ -387,4 +388,24 @@ func TestPodRelevant(t *testing.T) {
 	p := runningPod("a", "b", "1.2.3.4", nil)
 	p.Status.Phase = corev1.PodFailed
 	assert.False(t, PodRelevant(p))
+}
+
+func TestInventoryFullSyncAfterWatchFailure(t *testing.T) {
+	old := RelistSyncDelay
+	RelistSyncDelay = 10 * time.Millisecond
+	defer func() { RelistSyncDelay = old }()
+	client := fake.NewClientset()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{MCNPResource: "MultiClusterNetworkPolicyList"})
+	rep := newMemReplica()
+	inv, err := NewInventory(InventoryConfig{ClusterID: "c1", Client: client, Dynamic: dyn, Writer: rep, Persisted: rep.Persisted, FullSyncPeriod: time.Hour})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	inv.Start(ctx)
+	go func() { _ = inv.RunWriter(ctx) }()
+	require.Eventually(t, func() bool { return testutil.ToFloat64(inv.metrics.fullSyncs) == 1 }, 10*time.Second, 5*time.Millisecond)
+	// the reflector reports a broken watch (it relists next): a full sync follows
+	r := cache.NewReflector(&cache.ListWatch{}, &corev1.Pod{}, cache.NewStore(cache.MetaNamespaceKeyFunc), 0)
+	inv.onWatchError(ctx, r, errors.New("watch broken"))
+	require.Eventually(t, func() bool { return testutil.ToFloat64(inv.metrics.fullSyncs) == 2 }, 10*time.Second, 5*time.Millisecond)
 }
