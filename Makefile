@@ -47,3 +47,10 @@ fuzz:
 
 clean:
 	rm -rf $(BIN) .cache/e2e.log
+
+## demo: 3 local clusters with coastguard; leaves them running (make demo-down stops them).
+demo: testbins
+	$(GO) run ./test/demo up
+
+demo-down:
+	$(GO) run ./test/demo down

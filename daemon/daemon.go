@@ -121,7 +121,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	return &Daemon{
 		opts:         opts,
-		log:          opts.Logger.With("cluster", opts.ClusterID, "node", opts.NodeName),
+		log:          opts.Logger,
 		m:            m,
 		mirror:       NewMirror(opts.ClusterID),
 		outputs:      NewOutputs(opts.ClusterID),
