@@ -16,15 +16,18 @@ import (
 type Outputs struct {
 	self    string
 	results map[string]enforce.Result
+	gens    map[string]int64 // policy generation each result was computed for
 }
 
 // NewOutputs returns empty outputs for the enforcing cluster self.
 func NewOutputs(self string) *Outputs {
-	return &Outputs{self: self, results: map[string]enforce.Result{}}
+	return &Outputs{self: self, results: map[string]enforce.Result{}, gens: map[string]int64{}}
 }
 
 // Recompute evaluates the given policies (all of them when all is set)
-// against the inventory and returns the keys whose report changed.
+// against the inventory and returns the keys whose report changed. A new
+// policy generation changes the report even when the counts stay the same
+// (an edited port), so that the origin's status can observe it.
 func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []string {
 	if all {
 		keys = keys[:0:0]
@@ -48,13 +51,17 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 			continue
 		}
 		old, had := o.results[k]
+		oldGen := o.gens[k]
 		res := enforce.Evaluate(o.self, inv, ref)
-		if _, exists := inv.Policy(ref); !exists {
+		p, exists := inv.Policy(ref)
+		if !exists {
 			delete(o.results, k)
+			delete(o.gens, k)
 		} else {
 			o.results[k] = res
+			o.gens[k] = p.Generation
 		}
-		if !had || reportOf(old, 0) != reportOf(res, 0) {
+		if !had || reportOf(old, oldGen) != reportOf(res, p.Generation) {
 			changed = append(changed, k)
 		}
 	}
