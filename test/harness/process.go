@@ -170,8 +170,12 @@ func (p *Process) Stop(grace time.Duration) error {
 	if err := p.Signal(syscall.SIGTERM); err != nil {
 		return fmt.Errorf("harness: SIGTERM %s: %w", p.Name, err)
 	}
+	pid := p.Pid()
 	select {
 	case <-p.Done():
+		// The leader is gone; take down anything it left in its group.
+		// (The pgid cannot have been recycled while members remain.)
+		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		return exitedBySignalOK(p.ExitErr())
 	case <-time.After(grace):
 	}
