@@ -285,8 +285,11 @@ type Applier struct {
 	desired map[string]*networkingv1.NetworkPolicy // by namespace/name
 	queue   workqueue.TypedRateLimitingInterface[string]
 
-	failing  map[string]struct{} // keys waiting for a retry; guarded by mu
-	inflight atomic.Int32
+	// Settled bookkeeping, all guarded by mu: keys queued but not yet taken
+	// by a worker, keys being processed, keys waiting for a retry.
+	queued   map[string]struct{}
+	inflight int
+	failing  map[string]struct{}
 	started  atomic.Bool
 }
 
@@ -314,6 +317,7 @@ func NewApplier(client kubernetes.Interface, inf networkinginformers.NetworkPoli
 		workers: opts.Workers,
 		desired: make(map[string]*networkingv1.NetworkPolicy),
 		failing: make(map[string]struct{}),
+		queued:  make(map[string]struct{}),
 	}
 	_, err = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.onEvent,
@@ -340,9 +344,16 @@ func (a *Applier) onEvent(obj any) {
 	if _, wanted := a.desired[key]; !wanted && !IsManaged(np) {
 		return // a user object we have no interest in
 	}
-	if a.queue != nil {
-		a.queue.Add(key)
+	a.enqueueLocked(key)
+}
+
+// enqueueLocked queues key if the applier runs; a.mu must be held.
+func (a *Applier) enqueueLocked(key string) {
+	if a.queue == nil {
+		return
 	}
+	a.queued[key] = struct{}{}
+	a.queue.Add(key)
 }
 
 // SetDesired replaces the desired set. It validates the whole set first and
@@ -363,12 +374,12 @@ func (a *Applier) SetDesired(desired []networkingv1.NetworkPolicy) error {
 	if a.queue != nil {
 		for k, np := range next {
 			if old, ok := a.desired[k]; !ok || old.Annotations[ContentHashAnnotation] != np.Annotations[ContentHashAnnotation] {
-				a.queue.Add(k)
+				a.enqueueLocked(k)
 			}
 		}
 		for k := range a.desired {
 			if _, ok := next[k]; !ok {
-				a.queue.Add(k)
+				a.enqueueLocked(k)
 			}
 		}
 	}
@@ -385,7 +396,7 @@ func (a *Applier) Settled() bool {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.queue != nil && a.queue.Len() == 0 && a.inflight.Load() == 0 && len(a.failing) == 0
+	return a.queue != nil && len(a.queued) == 0 && a.inflight == 0 && len(a.failing) == 0
 }
 
 // Run reconciles until ctx is done. It waits for the informer, queues every
@@ -402,13 +413,13 @@ func (a *Applier) Run(ctx context.Context) error {
 		return fmt.Errorf("applier: list generated NetworkPolicies: %w", err)
 	}
 	a.mu.Lock()
+	a.queue = q
 	for k := range a.desired {
-		q.Add(k)
+		a.enqueueLocked(k)
 	}
 	for _, np := range live {
-		q.Add(np.Namespace + "/" + np.Name)
+		a.enqueueLocked(np.Namespace + "/" + np.Name)
 	}
-	a.queue = q
 	a.mu.Unlock()
 	a.started.Store(true)
 	defer func() {
@@ -416,6 +427,8 @@ func (a *Applier) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.queue = nil
 		clear(a.failing)
+		clear(a.queued)
+		a.inflight = 0
 		a.mu.Unlock()
 	}()
 
@@ -439,12 +452,15 @@ func (a *Applier) processNext(ctx context.Context, q workqueue.TypedRateLimiting
 	if quit {
 		return false
 	}
-	a.inflight.Add(1)
-	defer a.inflight.Add(-1)
+	a.mu.Lock()
+	delete(a.queued, key)
+	a.inflight++
+	a.mu.Unlock()
 	defer q.Done(key)
 	err := a.reconcile(ctx, key)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.inflight--
 	if err != nil {
 		if ctx.Err() != nil {
 			return true
