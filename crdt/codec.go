@@ -17,7 +17,7 @@ import (
 //	        flags: 1 = Reset, 2 = Final, 4 = Gap
 //	        entry: [kind, name, version, deleted, value(bin), stamp]
 //	        (an entry's origin is the delta's)
-//	Digest: [1, [[origin, max, hash, gc, retired, top, reset]...]] sorted by origin
+//	Digest: [1, [[origin, max, hash, gc, retired, top, reset, gapHash]...]] sorted by origin
 //	Retire: [1, origin, upTo]
 const (
 	WireFormat = 1
@@ -341,7 +341,7 @@ func EncodeDigest(d Digest) ([]byte, error) {
 	for _, n := range names {
 		od := d[n]
 		if err := firstErr(
-			enc.EncodeArrayLen(7),
+			enc.EncodeArrayLen(8),
 			enc.EncodeString(n),
 			enc.EncodeUint64(uint64(od.Max)),
 			enc.EncodeUint64(od.Hash),
@@ -349,6 +349,7 @@ func EncodeDigest(d Digest) ([]byte, error) {
 			enc.EncodeUint64(uint64(od.Retired)),
 			enc.EncodeUint64(uint64(od.Top)),
 			enc.EncodeUint64(uint64(od.Reset)),
+			enc.EncodeUint64(od.GapHash),
 		); err != nil {
 			return nil, err
 		}
@@ -367,7 +368,7 @@ func DecodeDigest(b []byte) (Digest, error) {
 	n := w.arrayLen(0, MaxDigestOrigins)
 	d := make(Digest, n)
 	for i := 0; i < n && w.err == nil; i++ {
-		w.arrayLen(7, 7)
+		w.arrayLen(8, 8)
 		name := w.str(MaxOriginBytes)
 		var od OriginDigest
 		od.Max = Version(w.u64())
@@ -376,6 +377,7 @@ func DecodeDigest(b []byte) (Digest, error) {
 		od.Retired = Version(w.u64())
 		od.Top = Version(w.u64())
 		od.Reset = Version(w.u64())
+		od.GapHash = w.u64()
 		if w.err != nil {
 			break
 		}

@@ -79,7 +79,7 @@ func TestDeltaDecodeRejectsInvalid(t *testing.T) {
 
 func TestDigestRoundTrip(t *testing.T) {
 	d := Digest{
-		"b": {Max: 7, Hash: 1<<63 + 5, GC: 3, Retired: 2, Top: 9, Reset: 4},
+		"b": {Max: 7, Hash: 1<<63 + 5, GC: 3, Retired: 2, Top: 9, Reset: 4, GapHash: 11},
 		"a": {Max: MakeVersion(MaxEpoch, 1<<40-1)},
 	}
 	b, err := EncodeDigest(d)
@@ -93,7 +93,7 @@ func TestDigestRoundTrip(t *testing.T) {
 		_, err := DecodeDigest(b[:i])
 		assert.Error(t, err)
 	}
-	dup, _ := msgpack.Marshal([]any{1, []any{[]any{"a", 1, 1, 0, 0, 0, 0}, []any{"a", 1, 1, 0, 0, 0, 0}}})
+	dup, _ := msgpack.Marshal([]any{1, []any{[]any{"a", 1, 1, 0, 0, 0, 0, 0}, []any{"a", 1, 1, 0, 0, 0, 0, 0}}})
 	_, err = DecodeDigest(dup)
 	assert.ErrorIs(t, err, ErrInvalid)
 	_, err = EncodeDigest(Digest{"": {}})

@@ -40,7 +40,7 @@ func corpusDigests(t testing.TB) [][]byte {
 	var out [][]byte
 	for _, d := range []Digest{
 		{},
-		{"a": {Max: 5, Hash: 9, GC: 2, Retired: 1, Top: 6, Reset: 3}},
+		{"a": {Max: 5, Hash: 9, GC: 2, Retired: 1, Top: 6, Reset: 3, GapHash: 7}},
 		{"a": {Max: MakeVersion(3, 9)}, "b": {Max: 1, Hash: 1 << 63}},
 	} {
 		b, err := EncodeDigest(d)
@@ -169,7 +169,7 @@ func checkInvariants(t testing.TB, s *State) {
 			if r.version <= o.retired {
 				t.Fatalf("%s: entry %s@%s at or below retirement %s", name, r.name, r.version, o.retired)
 			}
-			if r.deleted && r.version <= o.gc {
+			if r.deleted && r.version <= o.gc && !o.stale() {
 				t.Fatalf("%s: tombstone %s@%s at or below GC %s", name, r.name, r.version, o.gc)
 			}
 			if o.byName[r.kind-1][r.name] != r {
@@ -179,6 +179,14 @@ func checkInvariants(t testing.TB, s *State) {
 		})
 		if h != o.hash || n != o.count {
 			t.Fatalf("%s: hash/count drifted", name)
+		}
+		var gh uint64
+		o.byVer.AscendGreaterOrEqual(&record{version: o.max + 1}, func(r *record) bool {
+			gh += recHash(r)
+			return true
+		})
+		if gh != o.gapHash {
+			t.Fatalf("%s: gap hash drifted", name)
 		}
 	}
 }

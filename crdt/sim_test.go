@@ -266,7 +266,7 @@ func (s *sim) afterChanges(nd *simNode, changes []Change) {
 		s.takeEpoch(nd)
 		s.republish(nd)
 		s.stats["selfbump"]++
-	s.tracef("selfbump %v", s.stats)
+		s.tracef("selfbump %v", s.stats)
 		return
 	}
 	for _, c := range changes {
@@ -556,7 +556,7 @@ func (s *sim) actPartition() {
 			s.group[i] = 0
 		}
 		s.stats["heal"]++
-	s.tracef("heal %v", s.stats)
+		s.tracef("heal %v", s.stats)
 		return
 	}
 	parts := 2 + s.rng.Intn(2)

@@ -80,6 +80,7 @@ type originState struct {
 	retired Version // retirement watermark
 	seen    Version // highest version of this origin ever observed (writer safety)
 	hash    uint64  // sum of entryHash over stored records
+	gapHash uint64  // sum of entryHash over stored records above max
 
 	byName [numKinds]map[string]*record
 	byVer  *btree.BTreeG[*record] // every stored record, by version
@@ -209,6 +210,9 @@ func (o *originState) insert(r *record) {
 		o.tombs.ReplaceOrInsert(r)
 	}
 	o.hash += recHash(r)
+	if r.version > o.max {
+		o.gapHash += recHash(r)
+	}
 	o.count++
 }
 
@@ -219,6 +223,9 @@ func (o *originState) remove(r *record) {
 		o.tombs.Delete(r)
 	}
 	o.hash -= recHash(r)
+	if r.version > o.max {
+		o.gapHash -= recHash(r)
+	}
 	o.count--
 }
 
@@ -229,6 +236,9 @@ func (o *originState) replace(r *record, e *Entry) {
 		o.tombs.Delete(r)
 	}
 	o.hash -= recHash(r)
+	if r.version > o.max {
+		o.gapHash -= recHash(r)
+	}
 	r.version = e.Version
 	r.deleted = e.Deleted
 	r.value = cloneValue(e.Value, e.Deleted)
@@ -238,6 +248,25 @@ func (o *originState) replace(r *record, e *Entry) {
 		o.tombs.ReplaceOrInsert(r)
 	}
 	o.hash += recHash(r)
+	if r.version > o.max {
+		o.gapHash += recHash(r)
+	}
+}
+
+// setMax raises the contiguous watermark, moving the records it passes out
+// of the gap hash.
+func (o *originState) setMax(v Version) {
+	if v <= o.max {
+		return
+	}
+	o.byVer.AscendGreaterOrEqual(&record{version: o.max + 1}, func(r *record) bool {
+		if r.version > v {
+			return false
+		}
+		o.gapHash -= recHash(r)
+		return true
+	})
+	o.max = v
 }
 
 func cloneValue(v []byte, deleted bool) []byte {
@@ -281,10 +310,10 @@ func sameContent(e *Entry, r *record) bool {
 // mergeEntry applies e by per-key max; it returns the change, if any. A
 // tombstone at or below our GC watermark (the sender knew an older one) is
 // applied and collected at once: it removes an older entry of its key and is
-// never stored.
+// never stored (unless we are stale: see gcTo).
 func (o *originState) mergeEntry(e *Entry, changes []Change) []Change {
 	r := o.byName[e.Kind-1][e.Name]
-	if e.Deleted && e.Version <= o.gc {
+	if e.Deleted && e.Version <= o.gc && !o.stale() {
 		if r != nil && wins(e, r) {
 			old := o.entryPtr(r)
 			o.remove(r)
@@ -332,12 +361,12 @@ func (o *originState) retireTo(upTo Version, changes []Change) []Change {
 	changes = o.dropUpTo(o.byVer, upTo, changes)
 	// Everything <= upTo is now known to be absent: the watermark may jump.
 	if upTo > o.max {
-		o.max = upTo
+		o.setMax(upTo)
 	}
 	if upTo > o.seen {
 		o.seen = upTo
 	}
-	return changes
+	return o.collect(changes)
 }
 
 func (o *originState) gcTo(gc Version, changes []Change) []Change {
@@ -353,7 +382,18 @@ func (o *originState) gcTo(gc Version, changes []Change) []Change {
 	if o.rsID != 0 && gc > o.rsGC && gc > o.rsProgress {
 		o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
 	}
-	return o.dropUpTo(o.tombs, gc, changes)
+	return o.collect(changes)
+}
+
+// collect drops tombstones at or below GC, unless we are stale: a stale
+// replica keeps its tombstones until its reset completes, because the reset
+// stream may come from a sender that has not yet seen a key's latest
+// versions (latest-only streams) and would otherwise revive an older one.
+func (o *originState) collect(changes []Change) []Change {
+	if o.stale() || o.gc == 0 {
+		return changes
+	}
+	return o.dropUpTo(o.tombs, o.gc, changes)
 }
 
 // --------------------------------------------------------------- validation
@@ -573,7 +613,7 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 	changes := o.mergeEntry(&e, nil)
 	if o.max == base {
 		// Nothing exists between our watermark and v: v is contiguous.
-		o.max = v
+		o.setMax(v)
 	}
 	o.seen = v
 	d := Delta{
@@ -654,7 +694,7 @@ func (o *originState) applyNormal(d *Delta, changes []Change) []Change {
 		changes = o.mergeEntry(e, changes)
 	}
 	if !d.Gap && !o.stale() && o.max >= d.From && d.To > o.max {
-		o.max = d.To
+		o.setMax(d.To)
 	}
 	return changes
 }
@@ -689,18 +729,18 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 			continue
 		}
 		r := o.byName[e.Kind-1][e.Name]
-		if e.Deleted && e.Version <= o.gc {
+		if e.Deleted && e.Version <= o.gc && !o.stale() {
 			changes = o.mergeEntry(e, changes) // collected tombstone
 			continue
 		}
 		switch {
 		case r == nil:
-			if !o.stale() && e.Version <= o.max {
-				// We are not stale: below our watermark we already hold the
-				// latest of every key, so a key we lack there is obsolete
-				// (its successor may be a tombstone we collected). Never
-				// re-admit it; a hash-mismatch reset only ever shrinks both
-				// sides to what they agree on (see ARCHITECTURE.md).
+			if e.Version <= o.max {
+				// Below our watermark we have seen the latest of every key,
+				// so a key we lack there is obsolete (its successor may be
+				// a tombstone we collected). Never re-admit it; a
+				// hash-mismatch reset only ever shrinks both sides to what
+				// they agree on (see ARCHITECTURE.md).
 				continue
 			}
 			r = newRecord(e)
@@ -716,7 +756,7 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	}
 	o.rsProgress = d.To
 	if !o.stale() && o.max >= d.From && d.To > o.max {
-		o.max = d.To
+		o.setMax(d.To)
 	}
 	if !d.Final {
 		return changes
@@ -737,10 +777,10 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 		changes = append(changes, Change{Key: old.Key, Old: old})
 	}
 	if d.To > o.max {
-		o.max = d.To
+		o.setMax(d.To)
 	}
 	o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
-	return changes
+	return o.collect(changes)
 }
 
 // ApplyRetire merges a retirement: every entry of r.Origin with version <=
@@ -857,7 +897,7 @@ func (s *State) Origins() []string {
 }
 
 func (o *originState) digest() OriginDigest {
-	d := OriginDigest{Max: o.max, Hash: o.hash, GC: o.gc, Retired: o.retired, Top: o.top()}
+	d := OriginDigest{Max: o.max, Hash: o.hash, GC: o.gc, Retired: o.retired, Top: o.top(), GapHash: o.gapHash}
 	if o.rsID != 0 && o.stale() {
 		d.Reset = o.rsProgress
 	}
@@ -920,12 +960,13 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		return syncNormal, r.Max
 	}
 	if top, floor := o.top(), max(o.max, r.Max); top > floor &&
-		(r.Top != top || r.Hash != o.hash) {
+		(r.Top < top || r.Max != o.max || r.GapHash != o.gapHash) {
 		// We hold entries above both watermarks (received out of order)
-		// that the remote may lack (only equal hashes prove it does not);
-		// their writer may be gone for good, so spread them too, without
-		// claiming the range. They are few, and resending stops once the
-		// two replicas agree.
+		// that the remote may lack (only equal watermarks and gap hashes
+		// prove it does not); their writer may be gone for good, so spread
+		// them too, without claiming the range. They are few, resending
+		// stops once the two replicas agree, and Behind (which triggers
+		// pulls) is stricter, so this never causes a digest ping-pong.
 		return syncGap, floor
 	}
 	if !present || r.GC < o.gc || r.Retired < o.retired {
@@ -1078,7 +1119,7 @@ func OriginBehind(local OriginDigest, present bool, remote OriginDigest) bool {
 		remote.Top <= remote.Max && local.Top <= local.Max && remote.Hash != local.Hash:
 		return true // equal watermarks, different content: mutual reset
 	case local.Max >= local.GC && remote.Top > max(remote.Max, local.Max) &&
-		(local.Top != remote.Top || local.Hash != remote.Hash):
+		(local.Top < remote.Top || (local.Max == remote.Max && local.GapHash != remote.GapHash)):
 		return true // remote holds out-of-order entries we may lack (gap delta)
 	}
 	return false
@@ -1119,7 +1160,7 @@ func (s *State) Restore(d Digest, entries []Entry) error {
 		if e.Version <= o.retired {
 			return invalidf("restore: entry %s version %s is retired (<= %s)", e.Key, e.Version, o.retired)
 		}
-		if e.Deleted && e.Version <= o.gc {
+		if e.Deleted && e.Version <= o.gc && !o.stale() {
 			return invalidf("restore: tombstone %s version %s is below GC %s", e.Key, e.Version, o.gc)
 		}
 		if o.byName[e.Kind-1][e.Name] != nil {

@@ -123,6 +123,9 @@ type OriginDigest struct {
 	// Reset is the progress of an in-flight reset stream the replica is
 	// receiving for this origin (0 = none), so a sender can resume it.
 	Reset Version
+	// GapHash is the part of Hash over entries above Max (received out of
+	// order); replicas at equal Max exchange such entries until it agrees.
+	GapHash uint64
 }
 
 // Digest is the per-origin summary a replica gossips: O(number of clusters).
