@@ -76,7 +76,7 @@ func main() {
 			b, _ := json.Marshal(r)
 			fmt.Println(string(b))
 		} else {
-			fmt.Fprintf(os.Stderr, "done %s N=%d entries=%d\n", r.Mode, r.N, r.Entries)
+			fmt.Fprintf(os.Stderr, "done %+v\n", r)
 		}
 	}
 	for _, n := range ns {
