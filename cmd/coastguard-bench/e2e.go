@@ -485,13 +485,21 @@ func e2eChurn(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error 
 			}
 		}()
 	}
+	// The run is time-boxed: when the apiserver cannot absorb the rate,
+	// changes past the window are not sent and the achieved rate says so.
 	t0 := time.Now()
 	for k := 0; k < total && ctx.Err() == nil; k++ {
 		due := t0.Add(time.Duration(k) * time.Second / time.Duration(rate))
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
-		jobs <- k
+		if time.Since(t0) > dur {
+			break
+		}
+		select {
+		case jobs <- k:
+		case <-time.After(time.Until(t0.Add(dur))):
+		}
 	}
 	close(jobs)
 	wg.Wait()

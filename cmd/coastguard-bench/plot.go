@@ -19,10 +19,14 @@ import (
 func writePlots(dir string, rec *recorder) error {
 	var errs []error
 	if len(rec.e2eLatencies) > 0 {
-		errs = append(errs, plotCDF(filepath.Join(dir, "propagation.svg"), rec))
+		for _, ext := range []string{"svg", "png"} {
+			errs = append(errs, plotCDF(filepath.Join(dir, "propagation."+ext), rec))
+		}
 	}
 	if len(rec.simPoints) > 0 {
-		errs = append(errs, plotSim(filepath.Join(dir, "sim.svg"), rec))
+		for _, ext := range []string{"svg", "png"} {
+			errs = append(errs, plotSim(filepath.Join(dir, "sim."+ext), rec))
+		}
 	}
 	return errors.Join(errs...)
 }

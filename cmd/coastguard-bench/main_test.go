@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+func TestPercentileNearestRank(t *testing.T) {
+	var d []time.Duration
+	for i := 100; i >= 1; i-- {
+		d = append(d, time.Duration(i)*time.Millisecond)
+	}
+	s := sortDurations(d)
+	require.Equal(t, 50.0, percentileMS(s, 0.50))
+	require.Equal(t, 99.0, percentileMS(s, 0.99))
+	require.Equal(t, 100.0, percentileMS(s, 1))
+	require.True(t, math.IsNaN(percentileMS(nil, 0.5)))
+	require.Equal(t, 2.5, median([]float64{4, 1, 3, 2}))
+}
+
+func TestRecorderTargetsAndMarkdown(t *testing.T) {
+	rec := &recorder{}
+	rec.add("a_ms", 120.456, "ms", map[string]any{"n": 3, "x": "a|b"}, "<= 150", le(150))
+	rec.add("b_ms", 600, "ms", nil, "<= 500", le(500))
+	rec.add("c", math.Inf(1), "ms", nil, "<= 1", le(1))
+	require.True(t, *rec.metrics[0].Met)
+	require.False(t, *rec.metrics[1].Met)
+	require.Nil(t, rec.metrics[2].Met, "an unmeasurable value is neither met nor missed")
+	require.Equal(t, 120.0, rec.metrics[0].Value)
+	md := markdown(Report{Started: time.Unix(0, 0).UTC(), Machine: Machine{CPUs: 2}, Metrics: rec.metrics, Errors: []string{"sim: boom"}})
+	require.Contains(t, md, "| a_ms | 120 | ms | <= 150 | yes | n=3 x=a/b |")
+	require.Contains(t, md, "| b_ms | 600 | ms | <= 500 | no |")
+	require.Contains(t, md, "| c | inf |")
+	require.Contains(t, md, "shared 2-core machine")
+	require.Contains(t, md, "**Failed:** sim: boom")
+}
+
+func TestPlotsAreWritten(t *testing.T) {
+	dir := t.TempDir()
+	rec := &recorder{}
+	for i := 1; i <= 50; i++ {
+		rec.e2eLatencies = append(rec.e2eLatencies, time.Duration(i*7)*time.Millisecond)
+	}
+	rec.simPoints = []simPoint{{"coastguard", "lan", 10, 120}, {"coastguard", "lan", 50, 200}, {"naive", "lan", 10, 400}, {"naive", "lan", 50, math.Inf(1)}}
+	require.NoError(t, writePlots(dir, rec))
+	for _, f := range []string{"propagation.svg", "propagation.png", "sim.svg", "sim.png"} {
+		st, err := os.Stat(filepath.Join(dir, f))
+		require.NoError(t, err, f)
+		require.Greater(t, st.Size(), int64(1000), f)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "sim.svg"))
+	require.NoError(t, err)
+	require.True(t, strings.Contains(string(b), "naive lan") && strings.Contains(string(b), "coastguard lan"))
+}
+
+// The workload generator feeds the daemon's mirror genuine crdt changes;
+// a pod change through Mirror.Apply + Outputs.Recompute must give the same
+// NetworkPolicies as a full translation.
+func TestWorkloadIncrementalMatchesFull(t *testing.T) {
+	sc := enforceScale{name: "t", clusters: 3, pods: 60, ns: 4, policies: 20, apps: 6}
+	w, changes, err := newWorkload(sc, 1)
+	require.NoError(t, err)
+	m := daemon.NewMirror(origin(0))
+	res := m.Apply(changes)
+	require.Empty(t, res.Errors)
+	out := daemon.NewOutputs(origin(0))
+	out.Recompute(m.Inventory(), nil, true)
+	require.Len(t, m.Inventory().Policies(), 20)
+	for k := 0; k < 30; k++ {
+		chs, err := w.podChange(k)
+		require.NoError(t, err)
+		r := m.Apply(chs)
+		require.Empty(t, r.Errors)
+		out.Recompute(m.Inventory(), r.Affected, r.All)
+	}
+	full := enforce.Translate(origin(0), m.Inventory())
+	require.NotEmpty(t, full)
+	require.Equal(t, full, out.Desired())
+}
+
+func TestEnforceSectionQuick(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a 20k-pod inventory")
+	}
+	rec := &recorder{}
+	require.NoError(t, runEnforce(context.Background(), &config{quick: true, seed: 1}, rec))
+	names := map[string]int{}
+	for _, m := range rec.metrics {
+		names[m.Name]++
+		require.False(t, math.IsNaN(m.Value), m.Name)
+		require.Greater(t, m.Value, 0.0, m.Name)
+	}
+	require.Equal(t, 2, names["enforce_incremental_daemon_ms"])
+	require.Equal(t, 2, names["enforce_full_ms"])
+}
