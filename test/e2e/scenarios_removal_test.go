@@ -1,0 +1,167 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/coastguard-mcnp/coastguard/test/harness"
+)
+
+// removalSetup: an MCNP from A and one from C, both enforced everywhere, and
+// one web pod per cluster. It returns once every cluster enforces both.
+func removalSetup(t *testing.T, ctx context.Context, env *harness.Env) {
+	t.Helper()
+	a, c := env.Clusters[0], env.Clusters[2]
+	for _, cl := range env.Clusters {
+		require.NoError(t, cl.EnsureNamespace(ctx, "shop", nil))
+	}
+	ips := []string{"10.1.0.1", "10.2.0.1", "10.3.0.1"}
+	for i, cl := range env.Clusters {
+		runPod(t, ctx, cl, "web", ips[i], web)
+	}
+	runPod(t, ctx, c, "web-c2", "10.3.0.2", web)
+	applyYAML(t, ctx, a, webPolicy("from-a", "{}"))
+	applyYAML(t, ctx, c, webPolicy("from-c", "{}"))
+	for i, cl := range env.Clusters {
+		var remote []string
+		for j, ip := range append(ips, "10.3.0.2") {
+			if j != i && !(i == 2 && j == 3) {
+				remote = append(remote, ip)
+			}
+		}
+		want := cidrs(remote...)
+		for _, origin := range []string{a.Name, c.Name} {
+			waitNPs(t, ctx, cl, originSel(origin), 30*time.Second, func(bl []string, nps []networkingv1.NetworkPolicy) bool {
+				return len(nps) == 1 && equal(bl, want)
+			}, "policy from "+origin)
+		}
+	}
+}
+
+// TestScenarioDecommission: `coastguardd decommission` in C removes C's pods
+// from every NetworkPolicy and deletes the NetworkPolicies C's MCNPs caused,
+// in A, B and C.
+func TestScenarioDecommission(t *testing.T) {
+	env, bin, ds := startMesh(t, 3, meshOpts{})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
+	removalSetup(t, ctx, env)
+
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, "decommission", "--admin-addr", ds[2].MetricsAddr).CombinedOutput()
+	require.NoError(t, err, "coastguardd decommission: %s", out)
+	require.Contains(t, string(out), "decommissioned")
+
+	for _, cl := range []*harness.Cluster{a, b} {
+		want := cidrs("10.1.0.1", "10.2.0.1")
+		if cl == a {
+			want = cidrs("10.2.0.1")
+		}
+		waitNPs(t, ctx, cl, originSel(a.Name), 30*time.Second, func(bl []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) == 1 && equal(bl, want)
+		}, "C's pods gone from A's policy")
+		waitNPs(t, ctx, cl, originSel(c.Name), 30*time.Second, func(_ []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) == 0
+		}, "policy generated from C's MCNP deleted")
+	}
+	waitNPs(t, ctx, c, harness.ManagedSelector, 30*time.Second, func(_ []string, nps []networkingv1.NetworkPolicy) bool {
+		return len(nps) == 0
+	}, "C deleted every NetworkPolicy it generated")
+	t.Logf("decommission: converged in A, B and C after %s", time.Since(start).Round(time.Millisecond))
+
+	select {
+	case <-ds[2].Done():
+	case <-time.After(15 * time.Second):
+		t.Fatalf("C's daemon still running after decommission")
+	}
+	// the retirement sticks: the data dir refuses a restart
+	require.NoError(t, ds[2].Restart())
+	select {
+	case <-ds[2].Done():
+		require.Error(t, ds[2].ExitErr(), "restart of a decommissioned daemon must fail")
+		tail, _ := ds[2].TailLog(5)
+		require.Contains(t, tail, "decommissioned")
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a decommissioned data dir did not stop the restarted daemon")
+	}
+	// the others do not resurrect C's entries
+	time.Sleep(2 * time.Second)
+	for _, cl := range []*harness.Cluster{a, b} {
+		nps, err := cl.ListNetworkPolicies(ctx, "shop", originSel(c.Name))
+		require.NoError(t, err)
+		require.Empty(t, nps)
+		nps, err = cl.ListNetworkPolicies(ctx, "shop", originSel(a.Name))
+		require.NoError(t, err)
+		require.True(t, containsNone(blocksOf(nps...), cidrs("10.3.0.1", "10.3.0.2")...), "%s: %v", cl.Name, blocksOf(nps...))
+	}
+}
+
+// TestScenarioClusterLost: C's daemon is SIGKILLed and never comes back. With
+// a 10s reconnect timeout its entries go stale (still enforced), then are
+// retired: its pod IPs and the policies from its MCNPs vanish in A and B.
+func TestScenarioClusterLost(t *testing.T) {
+	const reconnect = 10 * time.Second
+	env, _, ds := startMesh(t, 3, meshOpts{Args: []string{"--reconnect-timeout=" + reconnect.String()}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
+	removalSetup(t, ctx, env)
+
+	require.NoError(t, ds[2].Kill())
+	killed := time.Now()
+
+	// stale: the others see C down but keep enforcing what C last said
+	var staleAt time.Duration
+	err := harness.Eventually(ctx, reconnect, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		for _, d := range ds[:2] {
+			s, err := debugState(ctx, d)
+			if err != nil {
+				return false, err
+			}
+			if cs, ok := s.Clusters[c.Name]; !ok || cs.Alive {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	require.NoError(t, err, "A and B mark C not alive")
+	staleAt = time.Since(killed)
+	for _, cl := range []*harness.Cluster{a, b} {
+		nps, err := cl.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
+		require.NoError(t, err)
+		require.True(t, containsAll(blocksOf(nps...), cidrs("10.3.0.1", "10.3.0.2")...),
+			"%s: C's pods still enforced while C is merely unreachable: %v", cl.Name, blocksOf(nps...))
+		fromC, err := cl.ListNetworkPolicies(ctx, "shop", originSel(c.Name))
+		require.NoError(t, err)
+		require.Len(t, fromC, 1, "%s: C's MCNP still enforced while stale", cl.Name)
+	}
+	t.Logf("cluster lost: A and B see C down %s after SIGKILL", staleAt.Round(time.Millisecond))
+
+	for _, cl := range []*harness.Cluster{a, b} {
+		want := cidrs("10.1.0.1", "10.2.0.1")
+		if cl == a {
+			want = cidrs("10.2.0.1")
+		}
+		waitNPs(t, ctx, cl, originSel(a.Name), reconnect+30*time.Second, func(bl []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) == 1 && equal(bl, want)
+		}, "C's pods retired from A's policy")
+		waitNPs(t, ctx, cl, originSel(c.Name), 15*time.Second, func(_ []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) == 0
+		}, "policy from C's MCNP retired")
+	}
+	retired := time.Since(killed)
+	t.Logf("cluster lost: C retired everywhere %s after SIGKILL (reconnect timeout %s)", retired.Round(time.Millisecond), reconnect)
+	require.GreaterOrEqual(t, retired, reconnect, "retired before the reconnect timeout")
+	// C's own apiserver keeps what C generated: nobody deletes it remotely
+	nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
+	require.NoError(t, err)
+	require.Len(t, nps, 2, "C's local NetworkPolicies stay as last enforced")
+}
