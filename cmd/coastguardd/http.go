@@ -84,6 +84,13 @@ func newHTTPServer(addr string, reg *prometheus.Registry, h *health, admin admin
 			http.Error(w, "POST only", http.StatusMethodNotAllowed)
 			return
 		}
+		if !fromLoopback(r.RemoteAddr) {
+			// retiring a cluster is an operator action: only from inside the
+			// pod (kubectl exec ... coastguardd decommission), never over the
+			// network that can reach the metrics port
+			http.Error(w, "decommission is only accepted from loopback (kubectl exec into the daemon)", http.StatusForbidden)
+			return
+		}
 		if admin.decommission == nil {
 			http.Error(w, "not available", http.StatusServiceUnavailable)
 			return
@@ -98,6 +105,15 @@ func newHTTPServer(addr string, reg *prometheus.Registry, h *health, admin admin
 		_, _ = w.Write([]byte("decommissioned\n"))
 	})
 	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+func fromLoopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // serveHTTP listens synchronously (so a bad address fails start-up) and then

@@ -80,7 +80,7 @@ func discoverIdentity(ctx context.Context, dyn dynamic.Interface, flagID, submar
 		return "", nil, fmt.Errorf("reading ClusterProperty %s: %w", ClusterIDProperty, err)
 	}
 
-	sc, err := localSubmarinerCluster(ctx, dyn, submarinerNS)
+	sc, err := localSubmarinerCluster(ctx, dyn, submarinerNS, flagID)
 	if err != nil {
 		return "", nil, err
 	}
@@ -94,15 +94,20 @@ func discoverIdentity(ctx context.Context, dyn dynamic.Interface, flagID, submar
 	return id, sc, err
 }
 
+// absent: the resource or object is not there, or we may not read it (the
+// deployed RBAC deliberately does not grant Submariner CRs, which hold
+// secrets); either way the source provides no value.
 func absent(err error) bool {
-	return apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || apierrors.IsMethodNotSupported(err)
+	return apierrors.IsNotFound(err) || meta.IsNoMatchError(err) || apierrors.IsMethodNotSupported(err) ||
+		apierrors.IsForbidden(err)
 }
 
 // localSubmarinerCluster finds this cluster's Submariner Cluster object. The
 // namespace holds one Cluster per cluster of the set (synced through the
-// broker); the local one is named by the Submariner CR's spec.clusterID, or is
-// the only one present.
-func localSubmarinerCluster(ctx context.Context, dyn dynamic.Interface, ns string) (*SubmarinerCluster, error) {
+// broker); the local one is the one whose ID the operator configured
+// (wantID), else the one named by the Submariner CR's spec.clusterID, else the
+// only one present.
+func localSubmarinerCluster(ctx context.Context, dyn dynamic.Interface, ns, wantID string) (*SubmarinerCluster, error) {
 	list, err := dyn.Resource(submarinerClusterGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		if absent(err) {
@@ -119,6 +124,16 @@ func localSubmarinerCluster(ctx context.Context, dyn dynamic.Interface, ns strin
 	}
 	if len(clusters) == 1 {
 		return &clusters[0], nil
+	}
+	if wantID != "" {
+		for i := range clusters {
+			if clusters[i].ClusterID == wantID {
+				return &clusters[i], nil
+			}
+		}
+		// none matches: the set's Cluster objects do not describe us; they
+		// provide no value (the flag decides)
+		return nil, nil
 	}
 	subs, err := dyn.Resource(submarinerGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 	if err != nil && !absent(err) {

@@ -77,6 +77,12 @@ func TestDiscoverIdentitySources(t *testing.T) {
 	_, _, err = discoverIdentity(ctx, newDyn(subCluster("a", "a"), subCluster("b", "b")), "", "submariner-operator")
 	require.ErrorContains(t, err, "set --cluster-id")
 
+	// several, disambiguated by the configured ID without reading the Submariner CR
+	id, sc, err = discoverIdentity(ctx, newDyn(subCluster("a", "a", "10.1.0.0/16"), subCluster("b", "b", "10.2.0.0/16")), "b", "submariner-operator")
+	require.NoError(t, err)
+	require.Equal(t, "b", id)
+	require.Equal(t, []string{"10.2.0.0/16"}, sc.PodCIDRs)
+
 	// several, disambiguated by the Submariner CR
 	sub := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "submariner.io/v1alpha1", "kind": "Submariner",
