@@ -37,7 +37,12 @@ type Cluster struct {
 	// cluster.clusterset.k8s.io=<ID>, overriding any other value.
 	Labels map[string]string
 
-	// Reserved for Globalnet support (a later issue); Translate ignores them.
+	// PodCIDRs are the cluster's advertised pod CIDRs (Submariner's
+	// Cluster object); used by the sanity checks (overlaps, pods outside).
+	PodCIDRs []string
+	// Globalnet: Submariner source-NATs the cluster's cross-cluster
+	// traffic; its pods are rendered by their global addresses (see
+	// globalnet.go and docs/SEMANTICS.md "Globalnet").
 	Globalnet          bool
 	GlobalCIDRs        []string
 	ClusterEgressIPs   []string
@@ -66,7 +71,8 @@ type Pod struct {
 	Phase       corev1.PodPhase
 	HostNetwork bool
 	Ports       []Port
-	// EgressIPs are Globalnet per-pod egress IPs (reserved, unused).
+	// EgressIPs are the pod's Globalnet egress IPs when a GlobalEgressIP
+	// with a podSelector selects it.
 	EgressIPs []string
 }
 
@@ -134,6 +140,9 @@ type Inventory struct {
 	// peer has no namespaceSelector, and all those with one.
 	remoteSameNS map[string]map[PolicyRef]struct{}
 	remoteNSSel  map[PolicyRef]struct{}
+	// globalnet says how pods of Globalnet clusters that only have the
+	// cluster-wide egress IPs are rendered (SetGlobalnetPolicy).
+	globalnet GlobalnetPolicy
 	// sorted caches, rebuilt lazily
 	clusterIDs []string
 	policyRefs []PolicyRef
@@ -241,6 +250,10 @@ func (inv *Inventory) SetCluster(c Cluster) {
 	cs.known = true
 	cs.cluster = c
 	cs.cluster.Labels = maps.Clone(c.Labels)
+	cs.cluster.PodCIDRs = slices.Clone(c.PodCIDRs)
+	cs.cluster.GlobalCIDRs = slices.Clone(c.GlobalCIDRs)
+	cs.cluster.ClusterEgressIPs = slices.Clone(c.ClusterEgressIPs)
+	cs.cluster.NamespaceEgressIPs = maps.Clone(c.NamespaceEgressIPs)
 	cs.labels = labels.Set{}
 	for k, v := range c.Labels {
 		cs.labels[k] = v

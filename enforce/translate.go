@@ -40,8 +40,14 @@ type Result struct {
 	Error string
 	// NetworkPolicies are the generated objects, in part order.
 	NetworkPolicies []networkingv1.NetworkPolicy
-	// RemotePeers counts distinct remote pod IPs rendered as ipBlocks.
+	// RemotePeers counts distinct remote addresses rendered as ipBlocks
+	// (pod IPs, or Globalnet egress IPs/CIDRs).
 	RemotePeers int
+	// Degraded is a reason (see the Reason* constants) when the policy is
+	// enforced but not exactly as written, e.g. GlobalnetCoarseIdentity;
+	// empty otherwise. Details lists every problem found.
+	Degraded        string
+	DegradedDetails []string
 }
 
 type compiledPolicy struct {
@@ -265,7 +271,7 @@ func (p *compiledPeer) peerClusters(inv *Inventory, enforcing string, fn func(st
 // r (namespace and pod dimensions evaluated against r's own labels), keyed
 // by IP. Should two pods claim one IP, the smallest cluster/namespace/name
 // wins, so the result does not depend on map order.
-func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map[netip.Addr]*podEntry) {
+func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *remoteBuilder) {
 	c := inv.clusters[r]
 	if c == nil {
 		return
@@ -277,12 +283,7 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map
 		if p.podSel != nil && !p.podSel.Matches(labels.Set(pod.Labels)) {
 			return
 		}
-		for _, a := range pod.addrs {
-			if prev, ok := out[a]; ok && prev.key <= pod.key {
-				continue
-			}
-			out[a] = pod
-		}
+		out.add(r, pod)
 	}
 	visit := func(ns *namespaceState) {
 		// Use the most selective indexable requirement, if any: every
@@ -323,9 +324,6 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out map
 	}
 }
 
-func hostPrefix(a netip.Addr) string {
-	return netip.PrefixFrom(a, a.BitLen()).String()
-}
 
 // outRule is a translated rule before packing into parts.
 type outRule struct {
@@ -335,13 +333,15 @@ type outRule struct {
 	sizes    []int
 }
 
-// remoteSet is what one selector peer selects, for one enforcing cluster
-// and policy namespace: whether the enforcing cluster is a peer cluster
-// (native peer) and the eligible remote pods by IP.
+// remoteSet is what one selector peer selects, for one enforcing cluster,
+// policy namespace and direction: whether the enforcing cluster is a peer
+// cluster (native peer), the eligible remote pods by rendered address (see
+// globalnet.go) and what made the rendering inexact.
 type remoteSet struct {
 	hasLocal bool
-	pods     map[netip.Addr]*podEntry
-	sorted   []netip.Addr
+	addrs    map[netip.Prefix]*renderedAddr
+	sorted   []netip.Prefix
+	problems problems
 }
 
 // evalCache shares remoteSets between the policies of one evaluation batch
@@ -350,37 +350,43 @@ type remoteSet struct {
 type evalCache struct {
 	enforcing string
 	sets      map[string]*remoteSet
+	views     map[string]*clusterView // per cluster addressing, lazily built
 }
 
 func newEvalCache(enforcing string) *evalCache {
 	return &evalCache{enforcing: enforcing, sets: map[string]*remoteSet{}}
 }
 
-func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string) *remoteSet {
-	key := policyNS + "\x00" + p.key
+func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string, egress bool) *remoteSet {
+	dir := "i"
+	if egress {
+		dir = "e"
+	}
+	key := dir + policyNS + "\x00" + p.key
 	if rs := ec.sets[key]; rs != nil {
 		return rs
 	}
-	rs := &remoteSet{pods: map[netip.Addr]*podEntry{}}
+	rs := &remoteSet{addrs: map[netip.Prefix]*renderedAddr{}}
+	b := &remoteBuilder{inv: inv, ec: ec, egress: egress, set: rs}
 	p.peerClusters(inv, ec.enforcing, func(c string) {
 		if c == ec.enforcing {
 			rs.hasLocal = true
 			return
 		}
-		p.collectRemote(inv, c, policyNS, rs.pods)
+		p.collectRemote(inv, c, policyNS, b)
 	})
-	rs.sorted = make([]netip.Addr, 0, len(rs.pods))
-	for a := range rs.pods {
+	rs.sorted = make([]netip.Prefix, 0, len(rs.addrs))
+	for a := range rs.addrs {
 		rs.sorted = append(rs.sorted, a)
 	}
-	slices.SortFunc(rs.sorted, netip.Addr.Compare)
+	slices.SortFunc(rs.sorted, netip.Prefix.Compare)
 	ec.sets[key] = rs
 	return rs
 }
 
 // translateRule turns one compiled rule into zero or more output rules.
 // Never widen: a rule whose peers all translate to nothing is dropped.
-func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRule, egress bool, remoteSeen map[netip.Addr]struct{}) []outRule {
+func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRule, egress bool, acc *evalAcc) []outRule {
 	if r.allPeers {
 		return []outRule{{ports: clonePorts(r.ports), allPeers: true}}
 	}
@@ -394,7 +400,8 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 			base.sizes = append(base.sizes, p.size)
 			continue
 		}
-		rs := ec.remote(inv, p, policyNS)
+		rs := ec.remote(inv, p, policyNS, egress)
+		acc.problems.merge(&rs.problems)
 		if rs.hasLocal && !nativeSeen[p.nativeKey] {
 			nativeSeen[p.nativeKey] = true
 			base.peers = append(base.peers, *p.native.DeepCopy())
@@ -406,30 +413,27 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	}
 	// The union of the peers' remote pods, sorted by address. Cached sets
 	// are shared: read them, never modify them.
-	var addrs []netip.Addr
-	var remote map[netip.Addr]*podEntry
+	var addrs []netip.Prefix
+	var remote map[netip.Prefix]*renderedAddr
 	switch len(sets) {
 	case 0:
 	case 1:
-		addrs, remote = sets[0].sorted, sets[0].pods
+		addrs, remote = sets[0].sorted, sets[0].addrs
 	default:
-		remote = map[netip.Addr]*podEntry{}
+		remote = map[netip.Prefix]*renderedAddr{}
 		for _, rs := range sets {
-			for a, pod := range rs.pods {
-				if prev, ok := remote[a]; ok && prev.key <= pod.key {
-					continue
-				}
-				remote[a] = pod
+			for a, ra := range rs.addrs {
+				remote[a] = mergeRendered(remote[a], ra)
 			}
 		}
-		addrs = make([]netip.Addr, 0, len(remote))
+		addrs = make([]netip.Prefix, 0, len(remote))
 		for a := range remote {
 			addrs = append(addrs, a)
 		}
-		slices.SortFunc(addrs, netip.Addr.Compare)
+		slices.SortFunc(addrs, netip.Prefix.Compare)
 	}
 	for _, a := range addrs {
-		remoteSeen[a] = struct{}{}
+		acc.seen[a] = struct{}{}
 	}
 
 	if !egress || !r.hasNamed {
@@ -458,7 +462,7 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	groups := map[string]*group{}
 	var keys []string
 	for _, a := range addrs {
-		ports := resolvePorts(r.ports, &remote[a].Pod)
+		ports := remote[a].resolvePorts(r.ports)
 		if len(ports) == 0 {
 			// Nothing of the rule's ports exists on this pod; an empty
 			// port list would mean "all ports", so the pod is left out.
@@ -482,8 +486,8 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	return out
 }
 
-func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip.Addr) []networkingv1.NetworkPolicyPeer {
-	b := &networkingv1.IPBlock{CIDR: hostPrefix(a)}
+func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip.Prefix) []networkingv1.NetworkPolicyPeer {
+	b := &networkingv1.IPBlock{CIDR: a.Masked().String()}
 	*sizes = append(*sizes, ipBlockSize(b))
 	return append(peers, networkingv1.NetworkPolicyPeer{IPBlock: b})
 }
@@ -744,20 +748,21 @@ func evaluate(inv *Inventory, ec *evalCache, cp *compiledPolicy) Result {
 		res.SkippedNoNamespace = true
 		return res
 	}
-	remoteSeen := map[netip.Addr]struct{}{}
+	acc := &evalAcc{seen: map[netip.Prefix]struct{}{}}
 	hasType := func(t networkingv1.PolicyType) bool { return slices.Contains(cp.types, t) }
 	var ingress, egress []outRule
 	if hasType(networkingv1.PolicyTypeIngress) {
 		for i := range cp.ingress {
-			ingress = append(ingress, translateRule(inv, ec, cp.ref.Namespace, &cp.ingress[i], false, remoteSeen)...)
+			ingress = append(ingress, translateRule(inv, ec, cp.ref.Namespace, &cp.ingress[i], false, acc)...)
 		}
 	}
 	if hasType(networkingv1.PolicyTypeEgress) {
 		for i := range cp.egress {
-			egress = append(egress, translateRule(inv, ec, cp.ref.Namespace, &cp.egress[i], true, remoteSeen)...)
+			egress = append(egress, translateRule(inv, ec, cp.ref.Namespace, &cp.egress[i], true, acc)...)
 		}
 	}
-	res.RemotePeers = len(remoteSeen)
+	res.RemotePeers = len(acc.seen)
+	res.Degraded, res.DegradedDetails = acc.problems.summary()
 	podSel, _ := json.Marshal(cp.policy.Spec.PodSelector)
 	parts := pack(len(podSel), ingress, egress)
 	for i, pt := range parts {

@@ -1,0 +1,180 @@
+package enforce
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+)
+
+// globalnetInv: eu-1 enforces; eu-2 has Globalnet with cluster-wide egress
+// IPs, a namespace egress IP for "billing" and one pod with its own; us-1
+// is a plain cluster.
+func globalnetInv(t *testing.T) *Inventory {
+	inv := base(t)
+	inv.SetCluster(Cluster{ID: "eu-1", Labels: l("region", "eu"), PodCIDRs: []string{"10.1.0.0/16"}})
+	inv.SetCluster(Cluster{ID: "eu-2", Labels: l("region", "eu"), PodCIDRs: []string{"10.1.0.0/16"},
+		Globalnet: true, GlobalCIDRs: []string{"242.0.0.0/16"},
+		ClusterEgressIPs:   []string{"242.0.0.1", "242.0.0.2"},
+		NamespaceEgressIPs: map[string][]string{"billing": {"242.0.1.1"}}})
+	inv.SetCluster(Cluster{ID: "us-1", Labels: l("region", "us"), PodCIDRs: []string{"10.3.0.0/16"}})
+	inv.SetNamespace("eu-2", Namespace{Name: "billing"})
+	inv.SetNamespace("eu-1", Namespace{Name: "billing"})
+	return inv
+}
+
+const fromEveryWeb = `
+podSelector: {}
+ingress:
+- from:
+  - clusterSelector: {}
+    podSelector: {matchLabels: {app: web}}
+`
+
+func ingressCIDRs(t *testing.T, res Result) []string {
+	t.Helper()
+	require.Len(t, res.NetworkPolicies, 1)
+	var out []string
+	for _, r := range res.NetworkPolicies[0].Spec.Ingress {
+		out = append(out, cidrs(r.From)...)
+	}
+	return out
+}
+
+func TestGlobalnetCoarseClusterEgressIPs(t *testing.T) {
+	inv := globalnetInv(t)
+	// Same pod IP as a local pod: under Globalnet that is normal.
+	inv.SetPod("eu-2", pod("shop", "w", l("app", "web"), "10.1.0.5"))
+	inv.SetPod("us-1", pod("shop", "w", l("app", "web"), "10.3.0.5"))
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", fromEveryWeb))
+	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Equal(t, []string{"10.3.0.5/32", "242.0.0.1/32", "242.0.0.2/32"}, ingressCIDRs(t, res))
+	require.Equal(t, ReasonGlobalnetCoarseIdentity, res.Degraded)
+	require.Equal(t, []string{"GlobalnetCoarseIdentity: eu-2"}, res.DegradedDetails)
+	require.Equal(t, 3, res.RemotePeers)
+
+	inv.SetGlobalnetPolicy(GlobalnetDrop)
+	res = Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Equal(t, []string{"10.3.0.5/32"}, ingressCIDRs(t, res))
+	require.Equal(t, ReasonGlobalnetPeersDropped, res.Degraded)
+}
+
+func TestGlobalnetPerPodAndNamespaceEgressIPsAreNotCoarse(t *testing.T) {
+	inv := globalnetInv(t)
+	p := pod("shop", "w", l("app", "web"), "10.1.0.5")
+	p.EgressIPs = []string{"242.0.2.7"}
+	inv.SetPod("eu-2", p)
+	inv.SetPod("eu-2", pod("billing", "w", l("app", "web"), "10.1.0.6"))
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", `
+podSelector: {}
+ingress:
+- from:
+  - clusterSelector: {}
+    namespaceSelector: {}
+    podSelector: {matchLabels: {app: web}}
+`))
+	for _, gp := range []GlobalnetPolicy{GlobalnetCoarse, GlobalnetDrop} {
+		inv.SetGlobalnetPolicy(gp)
+		res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+		require.Equal(t, []string{"242.0.1.1/32", "242.0.2.7/32"}, ingressCIDRs(t, res), gp.String())
+		require.Empty(t, res.Degraded)
+	}
+}
+
+func TestGlobalnetEgressUsesGlobalCIDRWithResolvedPorts(t *testing.T) {
+	inv := globalnetInv(t)
+	a := pod("shop", "a", l("app", "web"), "10.1.0.5")
+	a.Ports = []Port{{Name: "http", Port: 8080}}
+	b := pod("shop", "b", l("app", "web"), "10.1.0.6")
+	b.Ports = []Port{{Name: "http", Port: 9090}}
+	inv.SetPod("eu-2", a)
+	inv.SetPod("eu-2", b)
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", `
+podSelector: {}
+policyTypes: [Egress]
+egress:
+- to:
+  - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: eu-2}}
+    podSelector: {matchLabels: {app: web}}
+  ports: [{port: http}]
+`))
+	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Len(t, res.NetworkPolicies, 1)
+	eg := res.NetworkPolicies[0].Spec.Egress
+	require.Len(t, eg, 1)
+	require.Equal(t, []string{"242.0.0.0/16"}, cidrs(eg[0].To))
+	var ports []int32
+	for _, p := range eg[0].Ports {
+		require.Equal(t, corev1.ProtocolTCP, *p.Protocol)
+		ports = append(ports, p.Port.IntVal)
+	}
+	require.Equal(t, []int32{8080, 9090}, ports, "union of the ports of every pod behind the shared CIDR")
+	require.Equal(t, ReasonGlobalnetCoarseIdentity, res.Degraded)
+
+	inv.SetGlobalnetPolicy(GlobalnetDrop)
+	res = Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Len(t, res.NetworkPolicies, 1)
+	require.Empty(t, res.NetworkPolicies[0].Spec.Egress, "never widened: the rule is dropped")
+	require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeEgress}, res.NetworkPolicies[0].Spec.PolicyTypes)
+}
+
+func TestGlobalnetWithoutAllocatedIPsDropsPeers(t *testing.T) {
+	inv := globalnetInv(t)
+	inv.SetCluster(Cluster{ID: "eu-2", Labels: l("region", "eu"), Globalnet: true})
+	inv.SetPod("eu-2", pod("shop", "w", l("app", "web"), "10.1.0.5"))
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", fromEveryWeb))
+	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Empty(t, ingressCIDRs(t, res), "only the local native peer remains")
+	require.Equal(t, ReasonGlobalnetNoEgressIPs, res.Degraded)
+}
+
+func TestOverlappingPodCIDRsAndOutsideIPsDegrade(t *testing.T) {
+	inv := base(t)
+	inv.SetCluster(Cluster{ID: "eu-1", Labels: l("region", "eu"), PodCIDRs: []string{"10.0.0.0/16"}})
+	inv.SetCluster(Cluster{ID: "eu-2", Labels: l("region", "eu"), PodCIDRs: []string{"10.0.128.0/17"}})
+	inv.SetCluster(Cluster{ID: "us-1", Labels: l("region", "us"), PodCIDRs: []string{"10.3.0.0/16"}})
+	inv.SetPod("eu-2", pod("shop", "w", l("app", "web"), "10.0.200.1"))
+	inv.SetPod("us-1", pod("shop", "w", l("app", "web"), "192.168.1.1"))
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", fromEveryWeb))
+	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Equal(t, []string{"10.0.200.1/32", "192.168.1.1/32"}, ingressCIDRs(t, res), "still rendered")
+	require.Equal(t, ReasonOverlappingPodCIDRs, res.Degraded)
+	require.Equal(t, []string{"OverlappingPodCIDRs: eu-2", "PodIPOutsideClusterCIDR: us-1"}, res.DegradedDetails)
+
+	f := Findings(inv)
+	require.Len(t, f, 2)
+	require.Equal(t, "overlapping_pod_cidrs", f[0].Check)
+	require.Equal(t, []string{"eu-1", "eu-2"}, f[0].Clusters)
+	require.Equal(t, "pod_ip_outside_cidr", f[1].Check)
+	require.Equal(t, []string{"us-1"}, f[1].Clusters)
+	require.Contains(t, f[1].Message, "shop/w (192.168.1.1)")
+
+	// Globalnet on one side removes the overlap.
+	inv.SetCluster(Cluster{ID: "eu-2", Labels: l("region", "eu"), PodCIDRs: []string{"10.0.128.0/17"}, Globalnet: true,
+		ClusterEgressIPs: []string{"242.1.0.1"}})
+	require.Len(t, Findings(inv), 1)
+}
+
+func TestParseGlobalnetPolicy(t *testing.T) {
+	for in, want := range map[string]GlobalnetPolicy{"": GlobalnetCoarse, "coarse": GlobalnetCoarse, "drop": GlobalnetDrop} {
+		got, err := ParseGlobalnetPolicy(in)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	_, err := ParseGlobalnetPolicy("open")
+	require.ErrorContains(t, err, "must be coarse or drop")
+}
+
+func TestGlobalnetBadAddressesNeverPanic(t *testing.T) {
+	inv := globalnetInv(t)
+	inv.SetCluster(Cluster{ID: "eu-2", Globalnet: true, PodCIDRs: []string{"nope"}, GlobalCIDRs: []string{"x/99"},
+		ClusterEgressIPs: []string{"", "1.2.3"}, NamespaceEgressIPs: map[string][]string{"shop": {"zz"}}})
+	p := pod("shop", "w", l("app", "web"), "10.1.0.5")
+	p.EgressIPs = []string{"garbage"}
+	inv.SetPod("eu-2", p)
+	mustSet(t, inv, pol(t, "eu-1", "shop", "p", fromEveryWeb))
+	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
+	require.Equal(t, ReasonGlobalnetNoEgressIPs, res.Degraded)
+	require.Empty(t, Findings(inv))
+}
