@@ -222,9 +222,33 @@ func (t *FaultTransport) streams() <-chan net.Conn {
 	return t.streamCh
 }
 
+// Shutdown stops forwarding and shuts the inner transport down. While the
+// inner transport stops, its packets and streams are drained here: its
+// listener goroutines block on unbuffered channels and would otherwise never
+// exit (NetTransport.Shutdown waits for them).
 func (t *FaultTransport) Shutdown() error {
 	t.once.Do(func() { close(t.done) })
-	return t.inner.Shutdown()
+	stopDrain := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		pk, st := t.inner.PacketCh(), t.inner.StreamCh()
+		for {
+			select {
+			case <-pk:
+			case c := <-st:
+				if c != nil {
+					_ = c.Close()
+				}
+			case <-stopDrain:
+				return
+			}
+		}
+	}()
+	err := t.inner.Shutdown()
+	close(stopDrain)
+	<-drained
+	return err
 }
 
 type countingConn struct {
