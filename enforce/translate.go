@@ -324,7 +324,6 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *re
 	}
 }
 
-
 // outRule is a translated rule before packing into parts.
 type outRule struct {
 	ports    []networkingv1.NetworkPolicyPort
