@@ -226,7 +226,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	}
 	d.inv, err = kube.NewInventory(kube.InventoryConfig{
 		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
-		Writer:    d.elector.Fenced(kube.WriterFunc(d.write)),
+		Writer:    d.elector.Fenced(daemonWriter{d}),
 		Persisted: d.persistedOwn,
 		ClusterInfo: func() kube.ClusterInfo {
 			ci := o.ClusterInfo
@@ -296,6 +296,16 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 		d.log.Error("cannot persist writer epoch; giving up this term", "err", err)
 		return
 	}
+	// Seed the applier with what this daemon already computed (from the
+	// loaded state, or warm as a standby) before it runs: started with an
+	// empty desired set it would delete every generated NetworkPolicy and
+	// re-create it on the first enforcement after a restart or failover.
+	d.mu.Lock()
+	desired := d.outputs.Desired()
+	d.mu.Unlock()
+	if err := d.applier.SetDesired(desired); err != nil {
+		d.log.Error("enforcer produced an invalid NetworkPolicy set", "err", err)
+	}
 	d.leader.Store(true)
 	d.m.leader.Set(1)
 	d.log.Info("leading", "epoch", d.rep.Epoch())
@@ -354,6 +364,49 @@ func (d *Daemon) write(kind crdt.Kind, name string, value []byte, deleted bool) 
 		d.log.Warn("publish failed; anti-entropy will carry it", "err", err)
 	}
 	return nil
+}
+
+// daemonWriter is the inventory's writer: single writes and, for full syncs,
+// batches made durable in one transaction.
+type daemonWriter struct{ d *Daemon }
+
+func (w daemonWriter) Write(kind crdt.Kind, name string, value []byte, deleted bool) error {
+	return w.d.write(kind, name, value, deleted)
+}
+
+func (w daemonWriter) WriteBatch(ws []kube.Write) []error {
+	d := w.d
+	errs := make([]error, len(ws))
+	if d.decommissioned.Load() {
+		for i := range errs {
+			errs[i] = errors.New("cluster is decommissioned")
+		}
+		return errs
+	}
+	ops := make([]store.WriteOp, len(ws))
+	for i, x := range ws {
+		ops[i] = store.WriteOp{Kind: x.Kind, Name: x.Name, Value: x.Value, Deleted: x.Deleted}
+	}
+	deltas, err := d.rep.WriteMany(ops)
+	if errors.Is(err, crdt.ErrNeedsEpochBump) && len(deltas) == 0 {
+		if _, berr := d.rep.BumpEpoch(); berr == nil {
+			d.requestFullSync()
+			deltas, err = d.rep.WriteMany(ops)
+		}
+	}
+	if len(deltas) > 0 {
+		if perr := d.node.Publish(deltas...); perr != nil && !errors.Is(perr, gossip.ErrNotWriter) {
+			d.log.Warn("publish failed; anti-entropy will carry it", "err", perr)
+		}
+	}
+	if err != nil {
+		// WriteMany stops at the first failing op: the ones before it are
+		// durable, the rest are reported failed and retried individually.
+		for i := len(deltas); i < len(errs); i++ {
+			errs[i] = err
+		}
+	}
+	return errs
 }
 
 func (d *Daemon) requestFullSync() {

@@ -135,3 +135,13 @@ func PersistedFromView(view func(func(*crdt.State)), origin string) func() (Snap
 		return snap, nil
 	}
 }
+
+// fullSyncBatch bounds the writes of one WriteBatch call during a full sync.
+const fullSyncBatch = 512
+
+// BatchWriter is optionally implemented by a Writer that can make many
+// writes durable at once (store.Replica.WriteMany: one fsync). WriteBatch
+// returns one error slot per write (nil = written).
+type BatchWriter interface {
+	WriteBatch(ws []Write) []error
+}

@@ -533,8 +533,20 @@ func (inv *Inventory) FullSync() error {
 		}
 	}
 	var errs []error
-	for _, w := range writes {
-		if err := inv.cfg.Writer.Write(w.Kind, w.Name, w.Value, w.Deleted); err != nil {
+	writeErrs := make([]error, len(writes))
+	if bw, ok := inv.cfg.Writer.(BatchWriter); ok {
+		// one durable commit per chunk instead of one fsync per object
+		for lo := 0; lo < len(writes); lo += fullSyncBatch {
+			hi := min(lo+fullSyncBatch, len(writes))
+			copy(writeErrs[lo:hi], bw.WriteBatch(writes[lo:hi]))
+		}
+	} else {
+		for i, w := range writes {
+			writeErrs[i] = inv.cfg.Writer.Write(w.Kind, w.Name, w.Value, w.Deleted)
+		}
+	}
+	for i, w := range writes {
+		if err := writeErrs[i]; err != nil {
 			inv.metrics.errors.WithLabelValues(w.Kind.String()).Inc()
 			errs = append(errs, fmt.Errorf("%v %s: %w", w.Kind, w.Name, err))
 			if errors.Is(err, ErrNotLeader) {

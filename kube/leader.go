@@ -139,12 +139,38 @@ func (e *Elector) IsLeader() bool {
 // Fenced wraps w so that every write first checks IsLeader and fails with
 // ErrNotLeader otherwise.
 func (e *Elector) Fenced(w Writer) Writer {
-	return WriterFunc(func(kind crdt.Kind, name string, value []byte, deleted bool) error {
-		if !e.IsLeader() {
-			return ErrNotLeader
+	return fencedWriter{e: e, w: w}
+}
+
+type fencedWriter struct {
+	e *Elector
+	w Writer
+}
+
+func (f fencedWriter) Write(kind crdt.Kind, name string, value []byte, deleted bool) error {
+	if !f.e.IsLeader() {
+		return ErrNotLeader
+	}
+	return f.w.Write(kind, name, value, deleted)
+}
+
+// WriteBatch forwards to the wrapped writer's WriteBatch when it has one
+// (else writes one by one), after the same leadership check.
+func (f fencedWriter) WriteBatch(ws []Write) []error {
+	errs := make([]error, len(ws))
+	if !f.e.IsLeader() {
+		for i := range errs {
+			errs[i] = ErrNotLeader
 		}
-		return w.Write(kind, name, value, deleted)
-	})
+		return errs
+	}
+	if bw, ok := f.w.(BatchWriter); ok {
+		return bw.WriteBatch(ws)
+	}
+	for i, w := range ws {
+		errs[i] = f.w.Write(w.Kind, w.Name, w.Value, w.Deleted)
+	}
+	return errs
 }
 
 // EpochHint maps the Lease's leaseTransitions to a writer epoch hint: one
