@@ -135,7 +135,7 @@ func run(cfg Config, log *slog.Logger) error {
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
-		Registry: reg, Logger: log, Ready: h.set,
+		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 	})
 	if err != nil {
 		return err

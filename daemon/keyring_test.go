@@ -1,0 +1,59 @@
+package daemon
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+type fakeRing struct{ keys [][]byte } // keys[0] is primary
+
+func (f *fakeRing) Keys() [][]byte { return append([][]byte(nil), f.keys...) }
+func (f *fakeRing) InstallKey(k []byte) error {
+	f.keys = append(f.keys, k)
+	return nil
+}
+func (f *fakeRing) UseKey(k []byte) error {
+	for i, x := range f.keys {
+		if string(x) == string(k) {
+			f.keys[0], f.keys[i] = f.keys[i], f.keys[0]
+			return nil
+		}
+	}
+	return errors.New("not installed")
+}
+func (f *fakeRing) RemoveKey(k []byte) error {
+	if string(f.keys[0]) == string(k) {
+		return errors.New("cannot remove primary")
+	}
+	for i, x := range f.keys {
+		if string(x) == string(k) {
+			f.keys = append(f.keys[:i], f.keys[i+1:]...)
+		}
+	}
+	return nil
+}
+
+func TestSyncKeyringFollowsRotation(t *testing.T) {
+	a, b := []byte("aaaaaaaaaaaaaaaa"), []byte("bbbbbbbbbbbbbbbb")
+	n := &fakeRing{keys: [][]byte{a}}
+	// step 1: operator appends b (install)
+	require.NoError(t, syncKeyring(n, [][]byte{a, b}))
+	require.Equal(t, [][]byte{a, b}, n.keys)
+	// step 2: b first (use)
+	require.NoError(t, syncKeyring(n, [][]byte{b, a}))
+	require.Equal(t, b, n.keys[0])
+	require.Len(t, n.keys, 2)
+	// step 3: a removed (remove)
+	require.NoError(t, syncKeyring(n, [][]byte{b}))
+	require.Equal(t, [][]byte{b}, n.keys)
+	// idempotent
+	require.NoError(t, syncKeyring(n, [][]byte{b}))
+	require.Equal(t, [][]byte{b}, n.keys)
+	// one-shot swap a->b also works (install, use, remove in one pass)
+	n = &fakeRing{keys: [][]byte{a}}
+	require.NoError(t, syncKeyring(n, [][]byte{b}))
+	require.Equal(t, [][]byte{b}, n.keys)
+	require.Error(t, syncKeyring(n, nil))
+}
