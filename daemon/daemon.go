@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -50,6 +51,12 @@ type Options struct {
 	TombstoneGCAfter time.Duration // 0 = never collect
 
 	ClusterInfo kube.ClusterInfo
+	// Submariner, when set, supplies ClusterInfo live (CIDRs, Globalnet
+	// egress IPs); the daemon starts it and republishes on changes.
+	Submariner *kube.SubmarinerWatcher
+	// GlobalnetPolicy: render (coarse) or drop peers of Globalnet clusters
+	// that only have cluster-wide egress IPs.
+	GlobalnetPolicy enforce.GlobalnetPolicy
 
 	// GossipKeyFile, when set, is re-read every KeyReloadInterval (default
 	// 10s): new keys are installed, the first line becomes primary, keys no
@@ -69,6 +76,8 @@ type Daemon struct {
 	opts Options
 	log  *slog.Logger
 	m    *metrics
+
+	sanity *sanity
 
 	rep     *store.Replica
 	node    *gossip.Node
@@ -126,14 +135,21 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Daemon{
+	san, err := newSanity(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
+	d := &Daemon{
 		opts:         opts,
 		log:          opts.Logger,
 		m:            m,
+		sanity:       san,
 		mirror:       NewMirror(opts.ClusterID),
 		outputs:      NewOutputs(opts.ClusterID),
 		needFullSync: make(chan struct{}, 1),
-	}, nil
+	}
+	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
+	return d, nil
 }
 
 // Run runs the daemon until ctx ends or the cluster is decommissioned. It
@@ -237,6 +253,9 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 		Persisted: d.persistedOwn,
 		ClusterInfo: func() kube.ClusterInfo {
 			ci := o.ClusterInfo
+			if o.Submariner != nil {
+				ci = o.Submariner.Info()
+			}
 			ci.GossipName = o.NodeName
 			return ci
 		},
@@ -260,6 +279,11 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	goRun(func() { d.enforce.Run(ctx) })
 	goRun(func() { d.stat.Run(ctx) })
 	goRun(func() { d.statsLoop(ctx) })
+	goRun(func() { d.sanityLoop(ctx, d.sanity, recorder) })
+	if o.Submariner != nil {
+		o.Submariner.OnChange(d.inv.ClusterChanged)
+		o.Submariner.Start(ctx.Done())
+	}
 	if o.GossipKeyFile != "" {
 		goRun(func() { d.keyringLoop(ctx) })
 	}
@@ -515,7 +539,7 @@ func (d *Daemon) fireEnforce(ctx context.Context, keys []string) {
 		if ok && res.Selected {
 			ref, _ := ParsePolicyKey(k)
 			p, _ := d.mirror.Inventory().Policy(ref)
-			reports = append(reports, reportWrite{k, reportOf(res, p.Generation), true})
+			reports = append(reports, reportWrite{k, d.outputs.report(res, p.Generation), true})
 		} else {
 			reports = append(reports, reportWrite{k, crdt.ReportValue{}, false})
 		}
