@@ -78,9 +78,23 @@ func TestScenarioPartition(t *testing.T) {
 		return len(nps) == 1
 	}, "C enforces B's new MCNP during the cut")
 
-	// hold the cut well past failure detection; A keeps its last known state
-	// and B keeps A's old pod.
-	for time.Since(cut) < 8*time.Second {
+	// hold the cut until each side has declared the other down (memberlist
+	// failure detection), checking all along that A keeps its last known
+	// state and B keeps A's old pod.
+	da, db := env.Daemons()[0], env.Daemons()[1]
+	downSeen := func(d *harness.Daemon, others ...string) bool {
+		s, err := debugState(ctx, d)
+		if err != nil {
+			return false
+		}
+		for _, o := range others {
+			if s.Clusters[o].Alive {
+				return false
+			}
+		}
+		return true
+	}
+	for {
 		nps, err := a.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
 		require.NoError(t, err)
 		require.Len(t, nps, 1, "A: nothing created or deleted by the cut alone")
@@ -90,11 +104,18 @@ func TestScenarioPartition(t *testing.T) {
 		require.Len(t, nps, 1, "B keeps A's policy during the cut")
 		require.True(t, containsAll(blocksOf(nps...), cidrs("10.1.0.1")...), "B keeps A's last known pod: %v", blocksOf(nps...))
 		require.True(t, containsNone(blocksOf(nps...), cidrs("10.1.0.11", "10.1.0.2")...), "the cut leaks: %v", blocksOf(nps...))
+		if time.Since(cut) > 5*time.Second && downSeen(da, b.Name, c.Name) && downSeen(db, a.Name) {
+			break
+		}
+		require.Less(t, time.Since(cut), 60*time.Second, "the sides never declared each other down")
 		time.Sleep(500 * time.Millisecond)
 	}
-	st, err := debugState(ctx, env.Daemons()[0])
+	t.Logf("partition: both sides saw the other down %s after the cut", time.Since(cut).Round(time.Millisecond))
+	// one more round after detection: still nothing removed
+	time.Sleep(2 * time.Second)
+	nps, err := a.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
 	require.NoError(t, err)
-	t.Logf("partition: A's view of the others during the cut: %+v", st.Clusters)
+	require.Equal(t, before[a], blocksOf(nps...), "A after failure detection")
 
 	require.NoError(t, env.Heal())
 	healed = true
