@@ -309,7 +309,7 @@ func runE2E(ctx context.Context, cfg *config, rec *recorder) error {
 func e2ePropagation(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error {
 	changes, warm := 120, 5
 	if cfg.quick {
-		changes, warm = 25, 3
+		changes, warm = 15, 3
 	}
 	rng := rand.New(rand.NewPCG(cfg.seed, 0x9a9))
 	if err := createPod(ctx, e.a, "probe", map[string]string{"app": "web"}); err != nil {
@@ -369,7 +369,7 @@ type daemonSample struct {
 func e2eChurn(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error {
 	pods, rate, dur := 1000, 500, 60*time.Second
 	if cfg.quick {
-		pods, dur = 200, 10*time.Second
+		pods, dur = 200, 5*time.Second
 	}
 	// Create the churn pods (Running, IPs 10.50.x.y) and wait until B has them.
 	names := make([]string, pods)

@@ -39,7 +39,7 @@ func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
 	const nodes = 6
 	partition := 30 * time.Second
 	if cfg.quick {
-		partition = 10 * time.Second
+		partition = 6 * time.Second
 	}
 	prof := gossip.ProfileWAN
 	dir, err := os.MkdirTemp("", "coastguard-bench-heal-")

@@ -114,7 +114,11 @@ func main() {
 	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,heal,enforce,store (default all)")
 	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
 	verbose := flag.Bool("v", false, "debug logging")
+	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
 	flag.Parse()
+	if *simChild != "" {
+		os.Exit(simChildMain(*simChild))
+	}
 
 	level := slog.LevelInfo
 	if *verbose {

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/gossip/sim"
+)
+
+// Each simulated mesh runs in a child process of this binary: hundreds of
+// memberlist instances leave nothing behind in the parent (sockets,
+// goroutines, heap), and a mesh that does not shut down cleanly is killed at
+// its deadline instead of stalling the whole bench.
+
+// simChildMain runs one simulation with the JSON-encoded options and prints
+// the JSON result on stdout.
+func simChildMain(optsJSON string) int {
+	var o sim.Options
+	if err := json.Unmarshal([]byte(optsJSON), &o); err != nil {
+		fmt.Fprintln(os.Stderr, "sim-child: options:", err)
+		return 2
+	}
+	r, err := sim.RunPropagationSim(context.Background(), o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sim-child:", err)
+		return 1
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		fmt.Fprintln(os.Stderr, "sim-child:", err)
+		return 1
+	}
+	return 0
+}
+
+// runSimIsolated runs one simulation in a child process, killed after
+// timeout.
+func runSimIsolated(ctx context.Context, o sim.Options, timeout time.Duration) (sim.Result, error) {
+	var r sim.Result
+	b, err := json.Marshal(o)
+	if err != nil {
+		return r, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return r, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, self, "-sim-child", string(b))
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = os.Stderr
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Run(); err != nil {
+		if ctx.Err() == context.DeadlineExceeded {
+			return r, fmt.Errorf("simulation N=%d naive=%v did not finish within %s (killed)", o.N, o.Naive, timeout)
+		}
+		return r, fmt.Errorf("simulation N=%d naive=%v: %w", o.N, o.Naive, err)
+	}
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return r, fmt.Errorf("simulation result: %w", err)
+	}
+	return r, nil
+}
