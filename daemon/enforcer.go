@@ -14,9 +14,12 @@ import (
 // Outputs holds the enforcer's latest per-policy results for the enforcing
 // cluster, so that one changed pod recomputes only the policies it affects.
 type Outputs struct {
-	self    string
-	results map[string]enforce.Result
-	gens    map[string]int64 // policy generation each result was computed for
+	self string
+	// setDegraded is a cluster-set problem (sanity.go) reported on every
+	// policy not otherwise degraded; changing it changes every report.
+	setDegraded string
+	results     map[string]enforce.Result
+	gens        map[string]int64 // policy generation each result was computed for
 }
 
 // NewOutputs returns empty outputs for the enforcing cluster self.
@@ -61,7 +64,7 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 			o.results[k] = res
 			o.gens[k] = p.Generation
 		}
-		if !had || reportOf(old, oldGen) != reportOf(res, p.Generation) {
+		if !had || o.report(old, oldGen) != o.report(res, p.Generation) {
 			changed = append(changed, k)
 		}
 	}
@@ -101,7 +104,28 @@ func reportOf(r enforce.Result, generation int64) crdt.ReportValue {
 		RemotePeers:        int32(r.RemotePeers),
 		Error:              r.Error,
 		SkippedNoNamespace: r.SkippedNoNamespace,
+		Degraded:           r.Degraded,
 	}
+}
+
+// report is reportOf plus the cluster-set problem, if any.
+func (o *Outputs) report(r enforce.Result, generation int64) crdt.ReportValue {
+	v := reportOf(r, generation)
+	if v.Degraded == "" && v.Error == "" && !v.SkippedNoNamespace {
+		v.Degraded = o.setDegraded
+	}
+	return v
+}
+
+// SetSetDegraded sets the cluster-set problem reported on every policy
+// (empty clears it). It reports whether it changed: then every report must
+// be rewritten (recompute all).
+func (o *Outputs) SetSetDegraded(reason string) bool {
+	if o.setDegraded == reason {
+		return false
+	}
+	o.setDegraded = reason
+	return true
 }
 
 // EnforcingClusters lists the clusters a policy's spec.clusterSelector selects:

@@ -205,6 +205,7 @@ func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 				return nil, fmt.Errorf("%s: %w", k, err)
 			}
 			c.Labels = v.Labels
+			c.PodCIDRs = v.PodCIDRs
 			c.Globalnet = v.Globalnet
 			c.GlobalCIDRs = v.GlobalCIDRs
 			c.ClusterEgressIPs = v.ClusterEgressIPs

@@ -1,0 +1,305 @@
+package kube
+
+import (
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sort"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Submariner resources coastguard reads (submariner.io/v1).
+var (
+	SubmarinerClusterResource     = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "clusters"}
+	ClusterGlobalEgressIPResource = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "clusterglobalegressips"}
+	GlobalEgressIPResource        = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "globalegressips"}
+)
+
+// SubmarinerConfig configures a SubmarinerWatcher.
+type SubmarinerConfig struct {
+	ClusterID string
+	Dynamic   dynamic.Interface
+	Discovery discovery.DiscoveryInterface
+	// Namespace holds Submariner's Cluster and ClusterGlobalEgressIP
+	// objects (default submariner-operator).
+	Namespace string
+	// Base is what is known without the watcher (discovered at start);
+	// fields the watched objects provide replace it.
+	Base   ClusterInfo
+	Logger *slog.Logger
+}
+
+// SubmarinerWatcher watches Submariner's Cluster object for this cluster
+// and the Globalnet egress IP allocations (ClusterGlobalEgressIP and
+// GlobalEgressIP status), and turns them into ClusterInfo. Resources that
+// are not served are simply not watched.
+type SubmarinerWatcher struct {
+	cfg      SubmarinerConfig
+	log      *slog.Logger
+	factory  dynamicinformer.DynamicSharedInformerFactory
+	synced   []cache.InformerSynced
+	startFns []func(<-chan struct{})
+
+	clusters, clusterEgress, egress cache.GenericLister
+
+	mu       sync.Mutex
+	onChange []func()
+}
+
+// NewSubmarinerWatcher sets up informers for the served Submariner
+// resources (not started).
+func NewSubmarinerWatcher(cfg SubmarinerConfig) (*SubmarinerWatcher, error) {
+	if cfg.ClusterID == "" || cfg.Dynamic == nil || cfg.Discovery == nil {
+		return nil, fmt.Errorf("submariner watcher: cluster ID, dynamic client and discovery are required")
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = "submariner-operator"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	w := &SubmarinerWatcher{cfg: cfg, log: cfg.Logger.With("component", "submariner")}
+	watch := func(gvr schema.GroupVersionResource, ns string) (cache.GenericLister, error) {
+		ok, err := ResourceServed(cfg.Discovery, gvr)
+		if err != nil {
+			return nil, fmt.Errorf("discovery of %s: %w", gvr, err)
+		}
+		if !ok {
+			return nil, nil
+		}
+		inf := dynamicinformer.NewFilteredDynamicInformer(cfg.Dynamic, gvr, ns, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+		if err := inf.Informer().SetTransform(stripManagedFields); err != nil {
+			return nil, err
+		}
+		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { w.changed() },
+			UpdateFunc: func(any, any) { w.changed() },
+			DeleteFunc: func(any) { w.changed() },
+		}); err != nil {
+			return nil, err
+		}
+		w.synced = append(w.synced, inf.Informer().HasSynced)
+		w.startFns = append(w.startFns, inf.Informer().Run)
+		return inf.Lister(), nil
+	}
+	var err error
+	if w.clusters, err = watch(SubmarinerClusterResource, cfg.Namespace); err != nil {
+		return nil, err
+	}
+	if w.clusterEgress, err = watch(ClusterGlobalEgressIPResource, cfg.Namespace); err != nil {
+		return nil, err
+	}
+	if w.egress, err = watch(GlobalEgressIPResource, metav1.NamespaceAll); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// OnChange registers fn to be called (from an informer goroutine) after
+// any watched object changes.
+func (w *SubmarinerWatcher) OnChange(fn func()) {
+	w.mu.Lock()
+	w.onChange = append(w.onChange, fn)
+	w.mu.Unlock()
+}
+
+func (w *SubmarinerWatcher) changed() {
+	w.mu.Lock()
+	fns := slices.Clone(w.onChange)
+	w.mu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// Start runs the informers until stop is closed.
+func (w *SubmarinerWatcher) Start(stop <-chan struct{}) {
+	for _, run := range w.startFns {
+		go run(stop)
+	}
+}
+
+// HasSynced reports whether every watched resource has synced.
+func (w *SubmarinerWatcher) HasSynced() bool {
+	for _, s := range w.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Watching lists the resources being watched (those served at start).
+func (w *SubmarinerWatcher) Watching() []string {
+	var out []string
+	for _, x := range []struct {
+		l   cache.GenericLister
+		gvr schema.GroupVersionResource
+	}{{w.clusters, SubmarinerClusterResource}, {w.clusterEgress, ClusterGlobalEgressIPResource}, {w.egress, GlobalEgressIPResource}} {
+		if x.l != nil {
+			out = append(out, x.gvr.Resource)
+		}
+	}
+	return out
+}
+
+func list(l cache.GenericLister, ns string) []*unstructured.Unstructured {
+	if l == nil {
+		return nil
+	}
+	var objs []any
+	var err error
+	if ns == "" {
+		objs, err = toAny(l.List(labels.Everything()))
+	} else {
+		objs, err = toAny(l.ByNamespace(ns).List(labels.Everything()))
+	}
+	if err != nil {
+		return nil
+	}
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].GetNamespace() != out[j].GetNamespace() {
+			return out[i].GetNamespace() < out[j].GetNamespace()
+		}
+		return out[i].GetName() < out[j].GetName()
+	})
+	return out
+}
+
+func toAny[T any](in []T, err error) ([]any, error) {
+	out := make([]any, len(in))
+	for i := range in {
+		out[i] = in[i]
+	}
+	return out, err
+}
+
+// Info returns the cluster's network description: the base, with CIDRs
+// from this cluster's Submariner Cluster object and the Globalnet egress
+// IPs Submariner allocated. Invalid entries are skipped and logged.
+func (w *SubmarinerWatcher) Info() ClusterInfo {
+	info := w.cfg.Base
+	for _, u := range list(w.clusters, w.cfg.Namespace) {
+		c := SubmarinerClusterFrom(u)
+		if c.ClusterID != w.cfg.ClusterID {
+			continue
+		}
+		info.PodCIDRs, info.ServiceCIDRs, info.GlobalCIDRs = c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs
+		info.Globalnet = len(c.GlobalCIDRs) > 0
+	}
+	var cluster []string
+	for _, u := range list(w.clusterEgress, w.cfg.Namespace) {
+		cluster = append(cluster, w.allocated(u)...)
+	}
+	info.ClusterEgressIPs = sortedUnique(cluster)
+	nsIPs := map[string][]string{}
+	for _, u := range list(w.egress, "") {
+		if _, has, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "podSelector"); has {
+			continue // per pod: see PodEgressIPs
+		}
+		nsIPs[u.GetNamespace()] = append(nsIPs[u.GetNamespace()], w.allocated(u)...)
+	}
+	info.NamespaceEgressIPs = nil
+	for ns, ips := range nsIPs {
+		if ips = sortedUnique(ips); len(ips) > 0 {
+			if info.NamespaceEgressIPs == nil {
+				info.NamespaceEgressIPs = map[string][]string{}
+			}
+			info.NamespaceEgressIPs[ns] = ips
+		}
+	}
+	return info
+}
+
+// PodEgressIPs returns the egress IPs of the GlobalEgressIPs whose
+// spec.podSelector selects a pod with these labels in namespace ns.
+func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string) []string {
+	var out []string
+	for _, u := range list(w.egress, ns) {
+		m, has, err := unstructured.NestedMap(u.Object, "spec", "podSelector")
+		if !has || err != nil {
+			continue
+		}
+		var ls metav1.LabelSelector
+		if err := runtimeFromUnstructured(m, &ls); err != nil {
+			w.log.Warn("GlobalEgressIP has an invalid podSelector; ignored", "namespace", ns, "name", u.GetName(), "err", err)
+			continue
+		}
+		sel, err := metav1.LabelSelectorAsSelector(&ls)
+		if err != nil {
+			w.log.Warn("GlobalEgressIP has an invalid podSelector; ignored", "namespace", ns, "name", u.GetName(), "err", err)
+			continue
+		}
+		if sel.Matches(labels.Set(podLabels)) {
+			out = append(out, w.allocated(u)...)
+		}
+	}
+	return sortedUnique(out)
+}
+
+// allocated reads status.allocatedIPs, keeping valid IP addresses only.
+func (w *SubmarinerWatcher) allocated(u *unstructured.Unstructured) []string {
+	ips, _, _ := unstructured.NestedStringSlice(u.Object, "status", "allocatedIPs")
+	var out []string
+	for _, s := range ips {
+		a, err := netip.ParseAddr(s)
+		if err != nil {
+			w.log.Warn("ignoring invalid allocated IP", "kind", u.GetKind(), "namespace", u.GetNamespace(), "name", u.GetName(), "ip", s)
+			continue
+		}
+		out = append(out, a.Unmap().String())
+	}
+	return out
+}
+
+func sortedUnique(in []string) []string {
+	if len(in) == 0 {
+		return nil
+	}
+	out := slices.Clone(in)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// SubmarinerCluster is what coastguard reads of a Submariner Cluster object.
+type SubmarinerCluster struct {
+	ClusterID    string
+	PodCIDRs     []string
+	ServiceCIDRs []string
+	GlobalCIDRs  []string
+}
+
+// SubmarinerClusterFrom reads spec.cluster_id (else metadata.name),
+// spec.cluster_cidr, spec.service_cidr and spec.global_cidr.
+func SubmarinerClusterFrom(u *unstructured.Unstructured) SubmarinerCluster {
+	get := func(f string) []string {
+		v, _, _ := unstructured.NestedStringSlice(u.Object, "spec", f)
+		return v
+	}
+	id, _, _ := unstructured.NestedString(u.Object, "spec", "cluster_id")
+	if id == "" {
+		id = u.GetName()
+	}
+	return SubmarinerCluster{ClusterID: id, PodCIDRs: get("cluster_cidr"), ServiceCIDRs: get("service_cidr"), GlobalCIDRs: get("global_cidr")}
+}
+
+func runtimeFromUnstructured(m map[string]any, out any) error {
+	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, out)
+}
