@@ -249,8 +249,9 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	}
 	d.inv, err = kube.NewInventory(kube.InventoryConfig{
 		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
-		Writer:    d.elector.Fenced(daemonWriter{d}),
-		Persisted: d.persistedOwn,
+		Writer:       d.elector.Fenced(daemonWriter{d}),
+		Persisted:    d.persistedOwn,
+		PodEgressIPs: o.Submariner.PodEgressIPsFunc(),
 		ClusterInfo: func() kube.ClusterInfo {
 			ci := o.ClusterInfo
 			if o.Submariner != nil {
@@ -282,6 +283,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	goRun(func() { d.sanityLoop(ctx, d.sanity, recorder) })
 	if o.Submariner != nil {
 		o.Submariner.OnChange(d.inv.ClusterChanged)
+		o.Submariner.OnPodEgressChange(d.inv.NamespacePodsChanged)
 		o.Submariner.Start(ctx.Done())
 	}
 	if o.GossipKeyFile != "" {

@@ -59,6 +59,10 @@ type InventoryConfig struct {
 	// ClusterInfo supplies CIDRs/Globalnet data for the cluster entry
 	// (optional). Call Inventory.ClusterChanged when it changes.
 	ClusterInfo func() ClusterInfo
+	// PodEgressIPs supplies a pod's Globalnet egress IPs (optional; see
+	// SubmarinerWatcher.PodEgressIPs). Call NamespacePodsChanged when they
+	// change.
+	PodEgressIPs func(namespace string, labels map[string]string) []string
 	// PodFilter selects replicated pods (default PodRelevant).
 	PodFilter func(*corev1.Pod) bool
 	// FullSyncPeriod is how often the writer re-diffs everything against
@@ -352,6 +356,18 @@ func (inv *Inventory) MCNPLister() cache.GenericLister { return inv.mcnps }
 // ClusterInfo changes).
 func (inv *Inventory) ClusterChanged() { inv.queue.Add(InventoryKey{Kind: crdt.KindCluster}) }
 
+// NamespacePodsChanged queues a rewrite of every pod of a namespace (call
+// it when PodEgressIPs may have changed for them).
+func (inv *Inventory) NamespacePodsChanged(namespace string) {
+	pods, err := inv.pods.Pods(namespace).List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, p := range pods {
+		inv.queue.Add(InventoryKey{Kind: crdt.KindPod, Name: PodName(p.Namespace, p.Name)})
+	}
+}
+
 // desiredValue computes one entry's value from the caches. present=false
 // means the object is gone (or filtered out) and its entry should be a
 // tombstone.
@@ -391,6 +407,9 @@ func (inv *Inventory) desiredValue(key InventoryKey) (value []byte, present bool
 			return nil, false, nil
 		}
 		v := PodToValue(p)
+		if inv.cfg.PodEgressIPs != nil {
+			v.EgressIPs = inv.cfg.PodEgressIPs(p.Namespace, p.Labels)
+		}
 		b, err := EncodeCanonical(&v)
 		return b, err == nil, err
 	case crdt.KindPolicy:

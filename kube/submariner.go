@@ -55,6 +55,7 @@ type SubmarinerWatcher struct {
 
 	mu       sync.Mutex
 	onChange []func()
+	onPods   []func(namespace string)
 }
 
 // NewSubmarinerWatcher sets up informers for the served Submariner
@@ -71,6 +72,7 @@ func NewSubmarinerWatcher(cfg SubmarinerConfig) (*SubmarinerWatcher, error) {
 	}
 	w := &SubmarinerWatcher{cfg: cfg, log: cfg.Logger.With("component", "submariner")}
 	watch := func(gvr schema.GroupVersionResource, ns string) (cache.GenericLister, error) {
+		perPod := gvr == GlobalEgressIPResource
 		ok, err := ResourceServed(cfg.Discovery, gvr)
 		if err != nil {
 			return nil, fmt.Errorf("discovery of %s: %w", gvr, err)
@@ -83,9 +85,9 @@ func NewSubmarinerWatcher(cfg SubmarinerConfig) (*SubmarinerWatcher, error) {
 			return nil, err
 		}
 		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { w.changed() },
-			UpdateFunc: func(any, any) { w.changed() },
-			DeleteFunc: func(any) { w.changed() },
+			AddFunc:    func(o any) { w.changed(o, perPod) },
+			UpdateFunc: func(o, n any) { w.changed(o, perPod); w.changed(n, false) },
+			DeleteFunc: func(o any) { w.changed(o, perPod) },
 		}); err != nil {
 			return nil, err
 		}
@@ -114,12 +116,31 @@ func (w *SubmarinerWatcher) OnChange(fn func()) {
 	w.mu.Unlock()
 }
 
-func (w *SubmarinerWatcher) changed() {
+// OnPodEgressChange registers fn to be called with the namespace of a
+// changed GlobalEgressIP (its pods' egress IPs may have changed).
+func (w *SubmarinerWatcher) OnPodEgressChange(fn func(namespace string)) {
 	w.mu.Lock()
-	fns := slices.Clone(w.onChange)
+	w.onPods = append(w.onPods, fn)
+	w.mu.Unlock()
+}
+
+func (w *SubmarinerWatcher) changed(obj any, perPod bool) {
+	w.mu.Lock()
+	fns, podFns := slices.Clone(w.onChange), slices.Clone(w.onPods)
 	w.mu.Unlock()
 	for _, fn := range fns {
 		fn()
+	}
+	if !perPod {
+		return
+	}
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		for _, fn := range podFns {
+			fn(u.GetNamespace())
+		}
 	}
 }
 
@@ -252,6 +273,15 @@ func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string)
 		}
 	}
 	return sortedUnique(out)
+}
+
+// PodEgressIPsFunc returns PodEgressIPs for InventoryConfig, or nil when
+// w is nil or GlobalEgressIP is not served.
+func (w *SubmarinerWatcher) PodEgressIPsFunc() func(string, map[string]string) []string {
+	if w == nil || w.egress == nil {
+		return nil
+	}
+	return w.PodEgressIPs
 }
 
 // allocated reads status.allocatedIPs, keeping valid IP addresses only.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -73,7 +74,7 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 		}
 		g.AdvertiseAddr, g.AdvertisePort = ah, ap
 	}
-	g.Seeds = cfg.Seeds
+	g.Seeds = effectiveSeeds(cfg.Seeds, cfg.Namespace)
 	g.Profile = gossip.Profile(cfg.GossipProfile)
 	g.ReconnectTimeout = cfg.ReconnectTimeout
 	if cfg.GossipKeyFile != "" {
@@ -84,6 +85,26 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 		g.Keyring = keys
 	}
 	return g, nil
+}
+
+// NoSeeds as the only --seeds entry disables the default seed.
+const NoSeeds = "none"
+
+// DefaultSeed is the Lighthouse clusterset DNS name of the coastguard
+// Service exported (ServiceExport) from every cluster's namespace ns: it
+// resolves to the gossip endpoints of every cluster that exports it.
+func DefaultSeed(ns string) string { return "coastguard." + ns + ".svc.clusterset.local" }
+
+// effectiveSeeds: the configured seeds, else the Lighthouse default;
+// "none" means no seeds at all (a first, lone cluster).
+func effectiveSeeds(seeds []string, ns string) []string {
+	switch {
+	case len(seeds) == 1 && seeds[0] == NoSeeds:
+		return nil
+	case len(seeds) == 0:
+		return []string{DefaultSeed(ns)}
+	}
+	return seeds
 }
 
 func run(cfg Config, log *slog.Logger) error {
@@ -105,8 +126,13 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 
+	gp, err := enforce.ParseGlobalnetPolicy(cfg.GlobalnetPolicy)
+	if err != nil {
+		return err
+	}
+	subNS := envOr("COASTGUARD_SUBMARINER_NAMESPACE", "submariner-operator")
 	idCtx, idCancel := context.WithTimeout(ctx, 30*time.Second)
-	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, envOr("COASTGUARD_SUBMARINER_NAMESPACE", "submariner-operator"))
+	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, subNS)
 	idCancel()
 	if err != nil {
 		return err
@@ -117,6 +143,13 @@ func run(cfg Config, log *slog.Logger) error {
 		info.Globalnet = len(sub.GlobalCIDRs) > 0
 	}
 	log = log.With("cluster", clusterID)
+	watcher, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: clusterID, Dynamic: dyn,
+		Discovery: client.Discovery(), Namespace: subNS, Base: info, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info("cluster identity", "pod_cidrs", info.PodCIDRs, "globalnet", info.Globalnet,
+		"globalnet_policy", gp.String(), "submariner_watching", watcher.Watching())
 
 	gcfg, err := gossipConfig(cfg)
 	if err != nil {
@@ -135,6 +168,7 @@ func run(cfg Config, log *slog.Logger) error {
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
+		Submariner: watcher, GlobalnetPolicy: gp,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 	})
 	if err != nil {
