@@ -232,7 +232,8 @@ func (w *SubmarinerWatcher) Info() ClusterInfo {
 	info.ClusterEgressIPs = sortedUnique(cluster)
 	nsIPs := map[string][]string{}
 	for _, u := range list(w.egress, "") {
-		if _, has, _ := unstructured.NestedFieldNoCopy(u.Object, "spec", "podSelector"); has {
+		g, err := GlobalEgressIPFrom(u)
+		if err != nil || g.Selector != nil {
 			continue // per pod: see PodEgressIPs
 		}
 		nsIPs[u.GetNamespace()] = append(nsIPs[u.GetNamespace()], w.allocated(u)...)
@@ -254,22 +255,13 @@ func (w *SubmarinerWatcher) Info() ClusterInfo {
 func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string) []string {
 	var out []string
 	for _, u := range list(w.egress, ns) {
-		m, has, err := unstructured.NestedMap(u.Object, "spec", "podSelector")
-		if !has || err != nil {
-			continue
-		}
-		var ls metav1.LabelSelector
-		if err := runtimeFromUnstructured(m, &ls); err != nil {
-			w.log.Warn("GlobalEgressIP has an invalid podSelector; ignored", "namespace", ns, "name", u.GetName(), "err", err)
-			continue
-		}
-		sel, err := metav1.LabelSelectorAsSelector(&ls)
+		g, err := GlobalEgressIPFrom(u)
 		if err != nil {
-			w.log.Warn("GlobalEgressIP has an invalid podSelector; ignored", "namespace", ns, "name", u.GetName(), "err", err)
+			w.log.Warn("GlobalEgressIP ignored", "err", err)
 			continue
 		}
-		if sel.Matches(labels.Set(podLabels)) {
-			out = append(out, w.allocated(u)...)
+		if g.Selector != nil && g.Selector.Matches(labels.Set(podLabels)) {
+			out = append(out, g.IPs...)
 		}
 	}
 	return sortedUnique(out)
@@ -284,19 +276,58 @@ func (w *SubmarinerWatcher) PodEgressIPsFunc() func(string, map[string]string) [
 	return w.PodEgressIPs
 }
 
-// allocated reads status.allocatedIPs, keeping valid IP addresses only.
+// allocated reads status.allocatedIPs, logging invalid entries.
 func (w *SubmarinerWatcher) allocated(u *unstructured.Unstructured) []string {
-	ips, _, _ := unstructured.NestedStringSlice(u.Object, "status", "allocatedIPs")
-	var out []string
-	for _, s := range ips {
+	ips, bad := AllocatedIPs(u)
+	for _, s := range bad {
+		w.log.Warn("ignoring invalid allocated IP", "kind", u.GetKind(), "namespace", u.GetNamespace(), "name", u.GetName(), "ip", s)
+	}
+	return ips
+}
+
+// AllocatedIPs reads status.allocatedIPs of a ClusterGlobalEgressIP or
+// GlobalEgressIP: the valid IP addresses, and the invalid entries.
+func AllocatedIPs(u *unstructured.Unstructured) (ips, invalid []string) {
+	raw, _, _ := unstructured.NestedStringSlice(u.Object, "status", "allocatedIPs")
+	for _, s := range raw {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			w.log.Warn("ignoring invalid allocated IP", "kind", u.GetKind(), "namespace", u.GetNamespace(), "name", u.GetName(), "ip", s)
+			invalid = append(invalid, s)
 			continue
 		}
-		out = append(out, a.Unmap().String())
+		ips = append(ips, a.Unmap().String())
 	}
-	return out
+	return ips, invalid
+}
+
+// GlobalEgressIP is what coastguard reads of a GlobalEgressIP.
+type GlobalEgressIP struct {
+	Namespace, Name string
+	// Selector is spec.podSelector; nil means the whole namespace.
+	Selector labels.Selector
+	IPs      []string
+}
+
+// GlobalEgressIPFrom reads a GlobalEgressIP; an invalid podSelector is an
+// error (the object is then ignored rather than widened to the namespace).
+func GlobalEgressIPFrom(u *unstructured.Unstructured) (GlobalEgressIP, error) {
+	g := GlobalEgressIP{Namespace: u.GetNamespace(), Name: u.GetName()}
+	g.IPs, _ = AllocatedIPs(u)
+	m, has, err := unstructured.NestedMap(u.Object, "spec", "podSelector")
+	if err != nil {
+		return g, fmt.Errorf("GlobalEgressIP %s/%s: spec.podSelector: %w", g.Namespace, g.Name, err)
+	}
+	if !has {
+		return g, nil
+	}
+	var ls metav1.LabelSelector
+	if err := runtimeFromUnstructured(m, &ls); err != nil {
+		return g, fmt.Errorf("GlobalEgressIP %s/%s: spec.podSelector: %w", g.Namespace, g.Name, err)
+	}
+	if g.Selector, err = metav1.LabelSelectorAsSelector(&ls); err != nil {
+		return g, fmt.Errorf("GlobalEgressIP %s/%s: spec.podSelector: %w", g.Namespace, g.Name, err)
+	}
+	return g, nil
 }
 
 func sortedUnique(in []string) []string {

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+
+	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
 var (
@@ -30,12 +32,7 @@ type identitySource struct {
 }
 
 // SubmarinerCluster is what coastguard reads of Submariner's Cluster object.
-type SubmarinerCluster struct {
-	ClusterID    string
-	PodCIDRs     []string
-	ServiceCIDRs []string
-	GlobalCIDRs  []string
-}
+type SubmarinerCluster = kube.SubmarinerCluster
 
 // resolveClusterID applies the precedence flag > ClusterProperty > Submariner
 // Cluster. Every available source must agree: a conflict names both values.
@@ -156,13 +153,5 @@ func localSubmarinerCluster(ctx context.Context, dyn dynamic.Interface, ns, want
 }
 
 func submarinerClusterFrom(u *unstructured.Unstructured) SubmarinerCluster {
-	get := func(f string) []string {
-		v, _, _ := unstructured.NestedStringSlice(u.Object, "spec", f)
-		return v
-	}
-	id, _, _ := unstructured.NestedString(u.Object, "spec", "cluster_id")
-	if id == "" {
-		id = u.GetName()
-	}
-	return SubmarinerCluster{ClusterID: id, PodCIDRs: get("cluster_cidr"), ServiceCIDRs: get("service_cidr"), GlobalCIDRs: get("global_cidr")}
+	return kube.SubmarinerClusterFrom(u)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -16,6 +17,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
@@ -23,6 +26,7 @@ import (
 	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
 func init() { subcommands["render"] = runRender }
@@ -33,7 +37,10 @@ Translates MultiClusterNetworkPolicies offline, with exactly the code the
 daemon runs. DIR of --input holds one subdirectory per cluster, named by the
 cluster ID, containing YAML or JSON files (multi-document allowed) of kinds
 Namespace, Pod, NetworkPolicy (user-authored, left alone),
-MultiClusterNetworkPolicy and ClusterProperty. For every cluster it writes
+MultiClusterNetworkPolicy and ClusterProperty, and Submariner's Cluster,
+ClusterGlobalEgressIP and GlobalEgressIP (submariner.io/v1: pod CIDRs,
+Globalnet and its allocated egress IPs; a Cluster object of another
+cluster ID is ignored, as the daemon does). For every cluster it writes
 OUT/<clusterID>/networkpolicies.yaml with the NetworkPolicies coastguard
 would apply there (empty when none). Objects without metadata.namespace
 are in "default", as with kubectl; a v1 List (kubectl get -o yaml) is read
@@ -50,6 +57,7 @@ func runRender(args []string) int {
 	}
 	in := fset.String("input", "", "input directory: one subdirectory per cluster")
 	out := fset.String("output", "", "output directory")
+	gpFlag := fset.String("globalnet-policy", "coarse", "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed); as coastguardd run")
 	if err := fset.Parse(args); err != nil {
 		return 2
 	}
@@ -57,7 +65,12 @@ func runRender(args []string) int {
 		fset.Usage()
 		return 2
 	}
-	if err := render(*in, *out, os.Stderr); err != nil {
+	gp, err := enforce.ParseGlobalnetPolicy(*gpFlag)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
+		return 2
+	}
+	if err := renderWith(*in, *out, os.Stderr, gp); err != nil {
 		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
 		return 1
 	}
@@ -67,9 +80,18 @@ func runRender(args []string) int {
 // render loads IN, translates for every cluster and writes OUT. Warnings and
 // a per-cluster summary go to log.
 func render(in, out string, log io.Writer) error {
+	return renderWith(in, out, log, enforce.GlobalnetCoarse)
+}
+
+// renderWith is render with a Globalnet policy (--globalnet-policy).
+func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy) error {
 	inv, clusters, err := loadRenderInput(in, log)
 	if err != nil {
 		return err
+	}
+	inv.SetGlobalnetPolicy(gp)
+	for _, f := range enforce.Findings(inv) {
+		fmt.Fprintf(log, "warning: %s\n", f.Message)
 	}
 	for _, c := range clusters {
 		var buf bytes.Buffer
@@ -91,8 +113,12 @@ func render(in, out string, log io.Writer) error {
 		}
 		fmt.Fprintf(log, "%s: %d NetworkPolicies\n", c, len(nps))
 		for _, ref := range inv.Policies() {
-			if res := enforce.Evaluate(c, inv, ref); res.SkippedNoNamespace {
+			res := enforce.Evaluate(c, inv, ref)
+			if res.SkippedNoNamespace {
 				fmt.Fprintf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
+			}
+			if res.Degraded != "" {
+				fmt.Fprintf(log, "%s: MultiClusterNetworkPolicy %s degraded: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
 			}
 		}
 	}
@@ -123,6 +149,15 @@ type renderLoader struct {
 	errs  []error
 	seen  map[string]string            // cluster/kind/ns/name -> file
 	props map[string]map[string]string // cluster -> ClusterProperty labels
+	sub   map[string]*renderSubmariner // cluster -> Submariner objects
+	pods  map[string][]enforce.Pod     // cluster -> pods (egress IPs set last)
+}
+
+// renderSubmariner is what a cluster directory says about Submariner.
+type renderSubmariner struct {
+	cluster       *kube.SubmarinerCluster
+	clusterEgress []string
+	egress        []kube.GlobalEgressIP
 }
 
 func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, error) {
@@ -130,7 +165,8 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading input: %w", err)
 	}
-	l := &renderLoader{inv: enforce.NewInventory(), log: log, seen: map[string]string{}, props: map[string]map[string]string{}}
+	l := &renderLoader{inv: enforce.NewInventory(), log: log, seen: map[string]string{}, props: map[string]map[string]string{},
+		sub: map[string]*renderSubmariner{}, pods: map[string][]enforce.Pod{}}
 	var clusters []string
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -147,13 +183,18 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, er
 		}
 		clusters = append(clusters, id)
 		l.props[id] = map[string]string{}
+		l.sub[id] = &renderSubmariner{}
 		l.loadCluster(id, filepath.Join(in, id))
 	}
 	if len(clusters) == 0 && len(l.errs) == 0 {
 		return nil, nil, fmt.Errorf("%s: no cluster subdirectories", in)
 	}
 	for _, id := range clusters {
-		l.inv.SetCluster(enforce.Cluster{ID: id, Labels: l.props[id]})
+		l.inv.SetCluster(l.sub[id].apply(enforce.Cluster{ID: id, Labels: l.props[id]}))
+		for _, p := range l.pods[id] {
+			p.EgressIPs = l.sub[id].podEgressIPs(p.Namespace, p.Labels)
+			l.inv.SetPod(id, p)
+		}
 	}
 	if len(l.errs) > 0 {
 		return nil, nil, errors.Join(l.errs...)
@@ -269,9 +310,16 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		"NetworkPolicy":                     "networking.k8s.io/v1",
 		apiv1.KindMultiClusterNetworkPolicy: apiv1.SchemeGroupVersion.String(),
 		mcsv1alpha1.Kind:                    mcsv1alpha1.APIVersion,
+		"Cluster":                           "submariner.io/v1",
+		"ClusterGlobalEgressIP":             "submariner.io/v1",
+		"GlobalEgressIP":                    "submariner.io/v1",
 	}
 	want, ok := known[tm.Kind]
 	if !ok {
+		fmt.Fprintf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
+		return
+	}
+	if tm.APIVersion != want && strings.HasPrefix(want, "submariner.io/") {
 		fmt.Fprintf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
 		return
 	}
@@ -316,7 +364,7 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 			l.fail(where, what, err)
 			return
 		}
-		l.inv.SetPod(cluster, pod)
+		l.pods[cluster] = append(l.pods[cluster], pod)
 	case "NetworkPolicy":
 		var np networkingv1.NetworkPolicy
 		if err := json.Unmarshal(raw, &np); err != nil {
@@ -352,6 +400,8 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		}); err != nil {
 			l.fail(where, what, err)
 		}
+	case "Cluster", "ClusterGlobalEgressIP", "GlobalEgressIP":
+		l.loadSubmariner(cluster, where, tm.Kind, raw)
 	case mcsv1alpha1.Kind:
 		var cp mcsv1alpha1.ClusterProperty
 		if err := strictUnmarshal(raw, &cp); err != nil {
@@ -416,4 +466,94 @@ func renderPod(p *corev1.Pod) (enforce.Pod, error) {
 		}
 	}
 	return out, nil
+}
+
+// loadSubmariner reads a Submariner object the way the daemon's watcher
+// does (kube.SubmarinerClusterFrom, kube.AllocatedIPs,
+// kube.GlobalEgressIPFrom), so render and the daemon agree.
+func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(raw); err != nil {
+		l.fail(where, kind, err)
+		return
+	}
+	if u.GetNamespace() == "" {
+		u.SetNamespace(metav1.NamespaceDefault)
+	}
+	what := kind + " " + objName(u.GetNamespace(), u.GetName())
+	if u.GetName() == "" {
+		l.fail(where, what, errors.New("metadata.name: Required value"))
+		return
+	}
+	if !l.unique(cluster, where, kind, u.GetNamespace(), u.GetName()) {
+		return
+	}
+	sub := l.sub[cluster]
+	switch kind {
+	case "Cluster":
+		c := kube.SubmarinerClusterFrom(&u)
+		if c.ClusterID != cluster {
+			fmt.Fprintf(l.log, "warning: %s: %s describes cluster %q, not %q; ignored (as the daemon does)\n", where, what, c.ClusterID, cluster)
+			return
+		}
+		for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
+			for _, x := range cidrs {
+				if _, err := netip.ParsePrefix(x); err != nil {
+					l.fail(where, what, fmt.Errorf("%q is not a CIDR", x))
+					return
+				}
+			}
+		}
+		if sub.cluster != nil {
+			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
+			return
+		}
+		sub.cluster = &c
+	case "ClusterGlobalEgressIP":
+		ips, bad := kube.AllocatedIPs(&u)
+		if len(bad) > 0 {
+			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
+			return
+		}
+		sub.clusterEgress = append(sub.clusterEgress, ips...)
+	case "GlobalEgressIP":
+		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
+			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
+			return
+		}
+		g, err := kube.GlobalEgressIPFrom(&u)
+		if err != nil {
+			l.fail(where, what, err)
+			return
+		}
+		sub.egress = append(sub.egress, g)
+	}
+}
+
+// apply adds the Submariner view to a cluster, like SubmarinerWatcher.Info.
+func (s *renderSubmariner) apply(c enforce.Cluster) enforce.Cluster {
+	if s.cluster != nil {
+		c.PodCIDRs, c.GlobalCIDRs = s.cluster.PodCIDRs, s.cluster.GlobalCIDRs
+		c.Globalnet = len(s.cluster.GlobalCIDRs) > 0
+	}
+	c.ClusterEgressIPs = s.clusterEgress
+	for _, g := range s.egress {
+		if g.Selector == nil && len(g.IPs) > 0 {
+			if c.NamespaceEgressIPs == nil {
+				c.NamespaceEgressIPs = map[string][]string{}
+			}
+			c.NamespaceEgressIPs[g.Namespace] = append(c.NamespaceEgressIPs[g.Namespace], g.IPs...)
+		}
+	}
+	return c
+}
+
+func (s *renderSubmariner) podEgressIPs(ns string, lbls map[string]string) []string {
+	var out []string
+	for _, g := range s.egress {
+		if g.Namespace == ns && g.Selector != nil && g.Selector.Matches(labels.Set(lbls)) {
+			out = append(out, g.IPs...)
+		}
+	}
+	return out
 }
