@@ -103,3 +103,17 @@ func TestEnforceSectionQuick(t *testing.T) {
 	require.Equal(t, 2, names["enforce_incremental_daemon_ms"])
 	require.Equal(t, 2, names["enforce_full_ms"])
 }
+
+func TestBytesBreakdownSmallMesh(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real sockets, ~10s")
+	}
+	rec := &recorder{}
+	require.NoError(t, runBytesBreakdown(context.Background(), &config{seed: 1}, rec, 4, 5))
+	require.Len(t, rec.metrics, 1)
+	m := rec.metrics[0]
+	require.Greater(t, m.Value, 0.0)
+	msgs := m.Params["coastguard_msgs_by_type"].(map[string]any)
+	require.Greater(t, msgs["push"].(float64), 0.0, "the writer pushes every update")
+	t.Logf("%s", fmtParams(m.Params))
+}
