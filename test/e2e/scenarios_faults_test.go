@@ -218,7 +218,14 @@ func TestScenarioCrash(t *testing.T) {
 	require.NoError(t, ds[1].Restart())
 	require.NoError(t, ds[1].WaitReady(ctx, 60*time.Second))
 	ready := time.Since(down)
-	time.Sleep(2 * time.Second)
+	// the killed process still holds the Lease: the restarted one (a new
+	// identity) leads once it expires
+	err = harness.Eventually(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		s, err := debugState(ctx, ds[1])
+		return s.Leader, err
+	})
+	require.NoError(t, err, "restarted B leads again")
+	leads := time.Since(down)
 	stopChurn()
 	<-done
 	require.NoError(t, churnErr)
@@ -233,9 +240,15 @@ func TestScenarioCrash(t *testing.T) {
 		_, err := watches[cl].waitFor(ctx, 30*time.Second, func(bl []string) bool { return containsAll(bl, cidrs("10.2.0.1", "10.2.0.2")...) })
 		require.NoError(t, err, "%s gets the pod B created while its daemon was down", cl.Name)
 	}
-	t.Logf("crash: %d pods churned; B ready %s after SIGKILL (3s down), caught up %s after churn stopped",
-		len(churned), ready.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	t.Logf("crash: %d pods churned; B restarted after 3s, ready (standby) %s and leading %s after SIGKILL; caught up %s after that",
+		len(churned), ready.Round(time.Millisecond), leads.Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
 
+	if os.Getenv("COASTGUARD_E2E_DEBUG") == "1" {
+		t.Logf("killed at %s", down.Format("15:04:05.000"))
+		for _, e := range watches[b].eventsSince(marks[b]) {
+			t.Logf("B %s %s %s blocks=%d", e.at.Format("15:04:05.000"), e.typ, e.name, len(e.blocks))
+		}
+	}
 	for cl, w := range watches {
 		require.Empty(t, flaps(w.eventsSince(marks[cl])), "%s: generated NetworkPolicies deleted or shrunk around the restart", cl.Name)
 	}
