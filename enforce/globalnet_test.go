@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -177,4 +178,46 @@ func TestGlobalnetBadAddressesNeverPanic(t *testing.T) {
 	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
 	require.Equal(t, ReasonGlobalnetNoEgressIPs, res.Degraded)
 	require.Empty(t, Findings(inv))
+}
+
+// globalnetBench: the 100-cluster inventory with every odd cluster on
+// Globalnet (cluster-wide egress IPs, namespace egress IPs for half the
+// namespaces, per-pod egress IPs for every 10th pod).
+func globalnetBench(b *testing.B) *Inventory {
+	inv := benchInventory(b, 100, 1000, 20, 1000, 200)
+	for c := 1; c < 100; c += 2 {
+		id := fmt.Sprintf("c%03d", c)
+		ns := map[string][]string{}
+		for n := 0; n < 20; n += 2 {
+			ns[fmt.Sprintf("ns%02d", n)] = []string{fmt.Sprintf("242.%d.1.%d", c, n+1)}
+		}
+		inv.SetCluster(Cluster{ID: id, Labels: l("region", fmt.Sprintf("r%d", c%4)), Globalnet: true,
+			GlobalCIDRs: []string{fmt.Sprintf("242.%d.0.0/16", c)}, ClusterEgressIPs: []string{fmt.Sprintf("242.%d.0.1", c)},
+			NamespaceEgressIPs: ns})
+		for i := 0; i < 1000; i += 10 {
+			p := pod(fmt.Sprintf("ns%02d", i%20), fmt.Sprintf("pod%05d", i),
+				l("app", fmt.Sprintf("app%d", i%200), "version", fmt.Sprintf("v%d", i%2)),
+				fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250+1))
+			p.EgressIPs = []string{fmt.Sprintf("242.%d.2.%d", c, i/10)}
+			inv.SetPod(id, p)
+		}
+	}
+	return inv
+}
+
+func BenchmarkTranslateFull_100clusters_half_globalnet(b *testing.B) {
+	benchFull(b, globalnetBench(b))
+}
+
+func BenchmarkFindings_100clusters_1000pods(b *testing.B) {
+	inv := benchInventory(b, 100, 1000, 20, 0, 200)
+	for c := 0; c < 100; c++ {
+		inv.SetCluster(Cluster{ID: fmt.Sprintf("c%03d", c), PodCIDRs: []string{fmt.Sprintf("10.%d.0.0/16", c)}})
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if f := Findings(inv); len(f) != 0 {
+			b.Fatal(f)
+		}
+	}
 }
