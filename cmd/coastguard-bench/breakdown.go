@@ -21,12 +21,13 @@ import (
 // coastguard message bytes, and what the transports put on the wire.
 type trafficSnapshot struct {
 	msgs               map[string]float64
+	deltasIn           map[string]float64
 	appBytes           float64
 	wireBytes, packets int64
 }
 
 func snapshot(regs []*prometheus.Registry, nodes []*gossip.Node) (trafficSnapshot, error) {
-	s := trafficSnapshot{msgs: map[string]float64{}}
+	s := trafficSnapshot{msgs: map[string]float64{}, deltasIn: map[string]float64{}}
 	for _, r := range regs {
 		fams, err := r.Gather()
 		if err != nil {
@@ -34,6 +35,9 @@ func snapshot(regs []*prometheus.Registry, nodes []*gossip.Node) (trafficSnapsho
 		}
 		for _, f := range fams {
 			for _, m := range f.GetMetric() {
+				if f.GetName() == "coastguard_gossip_deltas_total" && hasLabel(m, "dir", "in") {
+					s.deltasIn[labelValue(m, "path")] += m.GetCounter().GetValue()
+				}
 				if !hasLabel(m, "dir", "out") {
 					continue
 				}
@@ -66,9 +70,12 @@ func labelValue(m *dto.Metric, k string) string {
 }
 
 func (a trafficSnapshot) minus(b trafficSnapshot) trafficSnapshot {
-	out := trafficSnapshot{msgs: map[string]float64{}, appBytes: a.appBytes - b.appBytes, wireBytes: a.wireBytes - b.wireBytes, packets: a.packets - b.packets}
+	out := trafficSnapshot{msgs: map[string]float64{}, deltasIn: map[string]float64{}, appBytes: a.appBytes - b.appBytes, wireBytes: a.wireBytes - b.wireBytes, packets: a.packets - b.packets}
 	for k, v := range a.msgs {
 		out.msgs[k] = v - b.msgs[k]
+	}
+	for k, v := range a.deltasIn {
+		out.deltasIn[k] = v - b.deltasIn[k]
 	}
 	return out
 }
@@ -78,6 +85,13 @@ func (a trafficSnapshot) minus(b trafficSnapshot) trafficSnapshot {
 // node, coastguard messages sent by type, their bytes, and the packets and
 // bytes the transport put on the wire (memberlist framing, label and
 // AES-GCM included). The idle traffic of an equal window is subtracted.
+func runTraffic(ctx context.Context, cfg *config, rec *recorder) error {
+	if cfg.quick {
+		return runBytesBreakdown(ctx, cfg, rec, 8, 5)
+	}
+	return runBytesBreakdown(ctx, cfg, rec, 50, 20)
+}
+
 func runBytesBreakdown(ctx context.Context, cfg *config, rec *recorder, n, updates int) error {
 	dir, err := os.MkdirTemp("", "coastguard-bench-bytes-")
 	if err != nil {
@@ -178,6 +192,10 @@ func runBytesBreakdown(ctx context.Context, cfg *config, rec *recorder, n, updat
 	for _, t := range types {
 		msgs[t] = round(busy.msgs[t] / div)
 	}
+	paths := map[string]any{}
+	for p, v := range busy.deltasIn {
+		paths[p] = round(v / div)
+	}
 	wire, app, pk := float64(busy.wireBytes)/div, busy.appBytes/div, float64(busy.packets)/div
 	perPacket := 0.0
 	if pk > 0 {
@@ -185,7 +203,7 @@ func runBytesBreakdown(ctx context.Context, cfg *config, rec *recorder, n, updat
 	}
 	rec.add("bytes_breakdown_wire_per_update_per_node", wire, "B", map[string]any{
 		"n": n, "updates": updates, "payload_b": payload, "app_b": round(app), "packets": round(pk),
-		"overhead_per_packet_b": round(perPacket), "coastguard_msgs_by_type": msgs,
+		"overhead_per_packet_b": round(perPacket), "coastguard_msgs_by_type": msgs, "deltas_received_by_path": paths,
 		"what": "instrumented mesh (store.Replica + gossip.Node, WAN defaults); idle window subtracted"}, "", nil)
 	return nil
 }

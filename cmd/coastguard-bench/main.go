@@ -111,7 +111,7 @@ func le(limit float64) func(float64) bool { return func(v float64) bool { return
 func main() {
 	out := flag.String("out", "bench", "output directory (results.json, results.md, *.svg)")
 	quick := flag.Bool("quick", false, "small sizes and short durations (~2 min); for CI, asserts nothing")
-	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,heal,enforce,store (default all)")
+	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,traffic,heal,enforce,store (default all)")
 	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
 	verbose := flag.Bool("v", false, "debug logging")
 	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
@@ -127,11 +127,11 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
 	cfg := &config{out: *out, quick: *quick, seed: *seed, log: logger, only: map[string]bool{}}
-	known := map[string]bool{"e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true}
+	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			if !known[s] {
-				fmt.Fprintf(os.Stderr, "unknown section %q (want e2e,sim,bytes,heal,enforce,store)\n", s)
+				fmt.Fprintf(os.Stderr, "unknown section %q (want e2e,sim,bytes,traffic,heal,enforce,store)\n", s)
 				os.Exit(2)
 			}
 			cfg.only[s] = true
@@ -158,6 +158,7 @@ func main() {
 		{"enforce", runEnforce},
 		{"store", runStore},
 		{"bytes", runBytes},
+		{"traffic", runTraffic},
 		{"sim", runSim},
 		{"heal", runHeal},
 		{"e2e", runE2E},

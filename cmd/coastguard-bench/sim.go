@@ -134,9 +134,6 @@ func runBytes(ctx context.Context, cfg *config, rec *recorder) error {
 	rec.add("bytes_per_update_ratio_ours_over_naive", last.WireBytesPerUpdatePerNode/nv.WireBytesPerUpdatePerNode, "ratio",
 		map[string]any{"n": n, "ours_entries": last.Entries}, "< 1", func(v float64) bool { return v < 1 })
 	rec.add("idle_bytes_per_sec_per_node_naive", nv.IdleWireBytesPerSecPerNode, "B/s", map[string]any{"n": n, "profile": string(prof), "window_s": idle.Seconds()}, "", nil)
-	if err := runBytesBreakdown(ctx, cfg, rec, n, updates); err != nil {
-		return fmt.Errorf("breakdown: %w", err)
-	}
 	if len(idleByEntries) == 2 && idleByEntries[0] > 0 {
 		rec.add("idle_bytes_ratio_large_over_small", idleByEntries[1]/idleByEntries[0], "ratio",
 			map[string]any{"n": n, "entries": fmt.Sprintf("%d/%d", entries[1], entries[0]), "what": "idle traffic must not grow with entry count"}, "~1 (<= 1.2)", le(1.2))
