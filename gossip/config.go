@@ -234,6 +234,7 @@ func (c *Config) setDefaults() error {
 //     heads are tiny, and anti-entropy repairs the rare miss.
 //   - PushPullInterval stays at the base (60s wan, 30s lan); it carries only
 //     our digest, and the own digest exchange runs every second anyway.
+//
 // defaultRejoinInterval: a rejoin only dials seeds that are not alive and
 // members that are dead, so a short interval costs nothing while healthy.
 func defaultRejoinInterval(p Profile) time.Duration {

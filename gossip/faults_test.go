@@ -67,7 +67,13 @@ func TestPartitionHealNoLossNoResurrection(t *testing.T) {
 			}
 		}
 		return true
-	}, 20*time.Second, 50*time.Millisecond, "sides never declared each other dead")
+	}, 40*time.Second, 50*time.Millisecond, "sides never declared each other dead: %v", func() []int {
+		var c []int
+		for _, n := range all {
+			c = append(c, n.ml.NumMembers())
+		}
+		return c
+	}())
 
 	// Writes on both sides during the partition.
 	for i, n := range all {

@@ -68,8 +68,14 @@ func startNode(t *testing.T, name, cluster string, keys [][]byte, mod func(*Conf
 
 func joinAll(t *testing.T, nodes ...*tnode) {
 	t.Helper()
-	for _, n := range nodes[1:] {
-		_, err := n.Join(nodes[0].Addr())
+	// Join every earlier node: push/pull with each gives full views at once
+	// instead of relying on alive broadcasts alone (CI machines are loaded).
+	for i, n := range nodes[1:] {
+		var addrs []string
+		for _, p := range nodes[:i+1] {
+			addrs = append(addrs, p.Addr())
+		}
+		_, err := n.Join(addrs...)
 		require.NoError(t, err)
 	}
 	require.Eventually(t, func() bool {
@@ -79,7 +85,7 @@ func joinAll(t *testing.T, nodes ...*tnode) {
 			}
 		}
 		return true
-	}, 10*time.Second, 20*time.Millisecond, "membership did not converge")
+	}, 20*time.Second, 20*time.Millisecond, "membership did not converge")
 }
 
 func (n *tnode) write(t *testing.T, kind crdt.Kind, name string, value []byte, deleted bool) crdt.Delta {

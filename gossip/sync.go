@@ -54,6 +54,16 @@ func (n *Node) handle(im inMsg) {
 		n.onDigest(m, im.state)
 	case msgRetire:
 		n.onRetire(m)
+	case msgDigestSum:
+		// Equal sums: nothing to do (the idle steady state costs one small
+		// UDP packet per node per interval). Otherwise send the full digest;
+		// the sender pulls what it lacks and answers with its own digest if
+		// we lack something.
+		if local := n.rep.Digest(); digestSum(local) != m.Sum {
+			if to := n.memberNode(m.Sender); to != nil {
+				n.send(to, encodeDigestMsg(n.cfg.NodeName, false, local), msgDigest)
+			}
+		}
 	}
 }
 
@@ -472,7 +482,7 @@ func (n *Node) antiEntropyLoop() {
 		}
 		n.expireSyncs()
 		if peers := n.randomPeers(1, ""); len(peers) == 1 {
-			n.send(peers[0], encodeDigestMsg(n.cfg.NodeName, false, n.rep.Digest()), msgDigest)
+			n.send(peers[0], encodeDigestSum(n.cfg.NodeName, digestSum(n.rep.Digest())), msgDigestSum)
 		}
 		t.Reset(jitter(n.cfg.AntiEntropyInterval))
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
@@ -21,12 +22,13 @@ import (
 type msgType uint8
 
 const (
-	msgHeads    msgType = 1 // origin heads announcement (broadcast queue)
-	msgPush     msgType = 2 // fresh deltas pushed by their writer (UDP)
-	msgSyncReq  msgType = 3 // pull request: requester's digest for some origins
-	msgSyncData msgType = 4 // answer to msgSyncReq: deltas, chunked
-	msgDigest   msgType = 5 // anti-entropy digest (also memberlist LocalState)
-	msgRetire   msgType = 6 // retirements (broadcast queue)
+	msgHeads     msgType = 1 // origin heads announcement (broadcast queue)
+	msgPush      msgType = 2 // fresh deltas pushed by their writer (UDP)
+	msgSyncReq   msgType = 3 // pull request: requester's digest for some origins
+	msgSyncData  msgType = 4 // answer to msgSyncReq: deltas, chunked
+	msgDigest    msgType = 5 // anti-entropy digest (also memberlist LocalState)
+	msgRetire    msgType = 6 // retirements (broadcast queue)
+	msgDigestSum msgType = 7 // anti-entropy: 64-bit hash of the sender's whole digest
 )
 
 const wireVersion = 1
@@ -45,6 +47,8 @@ func (t msgType) String() string {
 		return "digest"
 	case msgRetire:
 		return "retire"
+	case msgDigestSum:
+		return "digest_sum"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -68,6 +72,7 @@ type message struct {
 	Reply   bool          // msgDigest: this is an answer, do not answer it
 	Digest  crdt.Digest   // msgSyncReq, msgDigest
 	Retires []crdt.Retire // msgRetire
+	Sum     uint64        // msgDigestSum
 }
 
 const (
@@ -163,6 +168,23 @@ func encodeDigestMsg(sender string, reply bool, d crdt.Digest) []byte {
 	}
 	encodeDigestBody(&b, d)
 	return b
+}
+
+func encodeDigestSum(sender string, sum uint64) []byte {
+	b := header(msgDigestSum, sender, 10)
+	b.uvarint(sum)
+	return b
+}
+
+// digestSum hashes a digest deterministically (crdt's encoding sorts origins).
+func digestSum(d crdt.Digest) uint64 {
+	raw, err := crdt.EncodeDigest(d)
+	if err != nil {
+		return 0
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(raw)
+	return h.Sum64()
 }
 
 func encodeRetires(sender string, rs []crdt.Retire) []byte {
@@ -333,6 +355,8 @@ func decodeMessage(p []byte) (*message, error) {
 			}
 			m.Retires = append(m.Retires, rt)
 		}
+	case msgDigestSum:
+		m.Sum = r.uvarint()
 	default:
 		return nil, errBadType
 	}

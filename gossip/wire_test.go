@@ -43,6 +43,7 @@ func sampleMessages(t testing.TB) [][]byte {
 		encodeDigestMsg("node-d", true, dig),
 		encodeDigestMsg("node-d", false, crdt.Digest{}),
 		encodeRetires("node-e", []crdt.Retire{{Origin: "c3", UpTo: crdt.MakeVersion(2, 10)}}),
+		encodeDigestSum("node-f", digestSum(dig)),
 	}
 }
 
@@ -77,6 +78,11 @@ func TestWireRoundTrip(t *testing.T) {
 	rt, err := decodeMessage(msgs[6])
 	require.NoError(t, err)
 	require.Equal(t, []crdt.Retire{{Origin: "c3", UpTo: crdt.MakeVersion(2, 10)}}, rt.Retires)
+
+	sum, err := decodeMessage(msgs[7])
+	require.NoError(t, err)
+	require.Equal(t, digestSum(crdt.Digest{"c1": {Max: crdt.MakeVersion(1, 3), Hash: 42}, "c2": {Max: 7, GC: 2, Retired: 1}}), sum.Sum)
+	require.NotEqual(t, digestSum(crdt.Digest{}), sum.Sum)
 
 	// Trailing bytes from a newer peer are tolerated.
 	ext, err := decodeMessage(append(append([]byte{}, msgs[0]...), 1, 2, 3))
