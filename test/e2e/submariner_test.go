@@ -4,7 +4,10 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/yaml"
 
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
@@ -276,5 +280,44 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 			})
 			require.NoError(t, err, "%s: coastguard_sanity_problems{check=overlapping_pod_cidrs} must be 1 (%s and %s overlap; %s has Globalnet)", d.Name, a.Name, o.Name, g.Name)
 		}
+	})
+
+	t.Run("render on the same objects gives what the daemon applied", func(t *testing.T) {
+		in, out := t.TempDir(), t.TempDir()
+		for _, c := range env.Clusters {
+			dir := filepath.Join(in, c.Name)
+			require.NoError(t, os.MkdirAll(dir, 0o755))
+			for i, kinds := range []string{"namespaces,pods", "multiclusternetworkpolicies.networking.submariner.io",
+				"clusters.submariner.io,clusterglobalegressips.submariner.io,globalegressips.submariner.io"} {
+				y, errOut, err := c.Kubectl(ctx, "get", kinds, "-A", "-o", "yaml")
+				require.NoError(t, err, errOut)
+				require.NoError(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d.yaml", i)), []byte(y), 0o644))
+			}
+		}
+		cmd := exec.CommandContext(ctx, bin, "render", "--input", in, "--output", out)
+		log, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s", log)
+		require.Contains(t, string(log), "clusters "+a.Name+" and "+o.Name+" have overlapping pod CIDRs")
+		b, err := os.ReadFile(filepath.Join(out, a.Name, "networkpolicies.yaml"))
+		require.NoError(t, err)
+		want := map[string]string{}
+		for _, doc := range strings.Split(string(b), "---\n") {
+			if strings.TrimSpace(doc) == "" {
+				continue
+			}
+			var np networkingv1.NetworkPolicy
+			require.NoError(t, yaml.Unmarshal([]byte(doc), &np))
+			js, _ := json.Marshal(np.Spec)
+			want[np.Namespace+"/"+np.Name] = string(js)
+		}
+		live, err := a.ListNetworkPolicies(ctx, "", harness.ManagedSelector)
+		require.NoError(t, err)
+		have := map[string]string{}
+		for _, np := range live {
+			js, _ := json.Marshal(np.Spec)
+			have[np.Namespace+"/"+np.Name] = string(js)
+		}
+		require.Len(t, want, 2)
+		require.Equal(t, want, have)
 	})
 }
