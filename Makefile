@@ -45,6 +45,14 @@ verify-generate: generate
 fuzz:
 	hack/fuzz.sh 20s
 
+## bench: every performance goal; writes bench/results.json, bench/results.md and plots.
+bench: testbins
+	$(GO) run ./cmd/coastguard-bench -out bench
+
+## bench-quick: a ~2-minute subset (CI runs it so the harness never rots; asserts no absolute times).
+bench-quick: testbins
+	$(GO) run ./cmd/coastguard-bench -out .cache/bench-quick -quick
+
 clean:
 	rm -rf $(BIN) .cache/e2e.log
 
