@@ -321,3 +321,41 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 		require.Equal(t, want, have)
 	})
 }
+
+// TestSubmarinerDuplicateClusterID: two clusters configured with the same
+// cluster ID (distinct gossip identities, each its own Lease holder) are
+// reported, not silently merged.
+func TestSubmarinerDuplicateClusterID(t *testing.T) {
+	env, bin := submarinerEnv(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	a, b := env.Clusters[0], env.Clusters[1]
+	da, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin, T: t})
+	require.NoError(t, err)
+	db, err := env.StartDaemon(b, harness.DaemonOptions{Binary: bin, ClusterID: a.Name, T: t})
+	require.NoError(t, err)
+	for _, d := range []*harness.Daemon{da, db} {
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+	}
+	for _, d := range []*harness.Daemon{da, db} {
+		err := harness.Eventually(ctx, 60*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+			m, err := d.Metrics(ctx)
+			if err != nil {
+				return false, err
+			}
+			v, ok := harness.MetricValue(m, "coastguard_sanity_problems", map[string]string{"check": "duplicate_cluster_id"})
+			return ok && v == 1, nil
+		})
+		require.NoError(t, err, "%s: coastguard_sanity_problems{check=duplicate_cluster_id} must be 1", d.Name)
+		log, err := d.TailLog(2000)
+		require.NoError(t, err)
+		require.Contains(t, log, "cluster ID "+a.Name+" is claimed by two clusters")
+	}
+	// The Warning Event on the Lease of the leader.
+	err = harness.Eventually(ctx, 30*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		out, _, err := a.Kubectl(ctx, "-n", harness.DaemonNamespace, "get", "events", "-o", "jsonpath={.items[*].reason}")
+		return strings.Contains(out, "DuplicateClusterID"), err
+	})
+	require.NoError(t, err, "DuplicateClusterID Event in %s", a.Name)
+	require.True(t, da.Running() && db.Running(), "reported, not crashed")
+}
