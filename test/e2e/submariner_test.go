@@ -320,6 +320,22 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 		require.Len(t, want, 2)
 		require.Equal(t, want, have)
 	})
+
+	t.Run("--globalnet-policy=drop fails closed: Degraded GlobalnetPeersDropped", func(t *testing.T) {
+		// web-1 falls back to the cluster-wide egress IPs again.
+		require.NoError(t, g.Dynamic.Resource(globalEgressIPs).Namespace("shop").Delete(ctx, "shop-ns", metav1.DeleteOptions{}))
+		waitNPs(t, ctx, a, originSel(a.Name), 60*time.Second, func(b []string, _ []networkingv1.NetworkPolicy) bool {
+			return containsAll(b, "242.2.0.1/32", "242.2.5.5/32") && containsNone(b, "242.2.4.4/32")
+		}, "coarse again")
+		require.NoError(t, ds[0].Stop())
+		d, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin, NodeName: a.Name + "-drop", T: t, Args: []string{"--globalnet-policy=drop"}})
+		require.NoError(t, err)
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+		waitNPs(t, ctx, a, originSel(a.Name), 60*time.Second, func(b []string, _ []networkingv1.NetworkPolicy) bool {
+			return containsAll(b, "242.2.5.5/32") && containsNone(b, "242.2.0.1/32", "242.2.0.2/32")
+		}, "coarse peers dropped, the exact one kept")
+		waitCondition(t, ctx, a, "from-globalnet", "Degraded", "True", "GlobalnetPeersDropped")
+	})
 }
 
 // TestSubmarinerDuplicateClusterID: two clusters configured with the same
