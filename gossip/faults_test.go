@@ -202,7 +202,7 @@ func TestReconnectTimeoutRetiresOnlyDeadClusters(t *testing.T) {
 	require.NoError(t, c.Shutdown())
 	require.NoError(t, d.Shutdown())
 	c1 := startNode(t, "c-1", "c3", keys, short)
-	_, err := c1.Join(a.Addr())
+	_, err := c1.Join(a.Addr(), b.Addr())
 	require.NoError(t, err)
 
 	stale := func(n *tnode, cl string) float64 {

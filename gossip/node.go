@@ -91,19 +91,21 @@ type Node struct {
 	wg       sync.WaitGroup
 	started  time.Time
 
-	mu          sync.Mutex
-	members     map[string]*memberState
-	clusterSeen map[string]time.Time // cluster -> last time a member was alive (or first noticed)
-	syncs       map[uint64]*syncState
-	pulls       map[string]uint64 // origin -> fast pull id in flight
-	bulkByPeer  map[string]uint64
-	backoffs    map[string]*backoff
-	limiters    map[string]*rate.Limiter
-	nextID      uint64
-	metaWriter  bool
-	leaving     bool
-	retiredSent map[string]crdt.Version
-	shutdown    bool
+	mu             sync.Mutex
+	members        map[string]*memberState
+	clusterSeen    map[string]time.Time // cluster -> last time a member was alive (or first noticed)
+	syncs          map[uint64]*syncState
+	pulls          map[string]uint64 // origin -> fast pull id in flight
+	bulkByPeer     map[string]uint64
+	backoffs       map[string]*backoff
+	limiters       map[string]*rate.Limiter
+	nextID         uint64
+	metaWriter     bool
+	leaving        bool
+	lastApply      time.Time
+	lastFullDigest time.Time
+	retiredSent    map[string]crdt.Version
+	shutdown       bool
 
 	statBytesOut, statBytesIn, statMsgsOut atomic.Int64
 	aliveCount                             atomic.Int64
@@ -318,6 +320,9 @@ func (n *Node) Publish(deltas ...crdt.Delta) error {
 			n.m.deltas.WithLabelValues("out", "push").Add(float64(len(deltas)))
 		}
 	}
+	n.mu.Lock()
+	n.lastApply = n.cfg.Now()
+	n.mu.Unlock()
 	n.announce(n.cfg.ClusterID)
 	return nil
 }

@@ -22,6 +22,8 @@ const (
 	// passed to Replica.DeltaSince, which chunks and round-robins itself).
 	syncEntryBudget = 16384
 	maxFastPulls    = 256
+	quietPeriod     = 1500 * time.Millisecond
+	maxQuietSkip    = 5 * time.Second
 )
 
 func (n *Node) worker() {
@@ -59,8 +61,19 @@ func (n *Node) handle(im inMsg) {
 		// UDP packet per node per interval). Otherwise send the full digest;
 		// the sender pulls what it lacks and answers with its own digest if
 		// we lack something.
+		// While fresh deltas are still spreading (we applied one in the last
+		// quietPeriod) a mismatch is expected and the fast path will close
+		// it; skip the O(clusters) digest then, but never for longer than
+		// maxQuietSkip.
 		if local := n.rep.Digest(); digestSum(local) != m.Sum {
-			if to := n.memberNode(m.Sender); to != nil {
+			now := n.cfg.Now()
+			n.mu.Lock()
+			skip := now.Sub(n.lastApply) < quietPeriod && now.Sub(n.lastFullDigest) < maxQuietSkip
+			if !skip {
+				n.lastFullDigest = now
+			}
+			n.mu.Unlock()
+			if to := n.memberNode(m.Sender); to != nil && !skip {
 				n.send(to, encodeDigestMsg(n.cfg.NodeName, false, local), msgDigest)
 			}
 		}
@@ -91,6 +104,11 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		}
 	}
 	n.m.deltas.WithLabelValues("in", path).Add(float64(applied))
+	if len(changes) > 0 {
+		n.mu.Lock()
+		n.lastApply = n.cfg.Now()
+		n.mu.Unlock()
+	}
 	now := n.cfg.Now().UnixNano()
 	for _, ch := range changes {
 		if ch.New != nil && ch.New.Stamp > 0 && ch.Key.Origin != n.cfg.ClusterID {
