@@ -72,7 +72,9 @@ func percentile(ds []time.Duration, p float64) time.Duration {
 	return s[rank]
 }
 
-func ms(d time.Duration) string { return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) }
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64)
+}
 
 // ---- mesh with options ----
 

@@ -9,8 +9,9 @@ import (
 )
 
 // TestScenarioZSummary runs last (go test runs tests in file order, and this
-// file sorts last): it prints the run's summary line for `make e2e`, which
-// greps "e2e summary". It names the failed scenarios.
+// file, zz_*, sorts after every other test file of the package): it prints
+// the run's summary line, which `make e2e` greps ("e2e summary"), and names
+// the failed scenarios. Scenarios filtered out by -run count as neither.
 func TestScenarioZSummary(t *testing.T) {
 	stats.mu.Lock()
 	defer stats.mu.Unlock()
