@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -193,5 +192,3 @@ func sleepUntil(ctx context.Context, t time.Time) {
 	case <-time.After(time.Until(t)):
 	}
 }
-
-var errSkipped = errors.New("skipped")

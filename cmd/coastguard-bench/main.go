@@ -29,6 +29,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -63,6 +64,7 @@ type config struct {
 	only  map[string]bool
 	seed  uint64
 	log   *slog.Logger
+	simN  []int
 }
 
 func (c *config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
@@ -114,6 +116,7 @@ func main() {
 	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,traffic,heal,enforce,store (default all)")
 	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
 	verbose := flag.Bool("v", false, "debug logging")
+	simNs := flag.String("sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
 	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
 	flag.Parse()
 	if *simChild != "" {
@@ -136,6 +139,17 @@ func main() {
 			}
 			cfg.only[s] = true
 		}
+	}
+	for _, f := range strings.Split(*simNs, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 2 {
+			fmt.Fprintf(os.Stderr, "bad -sim-n entry %q\n", f)
+			os.Exit(2)
+		}
+		cfg.simN = append(cfg.simN, v)
 	}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)

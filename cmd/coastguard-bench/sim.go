@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -35,6 +36,9 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 		ns      []int
 	}
 	plans := []plan{{gossip.ProfileLAN, []int{10, 50, 100, 300}}, {gossip.ProfileWAN, []int{300}}}
+	if len(cfg.simN) > 0 {
+		plans = []plan{{gossip.ProfileLAN, cfg.simN}, {gossip.ProfileWAN, cfg.simN}}
+	}
 	updates := 15
 	if cfg.quick {
 		plans = []plan{{gossip.ProfileLAN, []int{10}}}
@@ -47,16 +51,12 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 				return ctx.Err()
 			}
 			base := sim.Options{N: n, Profile: pl.profile, Updates: updates, IdleWindow: 2 * time.Second, Timeout: 10 * time.Second}
-			cg, err := runSimIsolated(ctx, base, simTimeout(n))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("coastguard %s: %w", pl.profile, err))
-				continue
-			}
+			cg, cgErr := runSimRetry(ctx, base)
 			nb := base
 			nb.Naive = true
-			nv, err := runSimIsolated(ctx, nb, simTimeout(n))
-			if err != nil {
-				errs = append(errs, fmt.Errorf("naive %s: %w", pl.profile, err))
+			nv, nvErr := runSimRetry(ctx, nb)
+			if cgErr != nil || nvErr != nil {
+				errs = append(errs, fmt.Errorf("%s N=%d: %w", pl.profile, n, errors.Join(cgErr, nvErr)))
 				continue
 			}
 			target, ok := "", (func(float64) bool)(nil)
@@ -86,6 +86,17 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// runSimRetry runs a mesh isolated, once more when it failed for a reason
+// other than its deadline (on an overloaded machine a join can time out).
+func runSimRetry(ctx context.Context, o sim.Options) (sim.Result, error) {
+	r, err := runSimIsolated(ctx, o, simTimeout(o.N))
+	if err != nil && ctx.Err() == nil && !errors.Is(err, errSimKilled) {
+		slog.Warn("simulation failed, retrying once", "n", o.N, "naive", o.Naive, "profile", o.Profile, "err", err)
+		r, err = runSimIsolated(ctx, o, simTimeout(o.N))
+	}
+	return r, err
 }
 
 // simTimeout bounds one simulated mesh run (start, join, idle window,

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime/pprof"
 	"time"
 
 	"github.com/coastguard-mcnp/coastguard/gossip/sim"
@@ -25,6 +28,23 @@ func simChildMain(optsJSON string) int {
 		fmt.Fprintln(os.Stderr, "sim-child: options:", err)
 		return 2
 	}
+	// COASTGUARD_BENCH_CPUPROFILE=<dir> writes a CPU profile per mesh
+	// (sim-<mode>-<profile>-<N>.pprof) for `go tool pprof -top`.
+	if dir := os.Getenv("COASTGUARD_BENCH_CPUPROFILE"); dir != "" {
+		mode := "coastguard"
+		if o.Naive {
+			mode = "naive"
+		}
+		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("sim-%s-%s-%d.pprof", mode, o.Profile, o.N)))
+		if err == nil {
+			if err := pprof.StartCPUProfile(f); err == nil {
+				defer func() {
+					pprof.StopCPUProfile()
+					_ = f.Close()
+				}()
+			}
+		}
+	}
 	r, err := sim.RunPropagationSim(context.Background(), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sim-child:", err)
@@ -36,6 +56,8 @@ func simChildMain(optsJSON string) int {
 	}
 	return 0
 }
+
+var errSimKilled = errors.New("simulation killed at its deadline")
 
 // runSimIsolated runs one simulation in a child process, killed after
 // timeout.
@@ -58,7 +80,7 @@ func runSimIsolated(ctx context.Context, o sim.Options, timeout time.Duration) (
 	cmd.WaitDelay = 5 * time.Second
 	if err := cmd.Run(); err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
-			return r, fmt.Errorf("simulation N=%d naive=%v did not finish within %s (killed)", o.N, o.Naive, timeout)
+			return r, fmt.Errorf("%w: N=%d naive=%v did not finish within %s", errSimKilled, o.N, o.Naive, timeout)
 		}
 		return r, fmt.Errorf("simulation N=%d naive=%v: %w", o.N, o.Naive, err)
 	}
