@@ -262,6 +262,10 @@ func TestDeployManifests(t *testing.T) {
 		}{
 			{[]string{"get", "clusters.submariner.io", "-n", "submariner-operator"}, "yes"},
 			{[]string{"list", "clusters.submariner.io", "-n", "submariner-operator"}, "yes"},
+			{[]string{"watch", "clusters.submariner.io", "-n", "submariner-operator"}, "yes"},
+			{[]string{"watch", "clusterglobalegressips.submariner.io", "-n", "submariner-operator"}, "yes"},
+			{[]string{"list", "globalegressips.submariner.io", "-n", "shop"}, "yes"},
+			{[]string{"update", "globalegressips.submariner.io", "-n", "shop"}, "no"},
 			{[]string{"update", "clusters.submariner.io", "-n", "submariner-operator"}, "no"},
 			// The Submariner CR holds the broker token and the IPsec PSK.
 			{[]string{"get", "submariners.submariner.io", "-n", "submariner-operator"}, "no"},
