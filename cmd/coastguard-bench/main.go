@@ -65,6 +65,8 @@ type config struct {
 	seed  uint64
 	log   *slog.Logger
 	simN  []int
+	// simProfiles are the timing profiles used with simN.
+	simProfiles []string
 }
 
 func (c *config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
@@ -117,6 +119,7 @@ func main() {
 	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
 	verbose := flag.Bool("v", false, "debug logging")
 	simNs := flag.String("sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
+	simProfiles := flag.String("sim-profiles", "lan,wan", "timing profiles used with -sim-n")
 	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
 	flag.Parse()
 	if *simChild != "" {
@@ -150,6 +153,16 @@ func main() {
 			os.Exit(2)
 		}
 		cfg.simN = append(cfg.simN, v)
+	}
+	for _, p := range strings.Split(*simProfiles, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "lan", "wan", "local":
+			cfg.simProfiles = append(cfg.simProfiles, p)
+		case "":
+		default:
+			fmt.Fprintf(os.Stderr, "bad -sim-profiles entry %q (want lan, wan, local)\n", p)
+			os.Exit(2)
+		}
 	}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)

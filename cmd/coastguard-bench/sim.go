@@ -37,7 +37,10 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 	}
 	plans := []plan{{gossip.ProfileLAN, []int{10, 50, 100, 300}}, {gossip.ProfileWAN, []int{300}}}
 	if len(cfg.simN) > 0 {
-		plans = []plan{{gossip.ProfileLAN, cfg.simN}, {gossip.ProfileWAN, cfg.simN}}
+		plans = nil
+		for _, p := range cfg.simProfiles {
+			plans = append(plans, plan{gossip.Profile(p), cfg.simN})
+		}
 	}
 	updates := 15
 	if cfg.quick {
