@@ -122,7 +122,7 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.BindAddr }), func(f *fileConfig) (string, bool) { return sp(f.BindAddr) }},
 		{"advertise-addr", []string{"COASTGUARD_ADVERTISE_ADDR", "POD_IP"}, "gossip address advertised to peers, ip or ip:port (default: bind address)",
 			strSetter(func(c *Config) *string { return &c.AdvertiseAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdvertiseAddr) }},
-		{"seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin",
+		{"seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin (default: the Lighthouse name coastguard.<namespace>.svc.clusterset.local; \"none\" disables)",
 			func(c *Config, v string) error { c.Seeds = splitList(v); return nil },
 			func(f *fileConfig) (string, bool) {
 				if f.Seeds == nil {
