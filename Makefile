@@ -18,7 +18,7 @@ build:
 	$(GO) build -o $(BIN)/coastguardd ./cmd/coastguardd
 
 ## test: the README's test command; .ci/run calls exactly this.
-test: vet unit e2e
+test: verify-generate vet unit e2e
 
 vet:
 	$(GO) vet ./...
