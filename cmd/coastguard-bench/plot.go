@@ -43,6 +43,7 @@ func plotCDF(path string, rec *recorder) error {
 	p.X.Label.Text = "pod status written in A -> IP in B's NetworkPolicy (ms)"
 	p.Y.Label.Text = "fraction of changes"
 	p.Y.Min, p.Y.Max = 0, 1
+	p.X.Min = 0
 	p.Add(plotter.NewGrid())
 	line, err := plotter.NewLine(pts)
 	if err != nil {
@@ -103,5 +104,8 @@ func plotSim(path string, rec *recorder) error {
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Y.Min = 0
+	p.X.Min = 0
+	p.X.Max *= 1.05
 	return p.Save(8*vg.Inch, 5*vg.Inch, path)
 }
