@@ -70,5 +70,5 @@ func TestConvergenceAfterRandomWrites(t *testing.T) {
 			}
 		}
 		return true
-	}, 5*time.Second, 20*time.Millisecond, "%+v", c.Members())
+	}, 20*time.Second, 20*time.Millisecond, "%+v", c.Members())
 }
