@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -200,10 +201,18 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	d.stat = kube.NewDebouncer(2*o.Debounce, 4*o.MaxDelay, nil, d.fireStatus)
 	rep.Subscribe(d.onChanges)
 
-	// 3. leader election (needed by gossip's writer gate and the inventory)
+	// 3. leader election (needed by gossip's writer gate and the inventory).
+	// The Lease identity is kept in the data dir: a daemon restarted after a
+	// crash (same data dir, whose bbolt lock proves the old process is gone)
+	// resumes its own Lease at once instead of waiting for it to expire; its
+	// versions stay unique because the store bumps the epoch on every open.
+	identity, err := leaseIdentity(o.DataDir, o.NodeName)
+	if err != nil {
+		return err
+	}
 	d.elector, err = kube.NewElector(kube.LeaderConfig{
 		Client: o.Client, Namespace: o.Namespace, ClusterID: o.ClusterID,
-		Identity:         kube.NewIdentity(o.NodeName),
+		Identity:         identity,
 		LeaseDuration:    o.LeaseDuration,
 		RenewDeadline:    o.LeaseDuration * 2 / 3,
 		RetryPeriod:      o.LeaseDuration / 7,
@@ -400,6 +409,25 @@ func (d *Daemon) write(kind crdt.Kind, name string, value []byte, deleted bool) 
 		d.log.Warn("publish failed; anti-entropy will carry it", "err", err)
 	}
 	return nil
+}
+
+// leaseIdentity returns the identity persisted in dataDir for this node name,
+// creating it on first use.
+func leaseIdentity(dataDir, node string) (string, error) {
+	path := filepath.Join(dataDir, "lease-identity")
+	if b, err := os.ReadFile(path); err == nil {
+		id := strings.TrimSpace(string(b))
+		if strings.HasPrefix(id, node+"_") {
+			return id, nil
+		}
+	} else if !os.IsNotExist(err) {
+		return "", fmt.Errorf("lease identity: %w", err)
+	}
+	id := kube.NewIdentity(node)
+	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("lease identity: %w", err)
+	}
+	return id, nil
 }
 
 // daemonWriter is the inventory's writer: single writes and, for full syncs,

@@ -57,3 +57,16 @@ func TestSyncKeyringFollowsRotation(t *testing.T) {
 	require.Equal(t, [][]byte{b}, n.keys)
 	require.Error(t, syncKeyring(n, nil))
 }
+
+func TestLeaseIdentityPersists(t *testing.T) {
+	dir := t.TempDir()
+	a, err := leaseIdentity(dir, "node-1")
+	require.NoError(t, err)
+	require.Contains(t, a, "node-1_")
+	b, err := leaseIdentity(dir, "node-1")
+	require.NoError(t, err)
+	require.Equal(t, a, b, "a restarted daemon keeps its Lease identity")
+	c, err := leaseIdentity(dir, "node-2")
+	require.NoError(t, err)
+	require.NotEqual(t, a, c, "a renamed node gets a fresh identity")
+}
