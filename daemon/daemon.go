@@ -318,19 +318,26 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 // readiness: ready once state is loaded and, when leader, the first
 // enforcement has been applied; a standby is ready once its caches synced.
 func (d *Daemon) readiness(ctx context.Context) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, 200*time.Millisecond, func(time.Time) {
 		switch {
 		case d.leader.Load() && d.applier.Settled():
 			d.opts.Ready("enforcement", nil)
 		case !d.leader.Load() && d.inv.HasSynced():
 			d.opts.Ready("enforcement", nil)
+		}
+	})
+}
+
+// every calls fn on each tick of a ticker until ctx ends.
+func every(ctx context.Context, interval time.Duration, fn func(now time.Time)) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			fn(now)
 		}
 	}
 }
@@ -831,27 +838,20 @@ func (d *Daemon) DebugState() any {
 // keyringLoop follows the mounted gossip key file (a Kubernetes Secret
 // volume is updated in place) and rotates the live keyring to match it.
 func (d *Daemon) keyringLoop(ctx context.Context) {
-	every := d.opts.KeyReloadInterval
-	if every <= 0 {
-		every = 10 * time.Second
+	interval := d.opts.KeyReloadInterval
+	if interval <= 0 {
+		interval = 10 * time.Second
 	}
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	every(ctx, interval, func(time.Time) {
 		keys, err := gossip.LoadKeyringFile(d.opts.GossipKeyFile)
 		if err != nil {
 			d.log.Warn("gossip key file unreadable; keeping the current keyring", "file", d.opts.GossipKeyFile, "err", err)
-			continue
+			return
 		}
 		if err := syncKeyring(d.node, keys); err != nil {
 			d.log.Warn("keyring rotation step failed", "err", err)
 		}
-	}
+	})
 }
 
 // keyringNode is what syncKeyring needs of a gossip node.
@@ -899,14 +899,7 @@ func syncKeyring(n keyringNode, want [][]byte) error {
 }
 
 func (d *Daemon) statsLoop(ctx context.Context) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			d.m.enforcePending.Set(float64(d.enforce.Pending()))
-		}
-	}
+	every(ctx, 5*time.Second, func(time.Time) {
+		d.m.enforcePending.Set(float64(d.enforce.Pending()))
+	})
 }

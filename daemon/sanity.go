@@ -112,16 +112,7 @@ func (s *sanity) evaluate(members []gossip.MemberInfo, inv []enforce.Finding) []
 // cluster ID exists (overlaps and stray pod IPs degrade exactly the
 // policies whose peers they concern, in the translator).
 func (d *Daemon) sanityLoop(ctx context.Context, s *sanity, rec record.EventRecorder) {
-	t := time.NewTicker(SanityInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.sanityRound(s, rec)
-	}
+	every(ctx, SanityInterval, func(time.Time) { d.sanityRound(s, rec) })
 }
 
 func (d *Daemon) sanityRound(s *sanity, rec record.EventRecorder) {
