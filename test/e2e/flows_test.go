@@ -19,26 +19,7 @@ import (
 // mesh starts n clusters with the CRDs and one coastguardd each.
 func mesh(t *testing.T, n int) (*harness.Env, []*harness.Daemon) {
 	t.Helper()
-	env := harness.Start(t, harness.Options{Clusters: n})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
-	bin, err := harness.Build("./cmd/coastguardd")
-	require.NoError(t, err)
-	var ds []*harness.Daemon
-	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, T: t})
-		require.NoError(t, err)
-		ds = append(ds, d)
-	}
-	for _, d := range ds {
-		require.NoError(t, d.WaitReady(ctx, 60*time.Second), "daemon %s not ready", d.NodeName)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			env.DumpLogs(t.Logf, 150)
-		}
-	})
+	env, _, ds := startMesh(t, n, meshOpts{})
 	return env, ds
 }
 
@@ -48,25 +29,7 @@ func ipBlocks(ctx context.Context, c *harness.Cluster, ns string) ([]string, []n
 	if err != nil {
 		return nil, nil, err
 	}
-	var out []string
-	for _, np := range nps {
-		for _, r := range np.Spec.Ingress {
-			for _, p := range r.From {
-				if p.IPBlock != nil {
-					out = append(out, p.IPBlock.CIDR)
-				}
-			}
-		}
-		for _, r := range np.Spec.Egress {
-			for _, p := range r.To {
-				if p.IPBlock != nil {
-					out = append(out, p.IPBlock.CIDR)
-				}
-			}
-		}
-	}
-	slices.Sort(out)
-	return out, nps, nil
+	return blocksOf(nps...), nps, nil
 }
 
 func waitBlocks(t *testing.T, ctx context.Context, c *harness.Cluster, ns string, timeout time.Duration, cond func([]string, []networkingv1.NetworkPolicy) bool, what string) {
