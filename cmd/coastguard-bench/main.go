@@ -120,6 +120,7 @@ func main() {
 	verbose := flag.Bool("v", false, "debug logging")
 	simNs := flag.String("sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
 	simProfiles := flag.String("sim-profiles", "lan,wan", "timing profiles used with -sim-n")
+	flag.DurationVar(&simTimeoutOverride, "sim-timeout", 0, "deadline of one simulated mesh in the sim section (default 90s + 0.6s*N)")
 	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
 	flag.Parse()
 	if *simChild != "" {

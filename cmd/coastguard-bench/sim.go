@@ -94,13 +94,20 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 // runSimRetry runs a mesh isolated, once more when it failed for a reason
 // other than its deadline (on an overloaded machine a join can time out).
 func runSimRetry(ctx context.Context, o sim.Options) (sim.Result, error) {
-	r, err := runSimIsolated(ctx, o, simTimeout(o.N))
+	timeout := simTimeout(o.N)
+	if simTimeoutOverride > 0 {
+		timeout = simTimeoutOverride
+	}
+	r, err := runSimIsolated(ctx, o, timeout)
 	if err != nil && ctx.Err() == nil && !errors.Is(err, errSimKilled) {
 		slog.Warn("simulation failed, retrying once", "n", o.N, "naive", o.Naive, "profile", o.Profile, "err", err)
-		r, err = runSimIsolated(ctx, o, simTimeout(o.N))
+		r, err = runSimIsolated(ctx, o, timeout)
 	}
 	return r, err
 }
+
+// simTimeoutOverride replaces simTimeout when set (-sim-timeout).
+var simTimeoutOverride time.Duration
 
 // simTimeout bounds one simulated mesh run (start, join, idle window,
 // updates, shutdown).

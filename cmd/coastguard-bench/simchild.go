@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/pprof"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/coastguard-mcnp/coastguard/gossip/sim"
@@ -38,10 +40,17 @@ func simChildMain(optsJSON string) int {
 		f, err := os.Create(filepath.Join(dir, fmt.Sprintf("sim-%s-%s-%d.pprof", mode, o.Profile, o.N)))
 		if err == nil {
 			if err := pprof.StartCPUProfile(f); err == nil {
-				defer func() {
-					pprof.StopCPUProfile()
-					_ = f.Close()
-				}()
+				// Bounded, so that a mesh killed at its deadline still
+				// leaves a usable profile of its busy part.
+				var once sync.Once
+				stop := func() {
+					once.Do(func() {
+						pprof.StopCPUProfile()
+						_ = f.Close()
+					})
+				}
+				time.AfterFunc(120*time.Second, stop)
+				defer stop()
 			}
 		}
 	}
@@ -76,11 +85,26 @@ func runSimIsolated(ctx context.Context, o sim.Options, timeout time.Duration) (
 	cmd := exec.CommandContext(ctx, self, "-sim-child", string(b))
 	var out bytes.Buffer
 	cmd.Stdout = &out
-	cmd.Stderr = os.Stderr
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Run(); err != nil {
+	// The child's stderr goes to a file: at its deadline it gets SIGQUIT,
+	// and the Go runtime's goroutine dump there shows where it was stuck.
+	errf, err := os.CreateTemp("", fmt.Sprintf("coastguard-bench-sim-%d-*.stderr", o.N))
+	if err != nil {
+		return r, err
+	}
+	defer errf.Close()
+	cmd.Stderr = errf
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	cmd.WaitDelay = 10 * time.Second
+	err = cmd.Run()
+	if err == nil {
+		_ = os.Remove(errf.Name())
+	}
+	if err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
-			return r, fmt.Errorf("%w: N=%d naive=%v did not finish within %s", errSimKilled, o.N, o.Naive, timeout)
+			return r, fmt.Errorf("%w: N=%d naive=%v did not finish within %s (goroutine dump in %s)", errSimKilled, o.N, o.Naive, timeout, errf.Name())
+		}
+		if b, rerr := os.ReadFile(errf.Name()); rerr == nil {
+			err = fmt.Errorf("%w: %s", err, bytes.TrimSpace(b))
 		}
 		return r, fmt.Errorf("simulation N=%d naive=%v: %w", o.N, o.Naive, err)
 	}
