@@ -60,6 +60,13 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 			nv, nvErr := runSimRetry(ctx, nb)
 			if cgErr != nil || nvErr != nil {
 				errs = append(errs, fmt.Errorf("%s N=%d: %w", pl.profile, n, errors.Join(cgErr, nvErr)))
+				if nvErr == nil {
+					// keep the baseline point even when ours failed
+					rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", map[string]any{"n": n, "profile": string(pl.profile),
+						"mode": "naive", "p50_ms": round(simMS(nv.P50)), "received": fmt.Sprintf("%d/%d", nv.Received, nv.Expected),
+						"updates": updates, "timings": profileTimings(pl.profile)}, "", nil)
+					rec.simPoints = append(rec.simPoints, simPoint{Mode: "naive", Profile: string(pl.profile), N: n, P99ms: simMS(nv.P99)})
+				}
 				continue
 			}
 			target, ok := "", (func(float64) bool)(nil)
