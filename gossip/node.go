@@ -83,6 +83,8 @@ type Node struct {
 	m       *metrics
 	log     *slog.Logger
 	logLim  *rate.Limiter
+	// seedBackoff spaces out lookups of unresolvable seeds.
+	seedBackoff *seedBackoff
 
 	inbox    chan inMsg
 	serveSem chan struct{}
@@ -136,6 +138,7 @@ func New(cfg Config, rep Replica) (*Node, error) {
 		rep:         rep,
 		log:         cfg.Logger.With("component", "gossip", "node", cfg.NodeName),
 		logLim:      rate.NewLimiter(2, 20),
+		seedBackoff: newSeedBackoff(cfg.RejoinInterval, 5*time.Minute),
 		inbox:       make(chan inMsg, 4096),
 		serveSem:    make(chan struct{}, cfg.MaxConcurrentSyncs+16),
 		stop:        make(chan struct{}),

@@ -719,13 +719,21 @@ func (n *Node) resolveSeeds() []string {
 		if net.ParseIP(host) != nil {
 			ips = []string{host}
 		} else {
+			now := n.cfg.Now()
+			if !n.seedBackoff.due(s, now) {
+				continue
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			ips, err = net.DefaultResolver.LookupHost(ctx, host)
 			cancel()
 			if err != nil {
-				n.logRL(slog.LevelWarn, "seed does not resolve", "seed", s, "err", err)
+				if log, failures := n.seedBackoff.failed(s, now); log {
+					n.log.Warn("seed does not resolve; retrying with backoff (logged once a minute)",
+						"seed", s, "failures", failures, "err", err)
+				}
 				continue
 			}
+			n.seedBackoff.succeeded(s)
 		}
 		for _, ip := range ips {
 			a := net.JoinHostPort(ip, port)
