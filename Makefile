@@ -29,7 +29,10 @@ unit:
 
 ## e2e: real etcd + kube-apiservers + coastguardd processes (builds test binaries once, cached).
 e2e: testbins
-	$(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/... 2>&1 | tee .cache/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|SUMMARY|panic)|e2e summary' ; exit $${PIPESTATUS[0]}
+	@mkdir -p .cache
+	@set -o pipefail; $(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/... 2>&1 | tee .cache/e2e.log \
+	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e summary'; rc=$${PIPESTATUS[0]}; \
+	  if [ $$rc -ne 0 ]; then echo "---- e2e failed: last 400 lines of .cache/e2e.log (test output and daemon logs) ----"; tail -n 400 .cache/e2e.log; fi; exit $$rc
 
 testbins:
 	@mkdir -p .cache
