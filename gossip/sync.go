@@ -488,9 +488,10 @@ func jitter(d time.Duration) time.Duration {
 	return d - time.Duration(q) + time.Duration(rand.Int64N(2*q+1))
 }
 
-func (n *Node) antiEntropyLoop() {
+// everyJittered runs fn every interval (±25% jitter) until the node stops.
+func (n *Node) everyJittered(interval time.Duration, fn func()) {
 	defer n.wg.Done()
-	t := time.NewTimer(jitter(n.cfg.AntiEntropyInterval))
+	t := time.NewTimer(jitter(interval))
 	defer t.Stop()
 	for {
 		select {
@@ -498,12 +499,18 @@ func (n *Node) antiEntropyLoop() {
 			return
 		case <-t.C:
 		}
+		fn()
+		t.Reset(jitter(interval))
+	}
+}
+
+func (n *Node) antiEntropyLoop() {
+	n.everyJittered(n.cfg.AntiEntropyInterval, func() {
 		n.expireSyncs()
 		if peers := n.randomPeers(1, ""); len(peers) == 1 {
 			n.send(peers[0], encodeDigestSum(n.cfg.NodeName, digestSum(n.rep.Digest())), msgDigestSum)
 		}
-		t.Reset(jitter(n.cfg.AntiEntropyInterval))
-	}
+	})
 }
 
 func (n *Node) expireSyncs() {
@@ -628,18 +635,7 @@ func (n *Node) maintain() {
 }
 
 func (n *Node) rejoinLoop() {
-	defer n.wg.Done()
-	t := time.NewTimer(jitter(n.cfg.RejoinInterval))
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		}
-		n.rejoin()
-		t.Reset(jitter(n.cfg.RejoinInterval))
-	}
+	n.everyJittered(n.cfg.RejoinInterval, n.rejoin)
 }
 
 // rejoin contacts (concurrently, at most 8) the seeds, re-resolved now, and

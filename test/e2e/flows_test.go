@@ -46,24 +46,6 @@ func waitBlocks(t *testing.T, ctx context.Context, c *harness.Cluster, ns string
 	require.NoError(t, err, "%s in %s: last ipBlocks %v", what, c.Name, last)
 }
 
-const dbFromWeb = `apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata:
-  name: db-from-web
-  namespace: shop
-spec:
-  clusterSelector: %s
-  podSelector:
-    matchLabels: {role: db}
-  ingress:
-  - from:
-    - clusterSelector: {}
-      podSelector:
-        matchLabels: {app: web}
-    ports:
-    - {protocol: TCP, port: 5432}
-`
-
 // TestPolicyAndPodFlows covers the proposal's flows 2 and 3 on real
 // apiservers: an MCNP applied in one cluster is enforced where its
 // clusterSelector says, remote pods become ipBlocks and follow pod changes,
@@ -85,7 +67,7 @@ func TestPolicyAndPodFlows(t *testing.T) {
 
 	// policy created in A, enforced in B and C (not A)
 	sel := fmt.Sprintf("{matchExpressions: [{key: cluster.clusterset.k8s.io, operator: In, values: [%s, %s]}]}", b.Name, c.Name)
-	out, errOut, err := a.KubectlInput(ctx, []byte(fmt.Sprintf(dbFromWeb, sel)), "apply", "-f", "-")
+	out, errOut, err := a.KubectlInput(ctx, webPolicy("db-from-web", sel), "apply", "-f", "-")
 	require.NoError(t, err, "%s %s", out, errOut)
 
 	waitBlocks(t, ctx, b, "shop", 30*time.Second, func(bl []string, _ []networkingv1.NetworkPolicy) bool {
@@ -127,7 +109,7 @@ func TestPolicyAndPodFlows(t *testing.T) {
 	require.NoError(t, err, "status enforcedSummary")
 
 	// edit: enforce everywhere ({}), A gains a policy with both remote pods
-	out, errOut, err = a.KubectlInput(ctx, []byte(fmt.Sprintf(dbFromWeb, "{}")), "apply", "-f", "-")
+	out, errOut, err = a.KubectlInput(ctx, webPolicy("db-from-web", "{}"), "apply", "-f", "-")
 	require.NoError(t, err, "%s %s", out, errOut)
 	waitBlocks(t, ctx, a, "shop", 15*time.Second, func(bl []string, _ []networkingv1.NetworkPolicy) bool {
 		return slices.Equal(bl, []string{"10.2.0.5/32", "10.3.0.19/32", "10.3.0.8/32"})
