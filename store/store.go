@@ -231,7 +231,7 @@ func (s *Store) moveAside(cause error) error {
 	s.info.Created = true
 	s.m.corruptFiles.Inc()
 	s.log.Error("store file is corrupt; moved it aside and starting empty - state will be resynced from peers",
-		"moved_to", dst, "error", cause)
+		"moved_to", dst, "err", cause)
 	return nil
 }
 
@@ -785,7 +785,7 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	s.m.batchChanges.Observe(float64(nchanges))
 	if err != nil {
 		err = fmt.Errorf("store: commit failed, refusing further writes until restart: %w", err)
-		s.log.Error("store commit failed", "error", err)
+		s.log.Error("store commit failed", "err", err)
 		s.mu.Lock()
 		s.failed = err
 		s.mu.Unlock()
