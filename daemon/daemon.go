@@ -489,19 +489,8 @@ func (d *Daemon) requestFullSync() {
 
 // persistedOwn lists this cluster's own live entries for the inventory diff.
 func (d *Daemon) persistedOwn() (kube.Snapshot, error) {
-	snap := kube.Snapshot{}
-	d.rep.View(func(st *crdt.State) {
-		for _, k := range kube.InventoryKinds {
-			m := map[string][]byte{}
-			st.Range(d.opts.ClusterID, k, func(e crdt.Entry) bool {
-				if !e.Deleted {
-					m[e.Name] = e.Value
-				}
-				return true
-			})
-			snap[k] = m
-		}
-	})
+	var snap kube.Snapshot
+	d.rep.View(func(st *crdt.State) { snap = kube.OwnSnapshot(st, d.opts.ClusterID, kube.InventoryKinds) })
 	return snap, nil
 }
 
