@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
@@ -175,6 +176,10 @@ func (n *Node) observe(mn *memberlist.Node, alive bool) {
 		Addr: mn.Address(), Alive: alive, Left: left,
 	}
 	ms.since = now
+	cp := *mn
+	cp.Addr = append(net.IP(nil), mn.Addr...)
+	cp.Meta = append([]byte(nil), mn.Meta...)
+	ms.node = &cp
 	if cluster != "" {
 		// the cluster was alive until now in either case
 		n.clusterSeen[cluster] = now

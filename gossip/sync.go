@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
@@ -643,10 +641,8 @@ func (n *Node) rejoinLoop() {
 // healed partition merges again.
 func (n *Node) rejoin() {
 	aliveAddrs := map[string]bool{n.Addr(): true}
-	for _, m := range n.ml.Members() {
-		if m.State == memberlist.StateAlive {
-			aliveAddrs[m.Address()] = true
-		}
+	for _, m := range n.alivePeers("") {
+		aliveAddrs[m.Address()] = true
 	}
 	var cand []string
 	for _, a := range n.resolveSeeds() {
