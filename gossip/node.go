@@ -108,6 +108,7 @@ type Node struct {
 	bulkByPeer     map[string]uint64
 	backoffs       map[string]*backoff
 	limiters       map[string]*rate.Limiter
+	digestLim      *rate.Limiter // full-digest byte budget (antientropy.go)
 	nextID         uint64
 	metaWriter     bool
 	leaving        bool

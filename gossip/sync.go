@@ -72,7 +72,7 @@ func (n *Node) handle(im inMsg) {
 			}
 			n.mu.Unlock()
 			if to := n.memberNode(m.Sender); to != nil && !skip {
-				n.send(to, encodeDigestMsg(n.cfg.NodeName, false, local), msgDigest)
+				n.sendFullDigest(to, false, local)
 			}
 		}
 	}
@@ -285,7 +285,7 @@ func (n *Node) onDigest(m *message, state bool) {
 		rd, ok := m.Digest[o]
 		if needs(rd, ok, ld) {
 			if to := n.memberNode(m.Sender); to != nil {
-				n.send(to, encodeDigestMsg(n.cfg.NodeName, true, local), msgDigest)
+				n.sendFullDigest(to, true, local)
 			}
 			return
 		}

@@ -424,6 +424,7 @@ func (m *cgMember) join(a string) error {
 	_, err := m.node.Join(a)
 	return err
 }
+
 // numMembers is memberlist's alive count (a counter under its read lock):
 // polling Members() (a sorted copy of every member) for all N members every
 // 50 ms was O(N² log N) per poll and crowded out the mesh at N = 300.
@@ -431,6 +432,7 @@ func (m *cgMember) numMembers() int { return m.node.NumAlive() }
 func (m *cgMember) wireSent() int64 { return m.node.Transport().SentBytes() }
 func (m *cgMember) appSent() int64  { return m.node.Stats().BytesOut }
 func (m *cgMember) shutdown()       { _ = m.node.Shutdown() }
+
 // ---- naive baseline ----
 
 // naiveMember is plain memberlist with a TransmitLimitedQueue: the writer
