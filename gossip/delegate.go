@@ -109,7 +109,7 @@ func (n *Node) receive(p []byte, state bool) {
 		n.drop(dropOversize, "dropping oversized message", "bytes", len(p))
 		return
 	}
-	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgDigestSum)) {
+	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) {
 		n.drop(dropUnknownType, "dropping message of unknown type", "type", p[0], "bytes", len(p))
 		return
 	}

@@ -108,7 +108,8 @@ type Node struct {
 	bulkByPeer     map[string]uint64
 	backoffs       map[string]*backoff
 	limiters       map[string]*rate.Limiter
-	digestLim      *rate.Limiter // full-digest byte budget (antientropy.go)
+	digestLim      *rate.Limiter           // full-digest byte budget (antientropy.go)
+	forwarded      map[string]crdt.Version // push tree: highest version forwarded per origin (forward.go)
 	nextID         uint64
 	metaWriter     bool
 	leaving        bool

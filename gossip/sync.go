@@ -46,6 +46,8 @@ func (n *Node) handle(im inMsg) {
 		n.onHeads(m)
 	case msgPush:
 		n.onPush(m)
+	case msgForward:
+		n.onForward(m)
 	case msgSyncReq:
 		n.onSyncReq(m)
 	case msgSyncData:
@@ -182,7 +184,9 @@ func (n *Node) onPush(m *message) {
 		}
 		ok = append(ok, d)
 	}
+	before := n.rep.Digest()
 	n.applyDeltas(ok, "push")
+	n.forwardFresh(m.Sender, ok, before)
 }
 
 func (n *Node) finishSync(id uint64) *syncState {
@@ -235,7 +239,11 @@ func (n *Node) onSyncData(m *message) {
 	if fast {
 		path = "pull"
 	}
+	before := n.rep.Digest()
 	n.applyDeltas(ok, path)
+	if fast {
+		n.forwardFresh(m.Sender, ok, before)
+	}
 	if m.Final {
 		role := "requester"
 		if fast {
