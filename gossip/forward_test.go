@@ -13,7 +13,9 @@ import (
 
 func TestFreshForForward(t *testing.T) {
 	d := crdt.Delta{Origin: "c1", From: 4, To: 5, Entries: []crdt.Entry{{Version: 5}}}
-	od := func(max, retired crdt.Version) crdt.OriginDigest { return crdt.OriginDigest{Max: max, Retired: retired} }
+	od := func(max, retired crdt.Version) crdt.OriginDigest {
+		return crdt.OriginDigest{Max: max, Retired: retired}
+	}
 	require.True(t, freshForForward(d, od(5, 0), od(4, 0), 4), "news: advanced our watermark to To")
 	require.False(t, freshForForward(d, od(5, 0), od(5, 0), 4), "we had it already")
 	require.False(t, freshForForward(d, od(4, 0), od(4, 0), 4), "did not apply")

@@ -90,7 +90,7 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 					"received": recv(cg), "received_naive": recv(nv)}, "< 1", func(v float64) bool { return v < 1 })
 			rec.add("sim_wire_bytes_per_update_per_node_ratio_ours_over_naive", ratio(cg.WireBytesPerUpdatePerNode, nv.WireBytesPerUpdatePerNode), "ratio",
 				map[string]any{"n": n, "profile": string(pl.profile), "ours_wire_b": round(cg.WireBytesPerUpdatePerNode), "naive_wire_b": round(nv.WireBytesPerUpdatePerNode),
-					"app_ratio": round(ratio(cg.AppBytesPerUpdatePerNode, nv.AppBytesPerUpdatePerNode)),
+					"app_ratio":   round(ratio(cg.AppBytesPerUpdatePerNode, nv.AppBytesPerUpdatePerNode)),
 					"gross_ratio": round(ratio(cg.GrossWireBytesPerUpdatePerNode, nv.GrossWireBytesPerUpdatePerNode))}, "< 1", func(v float64) bool { return v < 1 })
 			rec.simPoints = append(rec.simPoints,
 				simPoint{Mode: "coastguard", Profile: string(pl.profile), N: n, P99ms: simMS(cg.P99)},
