@@ -22,9 +22,16 @@ func benchPod(b testing.TB, origin string, i int, v crdt.Version) *crdt.Entry {
 }
 
 // BenchmarkCommitBatched measures write throughput with 1000-entry batches
-// (one transaction, one fsync each).
+// (one transaction, one fsync each), without (the default) and with the
+// prefix indexes.
 func BenchmarkCommitBatched(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{})
+	for _, idx := range []bool{false, true} {
+		b.Run(fmt.Sprintf("indexes=%v", idx), func(b *testing.B) { benchCommitBatched(b, idx) })
+	}
+}
+
+func benchCommitBatched(b *testing.B, indexes bool) {
+	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{Indexes: indexes})
 	require.NoError(b, err)
 	defer s.Close()
 	const batch = 1000
@@ -44,7 +51,13 @@ func BenchmarkCommitBatched(b *testing.B) {
 // BenchmarkCommitGroup measures group commit: 64 concurrent writers each
 // committing one entry at a time; the committer coalesces them.
 func BenchmarkCommitGroup(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{})
+	for _, idx := range []bool{false, true} {
+		b.Run(fmt.Sprintf("indexes=%v", idx), func(b *testing.B) { benchCommitGroup(b, idx) })
+	}
+}
+
+func benchCommitGroup(b *testing.B, indexes bool) {
+	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{Indexes: indexes})
 	require.NoError(b, err)
 	defer s.Close()
 	var n atomic.Int64
