@@ -124,7 +124,7 @@ func TestMain(m *testing.M) {
 // scan returning 1/50 of them.
 func BenchmarkQueryNamespace1000(b *testing.B) {
 	path := millionStore(b)
-	s, err := Open(path, Options{Check: CheckNever})
+	s, err := Open(path, Options{Check: CheckNever, Indexes: true})
 	require.NoError(b, err)
 	defer s.Close()
 	b.Run("pods-by-namespace", func(b *testing.B) {
@@ -146,7 +146,8 @@ func BenchmarkQueryNamespace1000(b *testing.B) {
 }
 
 // BenchmarkFileBytesPerEntry reports the file size per entry of the 1M
-// store (entries + all indexes + digests).
+// store (entries + all indexes + digests; the fixture is built with
+// Options.Indexes for BenchmarkQueryNamespace1000).
 func BenchmarkFileBytesPerEntry(b *testing.B) {
 	path := millionStore(b)
 	for range b.N {
@@ -160,7 +161,7 @@ func BenchmarkFileBytesPerEntry(b *testing.B) {
 // buildMillion writes 10 origins x 100,000 pods through real crdt writer
 // states (so digests and hashes are genuine), 10,000 entries per commit.
 func buildMillion(b testing.TB, path string) error {
-	s, err := Open(path, Options{})
+	s, err := Open(path, Options{Indexes: true})
 	if err != nil {
 		return err
 	}
@@ -202,7 +203,7 @@ func BenchmarkColdStart1M(b *testing.B) {
 				mode = CheckAlways
 			}
 			for range b.N {
-				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet})
+				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet, Indexes: true})
 				require.NoError(b, err)
 				var n int
 				r.View(func(st *crdt.State) {
