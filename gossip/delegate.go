@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
@@ -108,7 +109,7 @@ func (n *Node) receive(p []byte, state bool) {
 		n.drop(dropOversize, "dropping oversized message", "bytes", len(p))
 		return
 	}
-	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgDigestSum)) {
+	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) {
 		n.drop(dropUnknownType, "dropping message of unknown type", "type", p[0], "bytes", len(p))
 		return
 	}
@@ -175,6 +176,10 @@ func (n *Node) observe(mn *memberlist.Node, alive bool) {
 		Addr: mn.Address(), Alive: alive, Left: left,
 	}
 	ms.since = now
+	cp := *mn
+	cp.Addr = append(net.IP(nil), mn.Addr...)
+	cp.Meta = append([]byte(nil), mn.Meta...)
+	ms.node = &cp
 	if cluster != "" {
 		// the cluster was alive until now in either case
 		n.clusterSeen[cluster] = now
