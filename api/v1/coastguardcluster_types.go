@@ -92,10 +92,11 @@ type CoastguardClusterStatus struct {
 	// replicated here, as "epoch.seq".
 	// +optional
 	Version string `json:"version,omitempty"`
-	// lagSeconds is how old the newest entry replicated from the cluster was
-	// when it was applied here (propagation lag, writer clock).
+	// sequence is the sequence part of version. Comparing it with the
+	// cluster's own view (its object with local=true) gives the replication
+	// lag in entries when the epochs are equal.
 	// +optional
-	LagSeconds *int64 `json:"lagSeconds,omitempty"`
+	Sequence int64 `json:"sequence,omitempty"`
 	// softwareVersion of the cluster's coastguardd, when it advertises one.
 	// +optional
 	SoftwareVersion string `json:"softwareVersion,omitempty"`

@@ -110,11 +110,6 @@ func (in *CoastguardClusterStatus) DeepCopyInto(out *CoastguardClusterStatus) {
 		*out = make([]CoastguardClusterMember, len(*in))
 		copy(*out, *in)
 	}
-	if in.LagSeconds != nil {
-		in, out := &in.LagSeconds, &out.LagSeconds
-		*out = new(int64)
-		**out = **in
-	}
 	if in.PodCIDRs != nil {
 		in, out := &in.PodCIDRs, &out.PodCIDRs
 		*out = make([]string, len(*in))
