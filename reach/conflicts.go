@@ -174,16 +174,31 @@ func (e *Engine) Conflicts() Report {
 	return rep
 }
 
+// podsOnly: every address the rule admits is a known pod (no peer-less
+// rule, no ipBlock other than a /32 of a pod, as coastguard renders remote
+// pods).
+func (e *Engine) podsOnly(r *rule) bool {
+	if r.allPeers {
+		return false
+	}
+	for _, p := range r.peers {
+		if p.cidr != nil && (!p.cidr.IsSingleIP() || len(e.byIP[p.cidr.Addr()]) == 0) {
+			return false
+		}
+	}
+	return true
+}
+
 // redundant: every (target, peer, port class) the group's rules admit is
-// admitted by rules of other groups. Rules with ipBlocks may admit
-// addresses outside the pods, so they are never redundant; neither are
+// admitted by rules of other groups. Rules that may admit addresses outside
+// the pods (ipBlocks) are never redundant; neither are
 // groups whose policies select no pod (reported as selecting nothing).
 func (e *Engine) redundant(g string, rules []*rule, live map[Probe]bool) (bool, []string) {
 	by := map[string]bool{}
 	cover := newBitset(e.words * 64)
 	anyTarget := false
 	for _, r := range rules {
-		if r.hasIP {
+		if !e.podsOnly(r) {
 			return false, nil
 		}
 		var ok = true
