@@ -3,11 +3,14 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -127,13 +130,22 @@ func TestKubectlPlugin(t *testing.T) {
 	require.NoError(t, os.Symlink(bin, filepath.Join(pathDir, "kubectl-coastguard")))
 	t.Setenv("PATH", pathDir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	kubeconfig := mergedKubeconfig(t, env)
+	// kubectl refuses global flags before a plugin name, so it runs with
+	// KUBECONFIG in its environment, as an operator's shell would.
+	tdir, err := harness.TestbinDir()
+	require.NoError(t, err)
+	kubectlBin, err := harness.Binary(tdir, "kubectl")
+	require.NoError(t, err)
 	kubectl := func(stdin string, args ...string) (string, error) {
-		var in []byte
-		if stdin != "" {
-			in = []byte(stdin)
+		cmd := exec.CommandContext(ctx, kubectlBin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "HOME="+pathDir)
+		cmd.Stdin = strings.NewReader(stdin)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, errb.String())
 		}
-		out, _, err := c1.KubectlAs(ctx, kubeconfig, in, args...)
-		return out, err
+		return out.String(), nil
 	}
 	coastguard := func(args ...string) string {
 		t.Helper()
@@ -151,6 +163,7 @@ func TestKubectlPlugin(t *testing.T) {
 	type podRef struct{ cluster, name, role string }
 	var pods []podRef
 	for i, c := range env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
 		for j, r := range roles {
 			name := fmt.Sprintf("%s-%d", r, j)
 			_, err := c.RunPod(ctx, "shop", name, fmt.Sprintf("10.%d.0.%d", i+1, j+10), map[string]string{"role": r},
