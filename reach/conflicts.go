@@ -254,7 +254,7 @@ func (e *Engine) redundant(g string, rules []*rule, live map[Probe]bool) (bool, 
 // Summary renders a short human-readable count line.
 func (r Report) Summary() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d pods, %d policies: %d half-open flow groups, %d redundant rules, %d rules and %d policies selecting nothing, %d isolated pods",
+	fmt.Fprintf(&b, "%d pods, %d network policies (one per MCNP rule and cluster, plus user policies): %d half-open flow groups, %d redundant rules, %d rules and %d policies selecting nothing, %d isolated pods",
 		r.Pods, r.Policies, len(r.HalfOpen), len(r.Redundant), len(r.EmptyRules), len(r.EmptyPolicies), len(r.IsolatedPods))
 	return b.String()
 }
