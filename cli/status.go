@@ -87,7 +87,7 @@ func newStatusCmd(o *Options) *cobra.Command {
 			}
 		},
 	}
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every cluster is alive in every view and every MCNP is Ready")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every view knows every cluster alive with a leader and no lag, and every MCNP is Ready")
 	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
 	return cmd
 }
@@ -151,6 +151,12 @@ func (o *Options) status(ctx context.Context) (*Status, error) {
 			}
 			if !r.Retired && (!r.Alive || r.Stale) {
 				st.Problems = append(st.Problems, fmt.Sprintf("%s sees %s not alive", m.ID, c.Name))
+			}
+			if !r.Retired && r.Alive && r.Leader == "" {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s sees no leader for %s", m.ID, c.Name))
+			}
+			if r.Lag != "0" && r.Lag != "unknown" {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s is behind %s (lag %s)", m.ID, c.Name, r.Lag))
 			}
 			if !r.SanityOK {
 				st.Problems = append(st.Problems, fmt.Sprintf("%s reports a sanity problem for %s: %s", m.ID, c.Name, r.SanityMessage))

@@ -292,6 +292,7 @@ func TestKubectlPlugin(t *testing.T) {
 			assert.Len(t, c.Changed, 1, c.Cluster)
 			assert.Contains(t, c.Diff, "5433")
 		}
+		t.Logf("kubectl coastguard what-if:\n%s", coastguard("what-if", "-f", f, "--origin", c1.Name))
 		// nothing was applied
 		nps, err := c2.ListNetworkPolicies(ctx, "shop", originSel(c1.Name))
 		require.NoError(t, err)
