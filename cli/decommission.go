@@ -73,7 +73,7 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			cctx, cancel := contextWithTimeout(ctx, timeout)
 			defer cancel()
 			body, err := m.Client.CoreV1().RESTClient().Post().Namespace(o.Namespace).Resource("pods").
-				Name(pod + ":" + port).SubResource("proxy").Suffix("admin", "decommission").DoRaw(cctx)
+				Name(pod+":"+port).SubResource("proxy").Suffix("admin", "decommission").DoRaw(cctx)
 			if err != nil {
 				return fmt.Errorf("decommission through the pod proxy of %s failed: %w (%s)", pod, err, strings.TrimSpace(string(body)))
 			}

@@ -283,5 +283,3 @@ func toUnstructured(obj any) (*unstructured.Unstructured, error) {
 	unstructured.RemoveNestedField(m, "metadata", "creationTimestamp")
 	return &unstructured.Unstructured{Object: m}, nil
 }
-
-
