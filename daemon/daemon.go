@@ -363,7 +363,8 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 	d.log.Info("leading", "epoch", d.rep.Epoch())
 
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); d.clusterSetLoop(ctx) }() // CoastguardCluster objects
 	go func() {
 		defer wg.Done()
 		if err := d.applier.Run(ctx); err != nil && ctx.Err() == nil {
