@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 		}, []string{"state"}),
 		clusterStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive (its entries are stale but kept until ReconnectTimeout).",
-		}, []string{"cluster"}),
+		}, []string{"remote_cluster"}),
 		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coastguard_gossip_deltas_total", Help: "Deltas sent (out) and applied (in) by path.",
 		}, []string{"dir", "path"}),
