@@ -31,10 +31,13 @@ test: verify-generate vet helm-check unit e2e
 ## helm-check: helm lint (strict) and helm template of charts/coastguard, with
 ## the default values and with every optional feature on. The e2e test
 ## TestPackaging compares the output with the kustomize install.
+# helm built with `go tool` carries no -ldflags, so its default Kubernetes
+# version is v1.20; name the one we test against.
+HELM_KUBE_VERSION ?= 1.33.0
 helm-check:
-	$(TOOL) helm lint --strict --namespace coastguard-system charts/coastguard
-	$(TOOL) helm template coastguard charts/coastguard --namespace coastguard-system --include-crds >/dev/null
-	$(TOOL) helm template coastguard charts/coastguard --namespace coastguard-system --include-crds \
+	$(TOOL) helm lint --strict --kube-version $(HELM_KUBE_VERSION) --namespace coastguard-system charts/coastguard
+	$(TOOL) helm template coastguard charts/coastguard --kube-version $(HELM_KUBE_VERSION) --namespace coastguard-system --include-crds >/dev/null
+	$(TOOL) helm template coastguard charts/coastguard --kube-version $(HELM_KUBE_VERSION) --namespace coastguard-system --include-crds \
 	  --set clusterID=eu-1 --set globalnetPolicy=drop --set monitoring.enabled=true --set metricsAuth.enabled=true \
 	  --set selfProtection.enabled=true --set rbac.aggregateEdit=true --set submariner.serviceExport=true \
 	  --set persistence.hostPath.enabled=true >/dev/null
