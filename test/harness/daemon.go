@@ -66,7 +66,7 @@ type Daemon struct {
 	// AdminAddr is 127.0.0.1:port of the loopback admin listener
 	// (/debug/state, /admin/*).
 	AdminAddr string
-	DataDir     string
+	DataDir   string
 }
 
 // StartDaemon starts a daemon for cluster c with the flags of
