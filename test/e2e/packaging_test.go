@@ -57,13 +57,6 @@ func kustomizeWith(t *testing.T, ctx context.Context, c *harness.Cluster, withCR
 	rel, err := filepath.Rel(dir, repoPath("deploy"))
 	require.NoError(t, err)
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + filepath.Join(rel, "base") + "\n"
-	if withCRD {
-		// kustomize refuses a directory above the kustomization; a file is fine.
-		crd, err := os.ReadFile(repoPath("deploy", "crds", "networking.submariner.io_multiclusternetworkpolicies.yaml"))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "crd.yaml"), crd, 0o644))
-		k += "- crd.yaml\n"
-	}
 	if len(components) > 0 {
 		k += "components:\n"
 		for _, comp := range components {
@@ -73,6 +66,13 @@ func kustomizeWith(t *testing.T, ctx context.Context, c *harness.Cluster, withCR
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
 	out, _, err := c.Kubectl(ctx, "kustomize", dir)
 	require.NoError(t, err)
+	if withCRD {
+		// As deploy/kustomization.yaml does: the CRD next to the base,
+		// outside the components' reach.
+		crd, err := os.ReadFile(repoPath("deploy", "crds", "networking.submariner.io_multiclusternetworkpolicies.yaml"))
+		require.NoError(t, err)
+		out = string(crd) + "\n---\n" + out
+	}
 	return out
 }
 
