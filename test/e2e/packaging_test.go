@@ -150,7 +150,7 @@ func requireEquivalent(t *testing.T, kustomize, helm string) {
 // "view" read access and, opt-in, "edit" write access.
 func TestPackaging(t *testing.T) {
 	ctx := t.Context()
-	env := harness.Start(t, harness.Options{Names: []string{"pkg"}})
+	env := harness.Start(t, harness.Options{Names: []string{"pkg"}, ControllerManager: true}) // RBAC aggregation
 	c := env.Clusters[0]
 	require.NoError(t, c.InstallCRDs(ctx, filepath.Join("testdata", "crds")))
 
