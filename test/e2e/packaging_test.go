@@ -411,8 +411,8 @@ func TestAdminSurface(t *testing.T) {
 			code, body = get(scraper)
 			return code == http.StatusOK, nil
 		}), "the scraper's token is admitted (last HTTP %d)", code)
-		assert.Contains(t, body, "coastguard_build_info{")
-		assert.Contains(t, body, "coastguard_gossip_member_versions{")
-		assert.Contains(t, body, "workqueue_adds_total{")
+		for _, m := range []string{"coastguard_build_info{", "coastguard_gossip_version_skew ", `workqueue_adds_total{name="coastguard_inventory"}`} {
+			assert.True(t, strings.Contains(body, m), "/metrics exports %s", m)
+		}
 	})
 }
