@@ -162,9 +162,9 @@ func TestPackaging(t *testing.T) {
 		requireEquivalent(t, kustomized, helmed)
 	})
 	t.Run("equivalent with monitoring, ServiceExport, metrics auth, edit role, hostPath state", func(t *testing.T) {
-		k := kustomizeWith(t, ctx, c, true, "submariner", "monitoring", "metrics-auth", "mcnp-edit", "hostpath-state")
+		k := kustomizeWith(t, ctx, c, true, "submariner", "monitoring", "metrics-auth", "mcnp-edit", "hostpath-state", "self-protection")
 		h := helmTemplate(t, ctx, "monitoring.enabled=true", "submariner.serviceExport=true", "metricsAuth.enabled=true",
-			"rbac.aggregateEdit=true", "persistence.hostPath.enabled=true")
+			"rbac.aggregateEdit=true", "persistence.hostPath.enabled=true", "selfProtection.enabled=true")
 		requireEquivalent(t, k, h)
 	})
 
@@ -215,6 +215,15 @@ spec: {}
 		out, _, err = c.Kubectl(ctx, "-n", "submariner-operator", "get", "mcnp", "submariner", "-o", "wide")
 		require.NoError(t, err)
 		assert.Regexp(t, `NAME\s+ENFORCED\s+READY\s+DEGRADED\s+AGE\s+OBSERVED\s+CLUSTERS`, out)
+	})
+
+	t.Run("the self-protection MCNP is accepted", func(t *testing.T) {
+		out := kustomizeWith(t, ctx, c, false, "self-protection")
+		_, stderr, err := c.KubectlInput(ctx, []byte(out), "apply", "--server-side", "-f", "-")
+		require.NoError(t, err, stderr)
+		got, _, err := c.Kubectl(ctx, "-n", deployNS, "get", "mcnp", "coastguard-self-protection", "-o", "jsonpath={.spec.ingress[0].ports[*].port}")
+		require.NoError(t, err)
+		assert.Equal(t, "gossip-tcp gossip-udp", got)
 	})
 
 	t.Run("bad input is rejected by kubectl apply naming the field", func(t *testing.T) {
