@@ -63,7 +63,7 @@ type adminHandler struct {
 // (newAdminServer), never here.
 func newHTTPServer(addr string, reg *prometheus.Registry, h *health, metricsGuard func(http.Handler) http.Handler) *http.Server {
 	mux := http.NewServeMux()
-	var metrics http.Handler = promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	if metricsGuard != nil {
 		metrics = metricsGuard(metrics)
 	}
