@@ -84,7 +84,7 @@ func defaultToRun(root *cobra.Command, args []string) []string {
 		return []string{"run"}
 	}
 	first := args[0]
-	if strings.HasPrefix(first, "-") && !slices.Contains([]string{"-h", "--help", "-help", "--version"}, first) {
+	if strings.HasPrefix(first, "-") && !slices.Contains([]string{"-h", "--help", "-help", "--version", "-v"}, first) {
 		return append([]string{"run"}, args...)
 	}
 	return args
