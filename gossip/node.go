@@ -35,6 +35,9 @@ type MemberInfo struct {
 	Addr    string
 	Alive   bool
 	Left    bool
+	// Version is the member's coastguardd build version from its gossip
+	// metadata; empty for daemons that do not announce it.
+	Version string
 }
 
 // ClusterStatus is the local view of one cluster's liveness.

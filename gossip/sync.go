@@ -590,10 +590,12 @@ func (n *Node) maintain() {
 	}
 	// Reap members dead for longer than ReconnectTimeout (no more rejoins).
 	var alive, dead, left float64
+	versions := map[string]float64{}
 	for name, ms := range n.members {
 		switch {
 		case ms.Alive:
 			alive++
+			versions[ms.Version]++
 		case ms.Left:
 			left++
 		default:
@@ -609,6 +611,7 @@ func (n *Node) maintain() {
 	n.m.members.WithLabelValues("alive").Set(alive)
 	n.m.members.WithLabelValues("dead").Set(dead)
 	n.m.members.WithLabelValues("left").Set(left)
+	n.m.setVersions(versions)
 
 	var cAlive, cStale float64
 	for c, st := range status {
