@@ -155,8 +155,9 @@ func run(cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if len(gcfg.Keyring) == 0 {
-		log.Warn("gossip encryption is OFF: set --gossip-key-file (see docs/OPERATIONS.md)")
+	if cfg.InsecureGossip {
+		log.Warn("INSECURE: --insecure-gossip is set; gossip may be unencrypted and origin signatures are not enforced without --signing-key-file (tests only, see docs/SECURITY.md)",
+			"encrypted", len(gcfg.Keyring) > 0, "signing_key", cfg.SigningKeyFile != "")
 	}
 
 	reg := prometheus.NewRegistry()
