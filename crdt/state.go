@@ -58,6 +58,7 @@ type record struct {
 	// mark is the reset session (originState.rsID) that last confirmed this
 	// record; see applyReset.
 	mark uint32
+	sig  []byte
 }
 
 func recLess(a, b *record) bool {
@@ -91,6 +92,10 @@ type originState struct {
 	rsID       uint32
 	rsProgress Version
 	rsGC       Version
+
+	rsStale    bool // the receiver was stale when the session started
+
+	proof Proof // the origin's signed watermarks (sign.go)
 }
 
 func newOriginState(name string) *originState {
@@ -124,6 +129,7 @@ func (o *originState) entry(r *record) Entry {
 		Deleted: r.deleted,
 		Value:   r.value,
 		Stamp:   r.stamp,
+		Sig:     r.sig,
 	}
 }
 
@@ -140,6 +146,10 @@ type State struct {
 	epoch   uint32
 	origins map[string]*originState
 	rsNext  uint32
+
+	signer    Signer
+	verifier  Verifier
+	authority RetireAuthority
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
@@ -243,6 +253,7 @@ func (o *originState) replace(r *record, e *Entry) {
 	r.deleted = e.Deleted
 	r.value = cloneValue(e.Value, e.Deleted)
 	r.stamp = e.Stamp
+	r.sig = cloneSig(e.Sig)
 	o.byVer.ReplaceOrInsert(r)
 	if r.deleted {
 		o.tombs.ReplaceOrInsert(r)
@@ -276,8 +287,16 @@ func cloneValue(v []byte, deleted bool) []byte {
 	return bytes.Clone(v)
 }
 
+func cloneSig(sig []byte) []byte {
+	if len(sig) == 0 {
+		return nil
+	}
+	return bytes.Clone(sig)
+}
+
 func newRecord(e *Entry) *record {
 	return &record{
+		sig:     cloneSig(e.Sig),
 		name:    e.Name,
 		value:   cloneValue(e.Value, e.Deleted),
 		version: e.Version,
@@ -610,6 +629,12 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 		v = base + 1
 	}
 	e := Entry{Key: Key{Origin: s.self, Kind: kind, Name: name}, Version: v, Deleted: deleted, Value: value, Stamp: stamp}
+	if s.signer != nil {
+		e.Sig = s.signer.Sign(EntrySigMessage(&e))
+		if v > o.proof.Head {
+			o.proof.Head, o.proof.HeadSig = v, s.signMark(o, MarkHead, v)
+		}
+	}
 	changes := o.mergeEntry(&e, nil)
 	if o.max == base {
 		// Nothing exists between our watermark and v: v is contiguous.
@@ -624,6 +649,7 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 		GC:      o.gc,
 		Retired: o.retired,
 	}
+	s.attachProof(o, &d)
 	return d, changes, nil
 }
 
@@ -640,7 +666,12 @@ func (s *State) CollectGarbage(upTo Version) (Delta, []Change) {
 		upTo = o.max
 	}
 	changes := o.gcTo(upTo, nil)
-	return Delta{Origin: s.self, From: o.max, To: o.max, GC: o.gc, Retired: o.retired}, changes
+	if s.signer != nil && o.gc > 0 {
+		o.proof.GCSig = s.signMark(o, MarkGC, o.gc)
+	}
+	d := Delta{Origin: s.self, From: o.max, To: o.max, GC: o.gc, Retired: o.retired}
+	s.attachProof(o, &d)
+	return d, changes
 }
 
 // --------------------------------------------------------------- merge side
@@ -652,6 +683,11 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		return nil, err
 	}
 	o := s.origin(d.Origin)
+	proof, err := s.verifyDelta(o, &d)
+	if err != nil {
+		return nil, err
+	}
+	o.proof = proof
 	gcBefore := o.gc
 	var changes []Change
 	changes = o.retireTo(d.Retired, changes)
@@ -716,6 +752,7 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 			s.rsNext = 1
 		}
 		o.rsID, o.rsProgress, o.rsGC = s.rsNext, 0, o.gc
+		o.rsStale = o.max < gcBefore || o.stale()
 	case o.rsID != 0 && d.From == o.rsProgress:
 		// continues the session
 	default:
@@ -761,12 +798,16 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	if !d.Final {
 		return changes
 	}
+	staleAtStart := o.rsStale
 	var victims []*record
 	o.byVer.Ascend(func(r *record) bool {
 		if r.version > d.To {
 			return false
 		}
-		if r.mark != o.rsID {
+		if r.mark != o.rsID && (s.verifier == nil || (staleAtStart && r.version <= o.gc)) {
+			// With signatures on, a relay could omit entries from a reset
+			// stream to wipe them (attack 2): only drop what the origin's
+			// signed GC watermark explains (a successor was collected).
 			victims = append(victims, r)
 		}
 		return true
@@ -794,7 +835,13 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	if r.UpTo == 0 {
 		return nil, invalidf("retire %s up to version 0", r.Origin)
 	}
+	if r.Origin == s.self && len(r.Sig) == 0 {
+		r = s.SignRetire(r)
+	}
 	o := s.origin(r.Origin)
+	if err := s.verifyRetire(o, &r); err != nil {
+		return nil, err
+	}
 	changes := o.retireTo(r.UpTo, nil)
 	o.endSessionIfCurrent()
 	return changes, nil
@@ -813,7 +860,7 @@ func (s *State) SealPriorEpochs() (Retire, []Change, error) {
 	if s.epoch < 2 {
 		return Retire{}, nil, fmt.Errorf("crdt: no prior epoch to seal (epoch %d)", s.epoch)
 	}
-	r := Retire{Origin: s.self, UpTo: MakeVersion(s.epoch, 0) - 1}
+	r := s.SignRetire(Retire{Origin: s.self, UpTo: MakeVersion(s.epoch, 0) - 1})
 	ch, err := s.ApplyRetire(r)
 	return r, ch, err
 }
@@ -1070,6 +1117,7 @@ func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
 				continue
 			}
 			budget = max(0, budget-len(d.Entries))
+			s.attachProof(c.o, &d)
 			out = append(out, d)
 			if !c.done {
 				active++
