@@ -835,9 +835,6 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	if r.UpTo == 0 {
 		return nil, invalidf("retire %s up to version 0", r.Origin)
 	}
-	if r.Origin == s.self && len(r.Sig) == 0 {
-		r = s.SignRetire(r)
-	}
 	o := s.origin(r.Origin)
 	if err := s.verifyRetire(o, &r); err != nil {
 		return nil, err
