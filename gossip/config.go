@@ -69,6 +69,13 @@ type Config struct {
 	// join/rejoin attempt. The default port is the bind port.
 	Seeds []string
 
+	// Signer, when set, signs the own cluster's entries and watermarks
+	// (the Replica must have SetSigner, as store.Replica does).
+	Signer crdt.Signer
+	// Trust, when set, makes the Replica refuse everything its origin did
+	// not sign, and retirements without the origin's signature unless
+	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
+	Trust *Trust
 	// Keyring is the AES keys, first one primary. Empty disables encryption
 	// (only for tests and the simulator).
 	Keyring [][]byte
