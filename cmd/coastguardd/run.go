@@ -164,7 +164,12 @@ func run(cfg Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	h := newHealth("state", "enforcement")
 
+	signingKey, bundle, err := loadTrust(cfg)
+	if err != nil {
+		return err
+	}
 	d, err := daemon.New(daemon.Options{
+		SigningKey: signingKey, TrustBundle: bundle,
 		ClusterID: clusterID, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
