@@ -195,8 +195,8 @@ func encodeRetires(sender string, rs []crdt.Retire) []byte {
 		b.str(r.Origin)
 		b.uvarint(uint64(r.UpTo))
 	}
-	// Trailing section (older peers ignore it): each retirement's origin
-	// signature and presented key, in the same order.
+	// Signature section (required; peers before it ignore it as trailing
+	// bytes): each retirement's origin signature and presented key.
 	b.uvarint(uint64(len(rs)))
 	for _, r := range rs {
 		b.bytes(r.Sig)
@@ -363,7 +363,7 @@ func decodeMessage(p []byte) (*message, error) {
 			}
 			m.Retires = append(m.Retires, rt)
 		}
-		if r.err == nil && len(r.b) > 0 {
+		if r.err == nil {
 			if k := r.count(maxRetireItems); r.err == nil && k != len(m.Retires) {
 				r.fail(fmt.Errorf("%d retire signatures for %d retirements", k, len(m.Retires)))
 			}
