@@ -116,7 +116,7 @@ func TestAttackEmptyResetDoesNotWipe(t *testing.T) {
 	f := newTrustFixture(t, 5)
 	max := f.victim.Digest()["c1"].Max
 	_, err := f.victim.Apply(Delta{Origin: "c1", From: 0, To: max, Reset: true, Final: true})
-	require.NoError(t, err, "a reset that changes nothing is harmless")
+	requireReason(t, err, ReasonUnprovenReset)
 	assert.Equal(t, 5, f.victim.Len("c1"), "nothing the origin's signed GC watermark does not explain is dropped")
 
 	// An unsigned GC watermark that would make the victim stale is refused.

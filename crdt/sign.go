@@ -52,6 +52,7 @@ const (
 	ReasonBadSignature      = "bad_signature"
 	ReasonUnsigned          = "unsigned"
 	ReasonUnprovenWatermark = "unproven_watermark"
+	ReasonUnprovenReset     = "unproven_reset"
 	ReasonRetireRefused     = "retire_refused"
 	ReasonKeyMismatch       = "key_mismatch"
 	ReasonUnknownKey        = "unknown_key"

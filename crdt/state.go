@@ -150,6 +150,8 @@ type State struct {
 	signer    Signer
 	verifier  Verifier
 	authority RetireAuthority
+	// resetRefused carries applyReset's verdict out to Apply.
+	resetRefused error
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
@@ -696,7 +698,11 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		o.seen = d.To
 	}
 	if d.Reset {
-		return s.applyReset(o, &d, gcBefore, changes), nil
+		s.resetRefused = nil
+		changes = s.applyReset(o, &d, gcBefore, changes)
+		err := s.resetRefused
+		s.resetRefused = nil
+		return changes, err
 	}
 	changes = o.applyNormal(&d, changes)
 	o.endSessionIfCurrent()
@@ -800,18 +806,29 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	}
 	staleAtStart := o.rsStale
 	var victims []*record
+	kept := 0
 	o.byVer.Ascend(func(r *record) bool {
 		if r.version > d.To {
 			return false
 		}
-		if r.mark != o.rsID && (s.verifier == nil || (staleAtStart && r.version <= o.gc)) {
-			// With signatures on, a relay could omit entries from a reset
-			// stream to wipe them (attack 2): only drop what the origin's
-			// signed GC watermark explains (a successor was collected).
+		if r.mark == o.rsID {
+			return true
+		}
+		if s.verifier == nil || (staleAtStart && r.version <= o.gc) {
 			victims = append(victims, r)
+		} else {
+			// With signatures on, a relay could omit entries from a reset
+			// stream to wipe them (attack 2): only what the origin's
+			// signed GC watermark explains (a successor was collected)
+			// is dropped; the rest is kept and the stream refused.
+			kept++
 		}
 		return true
 	})
+	if kept > 0 {
+		s.resetRefused = trustErr(ReasonUnprovenReset, o.name,
+			"reset stream omits %d entries that the origin's signed watermarks do not explain; kept them", kept)
+	}
 	for _, r := range victims {
 		old := o.entryPtr(r)
 		o.remove(r)
