@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/ed25519"
+	"encoding/binary"
 	"math"
+	"net"
 	"testing"
 	"time"
 
@@ -123,4 +125,63 @@ func TestSignedDecommissionHonoured(t *testing.T) {
 
 func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), d)
+}
+
+// Attack 7: a key-less client makes memberlist buffer up to 20 MiB per TCP
+// stream before decryption fails. The guard refuses such streams after
+// their 5-byte header and caps concurrent streams per source.
+func TestAttackPreAuthStreamsBounded(t *testing.T) {
+	keys := [][]byte{bytes.Repeat([]byte{1}, 32)}
+	a := startNode(t, "a", "c1", keys, func(c *Config) { c.LimitLoopbackStreams = true })
+	b := startNode(t, "b", "c2", keys, nil)
+	joinAll(t, a, b) // real encrypted streams still pass
+
+	hdr := func(typ byte, n uint32) []byte {
+		p := []byte{mlHasLabelMsg, byte(len("coastguard"))}
+		p = append(p, "coastguard"...)
+		p = append(p, typ)
+		return binary.BigEndian.AppendUint32(p, n)
+	}
+	refused := func(p []byte) {
+		t.Helper()
+		c, err := net.Dial("tcp", a.Addr())
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Write(p)
+		require.NoError(t, err)
+		// The guard closes the stream; writing the announced 20 MiB fails
+		// long before it is all sent.
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		junk := make([]byte, 64<<10)
+		sent := 0
+		for sent < 20<<20 {
+			n, err := c.Write(junk)
+			sent += n
+			if err != nil {
+				break
+			}
+		}
+		require.Less(t, sent, 20<<20, "server kept reading an unauthenticated 20 MiB stream")
+	}
+	refused(hdr(mlEncryptMsg, 20<<20))
+	refused(hdr(6 /* pushPullMsg, plaintext */, 0))
+	require.Eventually(t, func() bool { return dropped(a, dropPreAuth) >= 2 }, 5*time.Second, 20*time.Millisecond)
+
+	// Slow clients hold at most MaxInboundStreamsPerIP slots.
+	var conns []net.Conn
+	for i := 0; i < MaxInboundStreamsPerIP+4; i++ {
+		c, err := net.Dial("tcp", a.Addr())
+		require.NoError(t, err)
+		conns = append(conns, c)
+	}
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	require.Eventually(t, func() bool { return dropped(a, dropStreamLimit) >= 4 }, 5*time.Second, 20*time.Millisecond)
+
+	// The mesh still works.
+	a.write(t, crdt.KindPod, "ns/ok", podValue(t, "10.1.1.1"), false)
+	requireConverged(t, 15*time.Second, a, b)
 }

@@ -76,6 +76,9 @@ type Config struct {
 	// not sign, and retirements without the origin's signature unless
 	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
 	Trust *Trust
+	// LimitLoopbackStreams applies the per-source inbound stream cap to
+	// loopback sources too (tests; simulations share one loopback IP).
+	LimitLoopbackStreams bool
 	// Keyring is the AES keys, first one primary. Empty disables encryption
 	// (only for tests and the simulator).
 	Keyring [][]byte

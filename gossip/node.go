@@ -201,7 +201,11 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	} else {
 		n.tr = NewFaultTransport(inner)
 	}
-	mc.Transport = n.tr
+	guard := newGuardTransport(n.tr, n.keyring != nil, func(reason, from string, err error) {
+		n.drop(reason, "inbound stream refused", "from", from, "err", err)
+	})
+	guard.limitLoopback = cfg.LimitLoopbackStreams
+	mc.Transport = guard
 	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
