@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -290,4 +291,45 @@ func BenchmarkVerifyEntry(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// Attack 8 (values): an 11-byte PodValue declaring a huge IP list must not
+// make the decoder allocate for it.
+func TestAttackValueDeclaredLengthsBounded(t *testing.T) {
+	// {"v":1,"ip":array32(10,000,000)}
+	evil := []byte{0x82, 0xa1, 'v', 0x01, 0xa2, 'i', 'p', 0xdd, 0x00, 0x98, 0x96}
+	evil = append(evil, 0x80)
+	var ms1, ms2 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	var v PodValue
+	err := DecodeValue(evil, &v)
+	runtime.ReadMemStats(&ms2)
+	require.Error(t, err)
+	assert.Less(t, ms2.TotalAlloc-ms1.TotalAlloc, uint64(1<<20), "decoder allocated for the declared length")
+
+	// Legitimate values still decode, and every real encoding passes the
+	// check.
+	good, err := EncodeValue(&PodValue{IPs: []string{"10.0.0.1"}, Labels: map[string]string{"app": "web"}, Phase: "Running"})
+	require.NoError(t, err)
+	require.NoError(t, checkMsgpackLengths(good))
+	require.NoError(t, DecodeValue(good, &v))
+	require.Equal(t, []string{"10.0.0.1"}, v.IPs)
+	require.Error(t, checkMsgpackLengths(append(good, 0)), "trailing bytes")
+	require.Error(t, checkMsgpackLengths(good[:len(good)-1]), "truncated")
+}
+
+func FuzzCheckMsgpackLengths(f *testing.F) {
+	good, _ := EncodeValue(&PodValue{IPs: []string{"10.0.0.1"}, Labels: map[string]string{"a": "b"}})
+	f.Add(good)
+	f.Add([]byte{0x82, 0xa1, 'v', 0x01, 0xa2, 'i', 'p', 0xdd, 0x00, 0x98, 0x96, 0x80})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if checkMsgpackLengths(b) != nil {
+			return
+		}
+		// Whatever passes is one complete value: every decode of it stays
+		// within its bytes (no panic, bounded allocation).
+		var v PodValue
+		_ = DecodeValue(b, &v)
+	})
 }
