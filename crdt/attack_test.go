@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"math"
 	"runtime"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -332,4 +333,33 @@ func FuzzCheckMsgpackLengths(f *testing.F) {
 		var v PodValue
 		_ = DecodeValue(b, &v)
 	})
+}
+
+// Attack 8 (budget): a hash-mismatch reset reply used to ignore the entry
+// budget and build the whole origin at once.
+func TestAttackMismatchResetRespectsBudget(t *testing.T) {
+	x, y := NewState(""), NewState("")
+	const n = 3000
+	mk := func(extra string) []Delta {
+		var out []Delta
+		d := Delta{Origin: "a", From: 0, To: MakeVersion(1, n+1)}
+		for i := 0; i < n; i++ {
+			d.Entries = append(d.Entries, Entry{Key: Key{"a", KindPod, "ns/p" + strconv.Itoa(i)}, Version: MakeVersion(1, uint64(i+1)), Value: []byte("v")})
+			if len(d.Entries) == MaxDeltaEntries/2 {
+				d.To = d.Entries[len(d.Entries)-1].Version
+				out = append(out, d)
+				d = Delta{Origin: "a", From: d.To, To: MakeVersion(1, n+1)}
+			}
+		}
+		d.Entries = append(d.Entries, Entry{Key: Key{"a", KindPod, extra}, Version: MakeVersion(1, n+1), Value: []byte("v")})
+		return append(out, d)
+	}
+	mustApply(t, x, mk("ns/x")...)
+	mustApply(t, y, mk("ns/y")...)
+	total := 0
+	for _, d := range y.DeltaSince(x.Digest(), 100) {
+		total += len(d.Entries)
+	}
+	assert.LessOrEqual(t, total, 100, "reset reply over budget")
+	assert.Positive(t, total)
 }

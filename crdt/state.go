@@ -985,7 +985,7 @@ const (
 	syncReset
 	syncWatermarks
 	syncGap
-	syncMismatch // a reset stream exempt from the entry budget
+	syncMismatch // a reset stream at equal watermarks (hash mismatch)
 )
 
 // plan decides, for our origin o and the remote's digest r of it, what the
@@ -1015,7 +1015,11 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		// the writer re-publishes any live object that fell out. A
 		// non-stale receiver does not advertise progress, so this stream
 		// is sent whole (see DeltaSince).
-		return syncMismatch, 0
+		from := Version(0)
+		if r.Reset > 0 && r.Reset <= o.max {
+			from = r.Reset
+		}
+		return syncMismatch, from
 	}
 	if r.Max < o.max {
 		return syncNormal, r.Max
@@ -1121,10 +1125,13 @@ func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
 			if c.done {
 				continue
 			}
+			// Every stream, hash-mismatch resets included, respects the
+			// budget (issue 15, attack 8: a full reset must not build 200k
+			// entries where 16k are allowed). A cut-short stream is a
+			// valid prefix: its entries merge, and only a complete stream
+			// drops anything (a stale receiver advertises its progress in
+			// OriginDigest.Reset and the next round resumes there).
 			limit := min(budget, share)
-			if c.mode == syncMismatch {
-				limit = DeltaChunkEntries
-			}
 			d, ok := c.next(limit)
 			if !ok {
 				c.done = true
