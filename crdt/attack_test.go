@@ -363,3 +363,31 @@ func TestAttackMismatchResetRespectsBudget(t *testing.T) {
 	assert.LessOrEqual(t, total, 100, "reset reply over budget")
 	assert.Positive(t, total)
 }
+
+// Attack 8 (origins, entries): 5000 fake origins used to make the digest
+// impossible to encode; one origin could grow without bound.
+func TestAttackOriginAndEntryLimits(t *testing.T) {
+	s := NewState("c2")
+	s.SetLimits(Limits{MaxOrigins: 50, MaxEntriesPerOrigin: 10})
+	refused := 0
+	for i := 0; i < 5000; i++ {
+		o := "fake-" + strconv.Itoa(i)
+		_, err := s.Apply(Delta{Origin: o, From: 0, To: 1, Entries: []Entry{{Key: Key{o, KindPod, "ns/p"}, Version: 1, Value: []byte{0x80}}}})
+		if err != nil {
+			require.Equal(t, ReasonOriginLimit, TrustReason(err))
+			refused++
+		}
+	}
+	assert.Equal(t, 4950, refused)
+	assert.Len(t, s.Digest(), 50)
+	_, err := EncodeDigest(s.Digest())
+	require.NoError(t, err, "digest stays encodable")
+
+	var es []Entry
+	for i := 0; i < 20; i++ {
+		es = append(es, Entry{Key: Key{"fake-0", KindPod, "ns/q" + strconv.Itoa(i)}, Version: Version(2 + i), Value: []byte{0x80}})
+	}
+	_, err = s.Apply(Delta{Origin: "fake-0", From: 1, To: 21, Entries: es})
+	require.Equal(t, ReasonEntryLimit, TrustReason(err))
+	assert.Equal(t, 1, s.Len("fake-0"))
+}

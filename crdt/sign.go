@@ -53,6 +53,8 @@ const (
 	ReasonUnsigned          = "unsigned"
 	ReasonUnprovenWatermark = "unproven_watermark"
 	ReasonUnprovenReset     = "unproven_reset"
+	ReasonOriginLimit       = "origin_limit"
+	ReasonEntryLimit        = "entry_limit"
 	ReasonRetireRefused     = "retire_refused"
 	ReasonKeyMismatch       = "key_mismatch"
 	ReasonUnknownKey        = "unknown_key"
@@ -302,5 +304,36 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 		return trustErr(ReasonUnprovenWatermark, r.Origin, "retirement %s above the highest signed version %s", r.UpTo, o.seen)
 	}
 	o.proof.RetiredSig = nil
+	return nil
+}
+
+// Limits bound what peers can make a replica hold (issue 15, attack 8).
+// Zero means unlimited.
+type Limits struct {
+	// MaxOrigins bounds the origins (clusters) a replica tracks; deltas
+	// and retirements of further origins are refused.
+	MaxOrigins int
+	// MaxEntriesPerOrigin bounds the entries (tombstones included) stored
+	// per origin; a delta that would add keys beyond it is refused.
+	MaxEntriesPerOrigin int
+}
+
+// SetLimits installs limits. The own origin is never limited.
+func (s *State) SetLimits(l Limits) { s.limits = l }
+
+func (s *State) checkEntryLimit(o *originState, d *Delta) error {
+	max := s.limits.MaxEntriesPerOrigin
+	if max <= 0 || d.Origin == s.self || o.count+len(d.Entries) <= max {
+		return nil
+	}
+	added := 0
+	for i := range d.Entries {
+		if e := &d.Entries[i]; o.byName[e.Kind-1][e.Name] == nil && e.Version > o.max {
+			added++
+		}
+	}
+	if o.count+added > max {
+		return trustErr(ReasonEntryLimit, d.Origin, "origin holds %d entries; %d more would pass the limit %d", o.count, added, max)
+	}
 	return nil
 }

@@ -152,6 +152,7 @@ type State struct {
 	authority RetireAuthority
 	// resetRefused carries applyReset's verdict out to Apply.
 	resetRefused error
+	limits       Limits
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
@@ -684,10 +685,24 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	if err := ValidateDelta(&d); err != nil {
 		return nil, err
 	}
-	o := s.origin(d.Origin)
+	o, existed := s.origins[d.Origin]
+	if !existed {
+		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && d.Origin != s.self {
+			return nil, trustErr(ReasonOriginLimit, d.Origin, "already holding %d origins (limit)", len(s.origins))
+		}
+		// Not stored until the delta passes verification: refused input
+		// leaves nothing behind.
+		o = newOriginState(d.Origin)
+	}
+	if err := s.checkEntryLimit(o, &d); err != nil {
+		return nil, err
+	}
 	proof, err := s.verifyDelta(o, &d)
 	if err != nil {
 		return nil, err
+	}
+	if !existed {
+		s.origins[d.Origin] = o
 	}
 	o.proof = proof
 	gcBefore := o.gc
@@ -852,9 +867,18 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	if r.UpTo == 0 {
 		return nil, invalidf("retire %s up to version 0", r.Origin)
 	}
-	o := s.origin(r.Origin)
+	o, existed := s.origins[r.Origin]
+	if !existed {
+		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && r.Origin != s.self {
+			return nil, trustErr(ReasonOriginLimit, r.Origin, "already holding %d origins (limit)", len(s.origins))
+		}
+		o = newOriginState(r.Origin)
+	}
 	if err := s.verifyRetire(o, &r); err != nil {
 		return nil, err
+	}
+	if !existed {
+		s.origins[r.Origin] = o
 	}
 	changes := o.retireTo(r.UpTo, nil)
 	o.endSessionIfCurrent()

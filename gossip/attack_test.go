@@ -40,16 +40,15 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 	keys := [][]byte{bytes.Repeat([]byte{1}, 32)}
 	a := startNode(t, "a", "c1", keys, signed(t, signingKey(1))) // c1's writer
 	v := startNode(t, "v", "c3", keys, signed(t, signingKey(3))) // a victim cluster
-	joinAll(t, a, v)
+	b := startNode(t, "b", "c2", keys, signed(t, signingKey(2))) // a member of c2
+	joinAll(t, a, v, b)
 	a.write(t, crdt.KindPod, "ns/web", podValue(t, "10.1.0.5"), false)
 	a.write(t, crdt.KindPod, "ns/db", podValue(t, "10.1.0.6"), false)
-	requireConverged(t, 15*time.Second, a, v) // v pins c1's key on first use
+	requireConverged(t, 15*time.Second, a, v, b) // v and b pin c1's key on first use
 
-	// A key holder that claims c1's ID with its own signing key, and a
-	// member of c2.
+	// A key holder that claims c1's ID with its own signing key.
 	rogue := startNode(t, "rogue", "c1", keys, signed(t, signingKey(9)))
-	b := startNode(t, "b", "c2", keys, signed(t, signingKey(2)))
-	joinAll(t, a, v, rogue, b)
+	joinAll(t, a, v, b, rogue)
 	victimBefore := dump(v.rep)
 	c1Max := v.rep.Digest()["c1"].Max
 	vn := rogue.memberNode("v")

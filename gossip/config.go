@@ -76,6 +76,12 @@ type Config struct {
 	// not sign, and retirements without the origin's signature unless
 	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
 	Trust *Trust
+	// MaxOrigins bounds the clusters a node tracks (default
+	// DefaultMaxOrigins); MaxEntriesPerOrigin the entries it stores per
+	// remote cluster (default DefaultMaxEntriesPerOrigin). Data beyond is
+	// refused and counted (origin_limit, entry_limit). -1 = unlimited.
+	MaxOrigins          int
+	MaxEntriesPerOrigin int
 	// LimitLoopbackStreams applies the per-source inbound stream cap to
 	// loopback sources too (tests; simulations share one loopback IP).
 	LimitLoopbackStreams bool
@@ -153,7 +159,21 @@ const (
 	maxDeltasPerMsg = 4096
 )
 
+// Defaults of Config.MaxOrigins and Config.MaxEntriesPerOrigin: far above
+// any real cluster set (tens of clusters, ~100k pods each), far below what
+// breaks the digest (crdt.MaxDigestOrigins) or the pod's memory.
+const (
+	DefaultMaxOrigins          = 1024
+	DefaultMaxEntriesPerOrigin = 1 << 20
+)
+
 func (c *Config) setDefaults() error {
+	if c.MaxOrigins == 0 {
+		c.MaxOrigins = DefaultMaxOrigins
+	}
+	if c.MaxEntriesPerOrigin == 0 {
+		c.MaxEntriesPerOrigin = DefaultMaxEntriesPerOrigin
+	}
 	if c.NodeName == "" {
 		return errors.New("gossip: NodeName is required")
 	}

@@ -167,6 +167,9 @@ func New(cfg Config, rep Replica) (*Node, error) {
 		}
 		vr.SetVerifier(cfg.Trust, n.mayRetire)
 	}
+	if lr, ok := rep.(limitedReplica); ok {
+		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, cfg.MaxEntriesPerOrigin)})
+	}
 	n.metaWriter = cfg.IsWriter()
 	n.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return n.numMembers() },

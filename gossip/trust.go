@@ -225,6 +225,7 @@ type signerReplica interface{ SetSigner(crdt.Signer) }
 type verifierReplica interface {
 	SetVerifier(crdt.Verifier, crdt.RetireAuthority)
 }
+type limitedReplica interface{ SetLimits(crdt.Limits) }
 type retireSigner interface {
 	SignRetire(crdt.Retire) crdt.Retire
 }

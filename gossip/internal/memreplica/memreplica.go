@@ -125,3 +125,10 @@ func (r *Replica) SignRetire(rt crdt.Retire) crdt.Retire {
 	defer r.mu.Unlock()
 	return r.s.SignRetire(rt)
 }
+
+// SetLimits bounds what peers can make this replica hold (crdt.Limits).
+func (r *Replica) SetLimits(l crdt.Limits) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.s.SetLimits(l)
+}
