@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -225,6 +226,17 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 		return p, nil
 	}
 	v := s.verifier
+	if len(d.Key) > 0 {
+		if k := v.Key(d.Origin); k != nil && !bytes.Equal(k, d.Key) {
+			// A sender presenting another key for a pinned cluster is
+			// refused (and reported) even when its data would be ignored
+			// anyway: that is how a rogue claiming an ID is noticed.
+			if err := v.Verify(d.Origin, d.Key, nil, nil); err != nil {
+				return p, err
+			}
+			return p, trustErr(ReasonKeyMismatch, d.Origin, "presented key differs from the trusted key")
+		}
+	}
 	bound := o.seen
 	if d.Head > bound {
 		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkHead, d.Head), d.HeadSig); err != nil {
