@@ -455,3 +455,38 @@ func FuzzVerifySignedDelta(f *testing.F) {
 		})
 	})
 }
+
+// Control: without a Verifier (main before issue 15, or --insecure-gossip)
+// each of attacks 1-4 succeeds. This keeps the tests above honest: they
+// fail if the Verifier stops being consulted.
+func TestAttacksSucceedWithoutVerifier(t *testing.T) {
+	open := func() (*State, Version) {
+		f := newTrustFixture(t, 5)
+		s := NewState("c2")
+		for _, d := range f.writer.DeltaSince(s.Digest(), 0) {
+			_, err := s.Apply(d)
+			require.NoError(t, err)
+		}
+		return s, s.Digest()["c1"].Max
+	}
+	s, max := open()
+	_, err := s.Apply(Delta{Origin: "c1", From: max, To: max + 1, Entries: []Entry{{Key: Key{"c1", KindPod, "ns/evil"}, Version: max + 1, Value: []byte{0x80}}}})
+	require.NoError(t, err)
+	_, ok := s.Get(Key{"c1", KindPod, "ns/evil"})
+	assert.True(t, ok, "attack 1 (forged entry) succeeds unverified")
+
+	s, max = open()
+	_, err = s.Apply(Delta{Origin: "c1", From: 0, To: max, Reset: true, Final: true})
+	require.NoError(t, err)
+	assert.Equal(t, 0, s.Len("c1"), "attack 2 (empty reset) wipes unverified")
+
+	s, max = open()
+	_, err = s.Apply(Delta{Origin: "c1", From: max, To: math.MaxUint64})
+	require.NoError(t, err)
+	assert.Equal(t, Version(math.MaxUint64), s.Digest()["c1"].Max, "attack 3 (watermark jump) freezes unverified")
+
+	s, _ = open()
+	_, err = s.ApplyRetire(Retire{Origin: "c1", UpTo: math.MaxUint64})
+	require.NoError(t, err)
+	assert.Equal(t, 0, s.Len("c1"), "attack 4 (retire) succeeds unverified")
+}
