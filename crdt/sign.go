@@ -203,6 +203,10 @@ func (s *State) SignRetire(r Retire) Retire {
 
 func (s *State) attachProof(o *originState, d *Delta) {
 	d.Head, d.HeadSig = o.proof.Head, o.proof.HeadSig
+	if n := len(d.Entries); n > 0 && d.Entries[n-1].Version >= d.To {
+		// The last entry's own signature proves To: save 75 bytes.
+		d.Head, d.HeadSig = 0, nil
+	}
 	if d.GC == o.gc {
 		d.GCSig = o.proof.GCSig
 	}
