@@ -18,7 +18,9 @@ import (
 //	        entry: [kind, name, version, deleted, value(bin), stamp]
 //	        (an entry's origin is the delta's)
 //	Digest: [1, [[origin, max, hash, gc, retired, top, reset, gapHash]...]] sorted by origin
-//	Retire: [1, origin, upTo]
+//	Retire: [1, origin, upTo] or, signed, [1, origin, upTo, sig, key]
+//	A signed delta has 13 elements: [..., [entry...], head, headSig, gcSig,
+//	retiredSig, key] and its entries 7: [..., stamp, sig] (sign.go).
 const (
 	WireFormat = 1
 
@@ -32,7 +34,7 @@ const (
 	// MaxDigestBytes bounds an encoded digest.
 	MaxDigestBytes = MaxDigestOrigins * (MaxOriginBytes + 64)
 	// MaxRetireBytes bounds an encoded retirement.
-	MaxRetireBytes = MaxOriginBytes + 32
+	MaxRetireBytes = MaxOriginBytes + 32 + SigSize + KeySize + 8
 )
 
 const (
@@ -62,8 +64,16 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	if d.Gap {
 		flags |= flagGap
 	}
+	signed := d.HeadSig != nil || d.GCSig != nil || d.RetiredSig != nil || d.Key != nil || d.Head != 0
+	for i := range d.Entries {
+		signed = signed || d.Entries[i].Sig != nil
+	}
+	n := 8
+	if signed {
+		n = 13
+	}
 	err := firstErr(
-		enc.EncodeArrayLen(8),
+		enc.EncodeArrayLen(n),
 		enc.EncodeUint8(WireFormat),
 		enc.EncodeString(d.Origin),
 		enc.EncodeUint64(uint64(d.From)),
@@ -78,14 +88,34 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	}
 	for i := range d.Entries {
 		e := &d.Entries[i]
+		en := 6
+		if signed {
+			en = 7
+		}
 		if err := firstErr(
-			enc.EncodeArrayLen(6),
+			enc.EncodeArrayLen(en),
 			enc.EncodeUint8(uint8(e.Kind)),
 			enc.EncodeString(e.Name),
 			enc.EncodeUint64(uint64(e.Version)),
 			enc.EncodeBool(e.Deleted),
 			enc.EncodeBytes(e.Value),
 			enc.EncodeInt64(e.Stamp),
+		); err != nil {
+			return nil, err
+		}
+		if signed {
+			if err := enc.EncodeBytes(e.Sig); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if signed {
+		if err := firstErr(
+			enc.EncodeUint64(uint64(d.Head)),
+			enc.EncodeBytes(d.HeadSig),
+			enc.EncodeBytes(d.GCSig),
+			enc.EncodeBytes(d.RetiredSig),
+			enc.EncodeBytes(d.Key),
 		); err != nil {
 			return nil, err
 		}
@@ -209,6 +239,10 @@ func (w *wireDecoder) str(max int) string {
 		w.err = fmt.Errorf("expected a string, got code 0x%02x", c)
 		return ""
 	}
+	if n, ok := w.declaredLen(c); !ok || n > max || n > w.r.Len() {
+		w.err = fmt.Errorf("string declares %d bytes (limit %d, %d left)", n, max, w.r.Len())
+		return ""
+	}
 	s, err := w.dec.DecodeString()
 	if err != nil {
 		w.err = err
@@ -242,6 +276,12 @@ func (w *wireDecoder) bin(max int) []byte {
 		w.err = fmt.Errorf("expected binary, got code 0x%02x", c)
 		return nil
 	}
+	// Check the declared length against the limit and the bytes actually
+	// left before the decoder allocates it.
+	if n, ok := w.declaredLen(c); !ok || n > max || n > w.r.Len() {
+		w.err = fmt.Errorf("binary declares %d bytes (limit %d, %d left)", n, max, w.r.Len())
+		return nil
+	}
 	b, err := w.dec.DecodeBytes()
 	if err != nil {
 		w.err = err
@@ -255,6 +295,32 @@ func (w *wireDecoder) bin(max int) []byte {
 		return nil
 	}
 	return b
+}
+
+// declaredLen reads the length of the bin/str value whose code c is next in
+// the stream, without consuming anything.
+func (w *wireDecoder) declaredLen(c byte) (int, bool) {
+	pos := w.r.Size() - int64(w.r.Len())
+	var size int
+	switch c {
+	case 0xc4, 0xd9:
+		size = 1
+	case 0xc5, 0xda:
+		size = 2
+	case 0xc6, 0xdb:
+		size = 4
+	default:
+		return 0, true
+	}
+	var b [4]byte
+	if n, _ := w.r.ReadAt(b[:size], pos+1); n != size {
+		return 0, false
+	}
+	v := 0
+	for _, x := range b[:size] {
+		v = v<<8 | int(x)
+	}
+	return v, true
 }
 
 func (w *wireDecoder) format() {
@@ -279,7 +345,10 @@ func DecodeDelta(b []byte) (Delta, error) {
 		return Delta{}, fmt.Errorf("%w: delta of %d bytes exceeds %d", ErrInvalid, len(b), MaxDeltaBytes)
 	}
 	w := newWireDecoder(b)
-	w.arrayLen(8, 8)
+	dn := w.arrayLen(8, 13)
+	if w.err == nil && dn != 8 && dn != 13 {
+		w.err = fmt.Errorf("delta of %d elements, want 8 or 13", dn)
+	}
 	w.format()
 	var d Delta
 	d.Origin = w.str(MaxOriginBytes)
@@ -299,7 +368,7 @@ func DecodeDelta(b []byte) (Delta, error) {
 		d.Entries = make([]Entry, 0, n)
 	}
 	for i := 0; i < n && w.err == nil; i++ {
-		w.arrayLen(6, 6)
+		en := w.arrayLen(6, 7)
 		var e Entry
 		e.Origin = d.Origin
 		e.Kind = Kind(w.u8())
@@ -308,7 +377,17 @@ func DecodeDelta(b []byte) (Delta, error) {
 		e.Deleted = w.boolean()
 		e.Value = w.bin(MaxValueBytes)
 		e.Stamp = w.i64()
+		if en == 7 {
+			e.Sig = w.bin(SigSize)
+		}
 		d.Entries = append(d.Entries, e)
+	}
+	if dn == 13 {
+		d.Head = Version(w.u64())
+		d.HeadSig = w.bin(SigSize)
+		d.GCSig = w.bin(SigSize)
+		d.RetiredSig = w.bin(SigSize)
+		d.Key = w.bin(KeySize)
 	}
 	if err := w.finish(); err != nil {
 		return Delta{}, wireErr("delta", err)
@@ -405,13 +484,23 @@ func EncodeRetire(r Retire) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
+	signed := r.Sig != nil || r.Key != nil
+	n := 3
+	if signed {
+		n = 5
+	}
 	if err := firstErr(
-		enc.EncodeArrayLen(3),
+		enc.EncodeArrayLen(n),
 		enc.EncodeUint8(WireFormat),
 		enc.EncodeString(r.Origin),
 		enc.EncodeUint64(uint64(r.UpTo)),
 	); err != nil {
 		return nil, err
+	}
+	if signed {
+		if err := firstErr(enc.EncodeBytes(r.Sig), enc.EncodeBytes(r.Key)); err != nil {
+			return nil, err
+		}
 	}
 	return buf.Bytes(), nil
 }
@@ -422,9 +511,16 @@ func DecodeRetire(b []byte) (Retire, error) {
 		return Retire{}, fmt.Errorf("%w: retire of %d bytes exceeds %d", ErrInvalid, len(b), MaxRetireBytes)
 	}
 	w := newWireDecoder(b)
-	w.arrayLen(3, 3)
+	rn := w.arrayLen(3, 5)
+	if w.err == nil && rn == 4 {
+		w.err = fmt.Errorf("retire of 4 elements, want 3 or 5")
+	}
 	w.format()
 	r := Retire{Origin: w.str(MaxOriginBytes), UpTo: Version(w.u64())}
+	if rn == 5 {
+		r.Sig = w.bin(SigSize)
+		r.Key = w.bin(KeySize)
+	}
 	if err := w.finish(); err != nil {
 		return Retire{}, wireErr("retire", err)
 	}

@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"reflect"
 	"bytes"
 	"fmt"
 	"os"
@@ -128,7 +129,7 @@ func FuzzDecodeRetire(f *testing.F) {
 		if err != nil {
 			t.Fatalf("re-encode: %v", err)
 		}
-		if r2, err := DecodeRetire(b2); err != nil || r2 != r {
+		if r2, err := DecodeRetire(b2); err != nil || !reflect.DeepEqual(r2, r) {
 			t.Fatalf("round trip: %v", err)
 		}
 	})

@@ -58,6 +58,7 @@ type record struct {
 	// mark is the reset session (originState.rsID) that last confirmed this
 	// record; see applyReset.
 	mark uint32
+	sig  []byte
 }
 
 func recLess(a, b *record) bool {
@@ -91,6 +92,10 @@ type originState struct {
 	rsID       uint32
 	rsProgress Version
 	rsGC       Version
+
+	rsStale    bool // the receiver was stale when the session started
+
+	proof Proof // the origin's signed watermarks (sign.go)
 }
 
 func newOriginState(name string) *originState {
@@ -124,6 +129,7 @@ func (o *originState) entry(r *record) Entry {
 		Deleted: r.deleted,
 		Value:   r.value,
 		Stamp:   r.stamp,
+		Sig:     r.sig,
 	}
 }
 
@@ -140,6 +146,13 @@ type State struct {
 	epoch   uint32
 	origins map[string]*originState
 	rsNext  uint32
+
+	signer    Signer
+	verifier  Verifier
+	authority RetireAuthority
+	// resetRefused carries applyReset's verdict out to Apply.
+	resetRefused error
+	limits       Limits
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
@@ -243,6 +256,7 @@ func (o *originState) replace(r *record, e *Entry) {
 	r.deleted = e.Deleted
 	r.value = cloneValue(e.Value, e.Deleted)
 	r.stamp = e.Stamp
+	r.sig = cloneSig(e.Sig)
 	o.byVer.ReplaceOrInsert(r)
 	if r.deleted {
 		o.tombs.ReplaceOrInsert(r)
@@ -276,8 +290,16 @@ func cloneValue(v []byte, deleted bool) []byte {
 	return bytes.Clone(v)
 }
 
+func cloneSig(sig []byte) []byte {
+	if len(sig) == 0 {
+		return nil
+	}
+	return bytes.Clone(sig)
+}
+
 func newRecord(e *Entry) *record {
 	return &record{
+		sig:     cloneSig(e.Sig),
 		name:    e.Name,
 		value:   cloneValue(e.Value, e.Deleted),
 		version: e.Version,
@@ -610,6 +632,12 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 		v = base + 1
 	}
 	e := Entry{Key: Key{Origin: s.self, Kind: kind, Name: name}, Version: v, Deleted: deleted, Value: value, Stamp: stamp}
+	if s.signer != nil {
+		e.Sig = s.signer.Sign(EntrySigMessage(&e))
+		if v > o.proof.Head {
+			o.proof.Head, o.proof.HeadSig = v, s.signMark(o, MarkHead, v)
+		}
+	}
 	changes := o.mergeEntry(&e, nil)
 	if o.max == base {
 		// Nothing exists between our watermark and v: v is contiguous.
@@ -624,6 +652,7 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 		GC:      o.gc,
 		Retired: o.retired,
 	}
+	s.attachProof(o, &d)
 	return d, changes, nil
 }
 
@@ -640,7 +669,12 @@ func (s *State) CollectGarbage(upTo Version) (Delta, []Change) {
 		upTo = o.max
 	}
 	changes := o.gcTo(upTo, nil)
-	return Delta{Origin: s.self, From: o.max, To: o.max, GC: o.gc, Retired: o.retired}, changes
+	if s.signer != nil && o.gc > 0 {
+		o.proof.GCSig = s.signMark(o, MarkGC, o.gc)
+	}
+	d := Delta{Origin: s.self, From: o.max, To: o.max, GC: o.gc, Retired: o.retired}
+	s.attachProof(o, &d)
+	return d, changes
 }
 
 // --------------------------------------------------------------- merge side
@@ -651,7 +685,26 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	if err := ValidateDelta(&d); err != nil {
 		return nil, err
 	}
-	o := s.origin(d.Origin)
+	o, existed := s.origins[d.Origin]
+	if !existed {
+		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && d.Origin != s.self {
+			return nil, trustErr(ReasonOriginLimit, d.Origin, "already holding %d origins (limit)", len(s.origins))
+		}
+		// Not stored until the delta passes verification: refused input
+		// leaves nothing behind.
+		o = newOriginState(d.Origin)
+	}
+	if err := s.checkEntryLimit(o, &d); err != nil {
+		return nil, err
+	}
+	proof, err := s.verifyDelta(o, &d)
+	if err != nil {
+		return nil, err
+	}
+	if !existed {
+		s.origins[d.Origin] = o
+	}
+	o.proof = proof
 	gcBefore := o.gc
 	var changes []Change
 	changes = o.retireTo(d.Retired, changes)
@@ -660,7 +713,11 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		o.seen = d.To
 	}
 	if d.Reset {
-		return s.applyReset(o, &d, gcBefore, changes), nil
+		s.resetRefused = nil
+		changes = s.applyReset(o, &d, gcBefore, changes)
+		err := s.resetRefused
+		s.resetRefused = nil
+		return changes, err
 	}
 	changes = o.applyNormal(&d, changes)
 	o.endSessionIfCurrent()
@@ -716,6 +773,7 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 			s.rsNext = 1
 		}
 		o.rsID, o.rsProgress, o.rsGC = s.rsNext, 0, o.gc
+		o.rsStale = o.max < gcBefore || o.stale()
 	case o.rsID != 0 && d.From == o.rsProgress:
 		// continues the session
 	default:
@@ -761,16 +819,31 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	if !d.Final {
 		return changes
 	}
+	staleAtStart := o.rsStale
 	var victims []*record
+	kept := 0
 	o.byVer.Ascend(func(r *record) bool {
 		if r.version > d.To {
 			return false
 		}
-		if r.mark != o.rsID {
+		if r.mark == o.rsID {
+			return true
+		}
+		if s.verifier == nil || (staleAtStart && r.version <= o.gc) {
 			victims = append(victims, r)
+		} else {
+			// With signatures on, a relay could omit entries from a reset
+			// stream to wipe them (attack 2): only what the origin's
+			// signed GC watermark explains (a successor was collected)
+			// is dropped; the rest is kept and the stream refused.
+			kept++
 		}
 		return true
 	})
+	if kept > 0 {
+		s.resetRefused = trustErr(ReasonUnprovenReset, o.name,
+			"reset stream omits %d entries that the origin's signed watermarks do not explain; kept them", kept)
+	}
 	for _, r := range victims {
 		old := o.entryPtr(r)
 		o.remove(r)
@@ -794,7 +867,19 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	if r.UpTo == 0 {
 		return nil, invalidf("retire %s up to version 0", r.Origin)
 	}
-	o := s.origin(r.Origin)
+	o, existed := s.origins[r.Origin]
+	if !existed {
+		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && r.Origin != s.self {
+			return nil, trustErr(ReasonOriginLimit, r.Origin, "already holding %d origins (limit)", len(s.origins))
+		}
+		o = newOriginState(r.Origin)
+	}
+	if err := s.verifyRetire(o, &r); err != nil {
+		return nil, err
+	}
+	if !existed {
+		s.origins[r.Origin] = o
+	}
 	changes := o.retireTo(r.UpTo, nil)
 	o.endSessionIfCurrent()
 	return changes, nil
@@ -813,7 +898,7 @@ func (s *State) SealPriorEpochs() (Retire, []Change, error) {
 	if s.epoch < 2 {
 		return Retire{}, nil, fmt.Errorf("crdt: no prior epoch to seal (epoch %d)", s.epoch)
 	}
-	r := Retire{Origin: s.self, UpTo: MakeVersion(s.epoch, 0) - 1}
+	r := s.SignRetire(Retire{Origin: s.self, UpTo: MakeVersion(s.epoch, 0) - 1})
 	ch, err := s.ApplyRetire(r)
 	return r, ch, err
 }
@@ -924,7 +1009,7 @@ const (
 	syncReset
 	syncWatermarks
 	syncGap
-	syncMismatch // a reset stream exempt from the entry budget
+	syncMismatch // a reset stream at equal watermarks (hash mismatch)
 )
 
 // plan decides, for our origin o and the remote's digest r of it, what the
@@ -954,7 +1039,11 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		// the writer re-publishes any live object that fell out. A
 		// non-stale receiver does not advertise progress, so this stream
 		// is sent whole (see DeltaSince).
-		return syncMismatch, 0
+		from := Version(0)
+		if r.Reset > 0 && r.Reset <= o.max {
+			from = r.Reset
+		}
+		return syncMismatch, from
 	}
 	if r.Max < o.max {
 		return syncNormal, r.Max
@@ -1060,16 +1149,20 @@ func (s *State) DeltaSince(remote Digest, maxEntries int) []Delta {
 			if c.done {
 				continue
 			}
+			// Every stream, hash-mismatch resets included, respects the
+			// budget (issue 15, attack 8: a full reset must not build 200k
+			// entries where 16k are allowed). A cut-short stream is a
+			// valid prefix: its entries merge, and only a complete stream
+			// drops anything (a stale receiver advertises its progress in
+			// OriginDigest.Reset and the next round resumes there).
 			limit := min(budget, share)
-			if c.mode == syncMismatch {
-				limit = DeltaChunkEntries
-			}
 			d, ok := c.next(limit)
 			if !ok {
 				c.done = true
 				continue
 			}
 			budget = max(0, budget-len(d.Entries))
+			s.attachProof(c.o, &d)
 			out = append(out, d)
 			if !c.done {
 				active++

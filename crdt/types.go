@@ -99,6 +99,9 @@ type Entry struct {
 	// carried ONLY to measure propagation lag in metrics and never orders
 	// anything.
 	Stamp int64
+	// Sig is the origin's signature over EntrySigMessage (nil when the
+	// origin does not sign: --insecure-gossip). Stored and relayed as is.
+	Sig []byte
 }
 
 // OriginDigest summarises what a replica holds of one origin in O(1) space.
@@ -132,11 +135,18 @@ type OriginDigest struct {
 type Digest map[string]OriginDigest
 
 // Retire removes every entry of Origin with Version <= UpTo, everywhere, for
-// ever. Any member may issue it (that is how a dead cluster is cleaned up).
+// ever. The origin signs it; without a signature a replica honours it only
+// when its own membership view has seen no live member of Origin for the
+// reconnect timeout (that is how a dead cluster is cleaned up).
 // Retirements merge by max.
 type Retire struct {
 	Origin string
 	UpTo   Version
+	// Sig is the origin's signature over MarkSigMessage(Origin, MarkRetire,
+	// UpTo) and Key the key it presents; both nil for a retirement decided
+	// by membership (accepted only where membership agrees).
+	Sig []byte
+	Key []byte
 }
 
 // Delta is a contiguous slice of one origin's history as held by the sender:
@@ -160,6 +170,14 @@ type Delta struct {
 	// Gap marks a delta that carries entries the sender received out of
 	// order (above its Max): receivers merge them but never advance Max.
 	Gap bool
+	// Head, HeadSig, GCSig and RetiredSig are the origin's signed
+	// watermarks that justify To, GC and Retired (see Proof); Key is the
+	// origin public key the sender presents (verified against pins).
+	Head       Version
+	HeadSig    []byte
+	GCSig      []byte
+	RetiredSig []byte
+	Key        []byte
 }
 
 // Change is one effect of applying a delta or a local write, as seen by the

@@ -122,6 +122,9 @@ func DecodeValue(b []byte, out any) error {
 	if len(b) > MaxValueBytes {
 		return ErrValueTooLarge
 	}
+	if err := checkMsgpackLengths(b); err != nil {
+		return fmt.Errorf("crdt: decode %T: %w", out, err)
+	}
 	if err := msgpack.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("crdt: decode %T: %w", out, err)
 	}

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"crypto/ed25519"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,13 @@ type Options struct {
 	// no restart.
 	GossipKeyFile     string
 	KeyReloadInterval time.Duration
+
+	// SigningKey is this cluster's Ed25519 identity (docs/SECURITY.md).
+	// When set, own writes are signed and every peer's data is verified:
+	// against TrustBundle (strict) when set, else against keys pinned on
+	// first use in the store. nil (--insecure-gossip only) trusts peers.
+	SigningKey  ed25519.PrivateKey
+	TrustBundle map[string][]byte
 
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -235,6 +243,11 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	gcfg.Logger, gcfg.Registerer = d.log, o.Registry
 	if gcfg.ReconnectTimeout == 0 {
 		gcfg.ReconnectTimeout = 24 * time.Hour
+	}
+	if o.SigningKey != nil {
+		if gcfg.Signer, gcfg.Trust, err = trustFor(o, rep, d.log); err != nil {
+			return err
+		}
 	}
 	d.node, err = gossip.New(gcfg, rep)
 	if err != nil {

@@ -72,6 +72,22 @@ type Config struct {
 	// join/rejoin attempt. The default port is the bind port.
 	Seeds []string
 
+	// Signer, when set, signs the own cluster's entries and watermarks
+	// (the Replica must have SetSigner, as store.Replica does).
+	Signer crdt.Signer
+	// Trust, when set, makes the Replica refuse everything its origin did
+	// not sign, and retirements without the origin's signature unless
+	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
+	Trust *Trust
+	// MaxOrigins bounds the clusters a node tracks (default
+	// DefaultMaxOrigins); MaxEntriesPerOrigin the entries it stores per
+	// remote cluster (default DefaultMaxEntriesPerOrigin). Data beyond is
+	// refused and counted (origin_limit, entry_limit). -1 = unlimited.
+	MaxOrigins          int
+	MaxEntriesPerOrigin int
+	// LimitLoopbackStreams applies the per-source inbound stream cap to
+	// loopback sources too (tests; simulations share one loopback IP).
+	LimitLoopbackStreams bool
 	// Keyring is the AES keys, first one primary. Empty disables encryption
 	// (only for tests and the simulator).
 	Keyring [][]byte
@@ -146,7 +162,21 @@ const (
 	maxDeltasPerMsg = 4096
 )
 
+// Defaults of Config.MaxOrigins and Config.MaxEntriesPerOrigin: far above
+// any real cluster set (tens of clusters, ~100k pods each), far below what
+// breaks the digest (crdt.MaxDigestOrigins) or the pod's memory.
+const (
+	DefaultMaxOrigins          = 1024
+	DefaultMaxEntriesPerOrigin = 1 << 20
+)
+
 func (c *Config) setDefaults() error {
+	if c.MaxOrigins == 0 {
+		c.MaxOrigins = DefaultMaxOrigins
+	}
+	if c.MaxEntriesPerOrigin == 0 {
+		c.MaxEntriesPerOrigin = DefaultMaxEntriesPerOrigin
+	}
 	if c.NodeName == "" {
 		return errors.New("gossip: NodeName is required")
 	}

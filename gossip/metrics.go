@@ -20,6 +20,9 @@ const (
 	dropChecksum       = "checksum"
 	dropQueueFull      = "queue_full"
 	dropStateTooLarge  = "state_too_large"
+	dropStreamLimit    = "stream_limit" // too many concurrent inbound streams
+	dropPreAuth        = "pre_auth"     // stream refused before memberlist read it
+	dropOriginLimit    = "origin_limit" // too many origins / entries per origin
 )
 
 type metrics struct {

@@ -165,6 +165,23 @@ func New(cfg Config, rep Replica) (*Node, error) {
 		retiredSent: map[string]crdt.Version{},
 		nextID:      rand.Uint64() >> 1,
 	}
+	if cfg.Signer != nil {
+		sr, ok := rep.(signerReplica)
+		if !ok {
+			return nil, errors.New("gossip: Config.Signer needs a Replica with SetSigner")
+		}
+		sr.SetSigner(cfg.Signer)
+	}
+	if cfg.Trust != nil {
+		vr, ok := rep.(verifierReplica)
+		if !ok {
+			return nil, errors.New("gossip: Config.Trust needs a Replica with SetVerifier")
+		}
+		vr.SetVerifier(cfg.Trust, n.mayRetire)
+	}
+	if lr, ok := rep.(limitedReplica); ok {
+		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, cfg.MaxEntriesPerOrigin)})
+	}
 	n.metaWriter = cfg.IsWriter()
 	n.queue = &memberlist.TransmitLimitedQueue{
 		NumNodes:       func() int { return n.numMembers() },
@@ -199,7 +216,11 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	} else {
 		n.tr = NewFaultTransport(inner)
 	}
-	mc.Transport = n.tr
+	guard := newGuardTransport(n.tr, n.keyring != nil, func(reason, from string, err error) {
+		n.drop(reason, "inbound stream refused", "from", from, "err", err)
+	})
+	guard.limitLoopback = cfg.LimitLoopbackStreams
+	mc.Transport = guard
 	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
@@ -370,6 +391,9 @@ func (n *Node) Decommission(ctx context.Context) error {
 	od := n.rep.Digest()[n.cfg.ClusterID]
 	if od.Max > 0 && od.Retired < od.Max {
 		r := crdt.Retire{Origin: n.cfg.ClusterID, UpTo: od.Max}
+		if rs, ok := n.rep.(retireSigner); ok {
+			r = rs.SignRetire(r) // a graceful decommission is signed by the origin
+		}
 		if _, err := n.rep.ApplyRetire(r); err != nil {
 			return fmt.Errorf("gossip: decommission: %w", err)
 		}
@@ -544,6 +568,16 @@ func (n *Node) countOut(size int, t msgType) {
 	n.statMsgsOut.Add(1)
 	n.m.bytes.WithLabelValues("out").Add(float64(size))
 	n.m.messages.WithLabelValues("out", t.String()).Inc()
+}
+
+// dropErr counts a rejection by the Replica under its trust reason
+// (bad_signature, key_mismatch, retire_refused, ...) or as invalid.
+func (n *Node) dropErr(err error, msg string, args ...any) {
+	reason := crdt.TrustReason(err)
+	if reason == "" {
+		reason = dropInvalid
+	}
+	n.drop(reason, msg, append(args, "err", err)...)
 }
 
 func (n *Node) drop(reason string, msg string, args ...any) {

@@ -96,7 +96,7 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		for _, d := range ds {
 			ch, err := n.rep.Apply(d)
 			if err != nil {
-				n.drop(dropInvalid, "rejected delta", "origin", d.Origin, "from", d.From.String(), "to", d.To.String(), "err", err)
+				n.dropErr(err, "rejected delta", "origin", d.Origin, "from", d.From.String(), "to", d.To.String())
 				continue
 			}
 			applied++
@@ -269,7 +269,10 @@ func (n *Node) onDigest(m *message, state bool) {
 	local := n.rep.Digest()
 	// Retirement watermarks travel in digests too: anti-entropy for Retire.
 	for o, rd := range m.Digest {
-		if rd.Retired > local[o].Retired {
+		if rd.Retired > local[o].Retired && (n.cfg.Trust == nil || n.mayRetire(o)) {
+			// With signatures on, a signed retirement arrives by pull
+			// (Behind sees the higher Retired); an unsigned one only
+			// where our own membership view agrees.
 			n.applyRetire(crdt.Retire{Origin: o, UpTo: rd.Retired}, false)
 		}
 	}
@@ -468,7 +471,7 @@ func (n *Node) applyRetire(r crdt.Retire, rebroadcast bool) bool {
 		return false
 	}
 	if _, err := n.rep.ApplyRetire(r); err != nil {
-		n.drop(dropInvalid, "rejected retire", "origin", r.Origin, "upto", r.UpTo.String(), "err", err)
+		n.dropErr(err, "rejected retire", "origin", r.Origin, "upto", r.UpTo.String())
 		return false
 	}
 	if r.Origin == n.cfg.ClusterID {

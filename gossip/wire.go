@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -197,6 +198,13 @@ func encodeRetires(sender string, rs []crdt.Retire) []byte {
 		b.str(r.Origin)
 		b.uvarint(uint64(r.UpTo))
 	}
+	// Signature section (required; peers before it ignore it as trailing
+	// bytes): each retirement's origin signature and presented key.
+	b.uvarint(uint64(len(rs)))
+	for _, r := range rs {
+		b.bytes(r.Sig)
+		b.bytes(r.Key)
+	}
 	return b
 }
 
@@ -357,6 +365,22 @@ func decodeMessage(p []byte) (*message, error) {
 				r.fail(errors.New("empty origin"))
 			}
 			m.Retires = append(m.Retires, rt)
+		}
+		if r.err == nil {
+			if k := r.count(maxRetireItems); r.err == nil && k != len(m.Retires) {
+				r.fail(fmt.Errorf("%d retire signatures for %d retirements", k, len(m.Retires)))
+			}
+			for i := range m.Retires {
+				if r.err != nil {
+					break
+				}
+				if sig := r.raw(crdt.SigSize); len(sig) > 0 {
+					m.Retires[i].Sig = bytes.Clone(sig)
+				}
+				if key := r.raw(crdt.KeySize); len(key) > 0 {
+					m.Retires[i].Key = bytes.Clone(key)
+				}
+			}
 		}
 	case msgDigestSum:
 		m.Sum = r.uvarint()

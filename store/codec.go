@@ -43,9 +43,20 @@ var (
 //
 // bbolt has no page checksums; the CRC lets a load detect a damaged record
 // (bit rot, a torn page) that would otherwise decode into wrong content.
+//
+// With flag bit 1 (signed) set, the origin's signature (crdt.SigSize bytes)
+// sits between the header and the value, covered by the CRC.
 const (
 	recHeader   = 21
 	flagDeleted = 1
+	flagSigned  = 2
+)
+
+// Buckets added for origin signatures (docs/SECURITY.md). They are created
+// on first use, so files written before them open unchanged.
+var (
+	bucketProofs = []byte("proofs") // (origin) -> proof record
+	bucketPins   = []byte("pins")   // (origin) -> pinned Ed25519 public key
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -84,13 +95,21 @@ func decodeEntryKey(b []byte) (crdt.Key, error) {
 }
 
 func encodeRecord(key []byte, e *crdt.Entry) []byte {
-	b := make([]byte, recHeader+len(e.Value))
+	sig := 0
+	if len(e.Sig) == crdt.SigSize {
+		sig = crdt.SigSize
+	}
+	b := make([]byte, recHeader+sig+len(e.Value))
 	if e.Deleted {
 		b[0] = flagDeleted
 	}
+	if sig > 0 {
+		b[0] |= flagSigned
+		copy(b[recHeader:], e.Sig)
+	}
 	binary.BigEndian.PutUint64(b[1:9], uint64(e.Version))
 	binary.BigEndian.PutUint64(b[9:17], uint64(e.Stamp))
-	copy(b[recHeader:], e.Value)
+	copy(b[recHeader+sig:], e.Value)
 	binary.BigEndian.PutUint32(b[17:21], recordCRC(key, b))
 	return b
 }
@@ -98,7 +117,8 @@ func encodeRecord(key []byte, e *crdt.Entry) []byte {
 // decodeRecord fills the non-key fields of e. e.Value aliases b. With key
 // non-nil the record's CRC is verified.
 func decodeRecord(key, b []byte, e *crdt.Entry) error {
-	if len(b) < recHeader || b[0]&^flagDeleted != 0 {
+	if len(b) < recHeader || b[0]&^(flagDeleted|flagSigned) != 0 ||
+		(b[0]&flagSigned != 0 && len(b) < recHeader+crdt.SigSize) {
 		return fmt.Errorf("store: malformed entry record (%d bytes)", len(b))
 	}
 	if key != nil && binary.BigEndian.Uint32(b[17:21]) != recordCRC(key, b) {
@@ -108,7 +128,56 @@ func decodeRecord(key, b []byte, e *crdt.Entry) error {
 	e.Version = crdt.Version(binary.BigEndian.Uint64(b[1:9]))
 	e.Stamp = int64(binary.BigEndian.Uint64(b[9:17]))
 	e.Value = b[recHeader:]
+	e.Sig = nil
+	if b[0]&flagSigned != 0 {
+		e.Sig = b[recHeader : recHeader+crdt.SigSize]
+		e.Value = b[recHeader+crdt.SigSize:]
+	}
 	return nil
+}
+
+// proof record layout (value of bucketProofs): head (8, big endian), then
+// a flags byte (bit 0 head sig, bit 1 GC sig, bit 2 retired sig) and the
+// present signatures in that order.
+func encodeProof(p crdt.Proof) []byte {
+	b := binary.BigEndian.AppendUint64(nil, uint64(p.Head))
+	var flags byte
+	sigs := [][]byte{p.HeadSig, p.GCSig, p.RetiredSig}
+	for i, s := range sigs {
+		if len(s) == crdt.SigSize {
+			flags |= 1 << i
+		}
+	}
+	b = append(b, flags)
+	for _, s := range sigs {
+		if len(s) == crdt.SigSize {
+			b = append(b, s...)
+		}
+	}
+	return b
+}
+
+func decodeProof(b []byte) (crdt.Proof, error) {
+	if len(b) < 9 || b[8]&^7 != 0 {
+		return crdt.Proof{}, fmt.Errorf("store: malformed proof record (%d bytes)", len(b))
+	}
+	p := crdt.Proof{Head: crdt.Version(binary.BigEndian.Uint64(b[:8]))}
+	flags, rest := b[8], b[9:]
+	dst := []*[]byte{&p.HeadSig, &p.GCSig, &p.RetiredSig}
+	for i, d := range dst {
+		if flags&(1<<i) == 0 {
+			continue
+		}
+		if len(rest) < crdt.SigSize {
+			return crdt.Proof{}, fmt.Errorf("store: truncated proof record (%d bytes)", len(b))
+		}
+		*d = slices.Clone(rest[:crdt.SigSize])
+		rest = rest[crdt.SigSize:]
+	}
+	if len(rest) != 0 {
+		return crdt.Proof{}, fmt.Errorf("store: proof record has %d trailing bytes", len(rest))
+	}
+	return p, nil
 }
 
 func encodeDigest(d crdt.OriginDigest) []byte {

@@ -85,6 +85,7 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 		if err := st.Restore(snap.Digest, snap.Entries); err != nil {
 			return fmt.Errorf("%w: restore: %v", ErrCorrupt, err)
 		}
+		st.RestoreProofs(snap.Proofs)
 		writer, reset, entries = snap.Writer, snap.Reset, len(snap.Entries)
 		for _, o := range reset {
 			resetDigs[o] = snap.Digest[o]
@@ -176,7 +177,16 @@ func (r *Replica) enqueue(changes []crdt.Change, origins map[string]struct{}, wr
 	if before != nil && len(changes) == 0 && len(digests) == 0 {
 		return nil, nil
 	}
-	req := &commitReq{changes: changes, digests: digests}
+	var proofs map[string]crdt.Proof
+	for o := range digests {
+		if p := r.state.Proof(o); p.Head != 0 || p.HeadSig != nil || p.GCSig != nil || p.RetiredSig != nil {
+			if proofs == nil {
+				proofs = map[string]crdt.Proof{}
+			}
+			proofs[o] = p
+		}
+	}
+	req := &commitReq{changes: changes, digests: digests, proofs: proofs}
 	if writer {
 		req.writer = r.writerMeta()
 	}
@@ -504,4 +514,34 @@ func (n *notifier) close() {
 	n.mu.Unlock()
 	n.cond.Broadcast()
 	<-n.done
+}
+
+// SetSigner makes this replica sign its own origin's writes, GC watermarks
+// and retirements (crdt.State.SetSigner).
+func (r *Replica) SetSigner(sg crdt.Signer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state.SetSigner(sg)
+}
+
+// SetVerifier makes Apply and ApplyRetire refuse what the origin did not
+// sign (crdt.State.SetVerifier).
+func (r *Replica) SetVerifier(v crdt.Verifier, authority crdt.RetireAuthority) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state.SetVerifier(v, authority)
+}
+
+// SignRetire signs a retirement of this replica's own origin.
+func (r *Replica) SignRetire(rt crdt.Retire) crdt.Retire {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.state.SignRetire(rt)
+}
+
+// SetLimits bounds what peers can make this replica hold (crdt.Limits).
+func (r *Replica) SetLimits(l crdt.Limits) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state.SetLimits(l)
 }

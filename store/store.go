@@ -573,6 +573,8 @@ type Snapshot struct {
 	Writer  WriterMeta
 	Digest  crdt.Digest
 	Entries []crdt.Entry
+	// Proofs are the origins' signed watermarks (crdt.Proof).
+	Proofs map[string]crdt.Proof
 	// Reset lists origins whose persisted digest did not match their
 	// entries; their Max was lowered to 0 so they are re-pulled from peers.
 	Reset []string
@@ -620,6 +622,23 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 			return nil
 		}); err != nil {
 			return err
+		}
+		snap.Proofs = map[string]crdt.Proof{}
+		if pb := tx.Bucket(bucketProofs); pb != nil {
+			if err := pb.ForEach(func(k, v []byte) error {
+				c, err := decodeKey(k, 1)
+				if err != nil {
+					return fmt.Errorf("%w: proof key %x: %v", ErrCorrupt, k, err)
+				}
+				p, err := decodeProof(v)
+				if err != nil {
+					return fmt.Errorf("%w: proof of %q: %v", ErrCorrupt, c[0], err)
+				}
+				snap.Proofs[c[0]] = p
+				return nil
+			}); err != nil {
+				return err
+			}
 		}
 		hint := 0
 		if b := meta.Get(metaEntryCount); len(b) == 8 {
@@ -708,6 +727,9 @@ func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error
 		if err := decodeRecord(k, v, &e); err != nil {
 			return nil, fmt.Errorf("%w: entry %s: %v", ErrCorrupt, e.Key, err)
 		}
+		if e.Sig != nil && copyValues {
+			e.Sig, slab = slabCopy(slab, e.Sig)
+		}
 		if n := len(e.Value); n > 0 && copyValues {
 			e.Value, slab = slabCopy(slab, e.Value)
 		} else if n == 0 {
@@ -726,6 +748,7 @@ func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error
 type commitReq struct {
 	changes []crdt.Change
 	digests crdt.Digest
+	proofs  map[string]crdt.Proof
 	writer  *WriterMeta
 	self    *string
 	// onCommit runs on the committer goroutine after a successful commit,
@@ -814,6 +837,7 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	err := s.update(func(tx *bolt.Tx) error {
 		w := newTxWriter(tx, s.opts.Indexes)
 		digests := crdt.Digest{}
+		proofs := map[string]crdt.Proof{}
 		var writer *WriterMeta
 		for _, r := range batch {
 			for i := range r.changes {
@@ -829,6 +853,9 @@ func (s *Store) commitBatch(batch []*commitReq) {
 			for o, d := range r.digests {
 				digests[o] = d
 			}
+			for o, p := range r.proofs {
+				proofs[o] = p
+			}
 			if r.writer != nil {
 				writer = r.writer
 			}
@@ -841,6 +868,17 @@ func (s *Store) commitBatch(batch []*commitReq) {
 		for o, d := range digests {
 			if err := w.origins.Put(encodeKey(o), encodeDigest(d)); err != nil {
 				return fmt.Errorf("store: persist digest of %q: %w", o, err)
+			}
+		}
+		if len(proofs) > 0 {
+			pb, err := tx.CreateBucketIfNotExists(bucketProofs)
+			if err != nil {
+				return err
+			}
+			for o, p := range proofs {
+				if err := pb.Put(encodeKey(o), encodeProof(p)); err != nil {
+					return fmt.Errorf("store: persist proof of %q: %w", o, err)
+				}
 			}
 		}
 		total := int64(0)

@@ -28,6 +28,9 @@ type Config struct {
 	AdvertiseAddr    string        `json:"advertiseAddr"`
 	Seeds            []string      `json:"seeds"`
 	GossipKeyFile    string        `json:"gossipKeyFile"`
+	InsecureGossip   bool          `json:"insecureGossip"`
+	SigningKeyFile   string        `json:"signingKeyFile"`
+	TrustBundleFile  string        `json:"trustBundleFile"`
 	GossipProfile    string        `json:"gossipProfile"`
 	DataDir          string        `json:"dataDir"`
 	Debounce         time.Duration `json:"debounce"`
@@ -52,6 +55,9 @@ type fileConfig struct {
 	AdvertiseAddr    *string   `json:"advertiseAddr"`
 	Seeds            *[]string `json:"seeds"`
 	GossipKeyFile    *string   `json:"gossipKeyFile"`
+	InsecureGossip   *bool     `json:"insecureGossip"`
+	SigningKeyFile   *string   `json:"signingKeyFile"`
+	TrustBundleFile  *string   `json:"trustBundleFile"`
 	GossipProfile    *string   `json:"gossipProfile"`
 	DataDir          *string   `json:"dataDir"`
 	Debounce         *string   `json:"debounce"`
@@ -87,11 +93,13 @@ func defaultConfig() Config {
 
 // option describes one setting: its flag, env vars and how to set it.
 type option struct {
-	flag  string
-	envs  []string
-	usage string
-	set   func(c *Config, v string) error
-	fileV func(f *fileConfig) (string, bool)
+	// boolFlag: the flag takes no value (--insecure-gossip).
+	boolFlag bool
+	flag     string
+	envs     []string
+	usage    string
+	set      func(c *Config, v string) error
+	fileV    func(f *fileConfig) (string, bool)
 }
 
 func strSetter(p func(c *Config) *string) func(c *Config, v string) error {
@@ -109,6 +117,36 @@ func durSetter(name string, p func(c *Config) *time.Duration) func(c *Config, v 
 	}
 }
 
+func boolSetter(name string, p func(c *Config) *bool) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not a boolean", name, v)
+		}
+		*p(c) = b
+		return nil
+	}
+}
+
+func bp(p *bool) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	return strconv.FormatBool(*p), true
+}
+
+// boolFlagValue lets a string-valued option be given as a bare --flag.
+type boolFlagValue struct{ s *string }
+
+func (b boolFlagValue) String() string {
+	if b.s == nil {
+		return ""
+	}
+	return *b.s
+}
+func (b boolFlagValue) Set(v string) error { *b.s = v; return nil }
+func (b boolFlagValue) IsBoolFlag() bool   { return true }
+
 func sp(p *string) (string, bool) {
 	if p == nil {
 		return "", false
@@ -118,19 +156,19 @@ func sp(p *string) (string, bool) {
 
 func options() []option {
 	return []option{
-		{"cluster-id", []string{"COASTGUARD_CLUSTER_ID"}, "cluster ID (default: discovered from ClusterProperty cluster.clusterset.k8s.io or Submariner's Cluster)",
+		{false, "cluster-id", []string{"COASTGUARD_CLUSTER_ID"}, "cluster ID (default: discovered from ClusterProperty cluster.clusterset.k8s.io or Submariner's Cluster)",
 			strSetter(func(c *Config) *string { return &c.ClusterID }), func(f *fileConfig) (string, bool) { return sp(f.ClusterID) }},
-		{"kubeconfig", []string{"KUBECONFIG"}, "kubeconfig path (default: in-cluster)",
+		{false, "kubeconfig", []string{"KUBECONFIG"}, "kubeconfig path (default: in-cluster)",
 			strSetter(func(c *Config) *string { return &c.Kubeconfig }), func(f *fileConfig) (string, bool) { return sp(f.Kubeconfig) }},
-		{"node-name", []string{"COASTGUARD_NODE_NAME", "POD_NAME"}, "gossip identity, unique per daemon (default: hostname)",
+		{false, "node-name", []string{"COASTGUARD_NODE_NAME", "POD_NAME"}, "gossip identity, unique per daemon (default: hostname)",
 			strSetter(func(c *Config) *string { return &c.NodeName }), func(f *fileConfig) (string, bool) { return sp(f.NodeName) }},
-		{"namespace", []string{"POD_NAMESPACE"}, "namespace holding the leader Lease",
+		{false, "namespace", []string{"POD_NAMESPACE"}, "namespace holding the leader Lease",
 			strSetter(func(c *Config) *string { return &c.Namespace }), func(f *fileConfig) (string, bool) { return sp(f.Namespace) }},
-		{"bind-addr", []string{"COASTGUARD_BIND_ADDR"}, "gossip bind address host:port",
+		{false, "bind-addr", []string{"COASTGUARD_BIND_ADDR"}, "gossip bind address host:port",
 			strSetter(func(c *Config) *string { return &c.BindAddr }), func(f *fileConfig) (string, bool) { return sp(f.BindAddr) }},
-		{"advertise-addr", []string{"COASTGUARD_ADVERTISE_ADDR", "POD_IP"}, "gossip address advertised to peers, ip or ip:port (default: bind address)",
+		{false, "advertise-addr", []string{"COASTGUARD_ADVERTISE_ADDR", "POD_IP"}, "gossip address advertised to peers, ip or ip:port (default: bind address)",
 			strSetter(func(c *Config) *string { return &c.AdvertiseAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdvertiseAddr) }},
-		{"seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin (default: the Lighthouse name coastguard.<namespace>.svc.clusterset.local; \"none\" disables)",
+		{false, "seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin (default: the Lighthouse name coastguard.<namespace>.svc.clusterset.local; \"none\" disables)",
 			func(c *Config, v string) error { c.Seeds = splitList(v); return nil },
 			func(f *fileConfig) (string, bool) {
 				if f.Seeds == nil {
@@ -138,31 +176,37 @@ func options() []option {
 				}
 				return strings.Join(*f.Seeds, ","), true
 			}},
-		{"gossip-key-file", []string{"COASTGUARD_GOSSIP_KEY_FILE"}, "keyring file: one base64 AES key (16/24/32 bytes) per line, first is primary",
+		{false, "gossip-key-file", []string{"COASTGUARD_GOSSIP_KEY_FILE"}, "keyring file: one base64 AES key (16/24/32 bytes) per line, first is primary",
 			strSetter(func(c *Config) *string { return &c.GossipKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.GossipKeyFile) }},
-		{"gossip-profile", []string{"COASTGUARD_GOSSIP_PROFILE"}, "gossip timing profile: wan, lan or local",
+		{true, "insecure-gossip", []string{"COASTGUARD_INSECURE_GOSSIP"}, "run gossip WITHOUT encryption and without origin signatures (testing only; required to start without --gossip-key-file)",
+			boolSetter("insecure-gossip", func(c *Config) *bool { return &c.InsecureGossip }), func(f *fileConfig) (string, bool) { return bp(f.InsecureGossip) }},
+		{false, "signing-key-file", []string{"COASTGUARD_SIGNING_KEY_FILE"}, "this cluster's Ed25519 signing key (base64 32-byte seed; Secret coastguard-signing-key; see coastguardd keys generate)",
+			strSetter(func(c *Config) *string { return &c.SigningKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.SigningKeyFile) }},
+		{false, "trust-bundle-file", []string{"COASTGUARD_TRUST_BUNDLE_FILE"}, "strict mode: file of \"<cluster-id> <base64 Ed25519 public key>\" lines; only these keys are trusted (default: trust on first use, pinned in the store)",
+			strSetter(func(c *Config) *string { return &c.TrustBundleFile }), func(f *fileConfig) (string, bool) { return sp(f.TrustBundleFile) }},
+		{false, "gossip-profile", []string{"COASTGUARD_GOSSIP_PROFILE"}, "gossip timing profile: wan, lan or local",
 			strSetter(func(c *Config) *string { return &c.GossipProfile }), func(f *fileConfig) (string, bool) { return sp(f.GossipProfile) }},
-		{"data-dir", []string{"COASTGUARD_DATA_DIR"}, "directory for the bbolt state file",
+		{false, "data-dir", []string{"COASTGUARD_DATA_DIR"}, "directory for the bbolt state file",
 			strSetter(func(c *Config) *string { return &c.DataDir }), func(f *fileConfig) (string, bool) { return sp(f.DataDir) }},
-		{"debounce", []string{"COASTGUARD_DEBOUNCE"}, "enforcer quiet period before recomputing",
+		{false, "debounce", []string{"COASTGUARD_DEBOUNCE"}, "enforcer quiet period before recomputing",
 			durSetter("debounce", func(c *Config) *time.Duration { return &c.Debounce }), func(f *fileConfig) (string, bool) { return sp(f.Debounce) }},
-		{"max-delay", []string{"COASTGUARD_MAX_DELAY"}, "enforcer maximum delay under continuous churn",
+		{false, "max-delay", []string{"COASTGUARD_MAX_DELAY"}, "enforcer maximum delay under continuous churn",
 			durSetter("max-delay", func(c *Config) *time.Duration { return &c.MaxDelay }), func(f *fileConfig) (string, bool) { return sp(f.MaxDelay) }},
-		{"reconnect-timeout", []string{"COASTGUARD_RECONNECT_TIMEOUT"}, "a cluster with no live member for this long is retired",
+		{false, "reconnect-timeout", []string{"COASTGUARD_RECONNECT_TIMEOUT"}, "a cluster with no live member for this long is retired",
 			durSetter("reconnect-timeout", func(c *Config) *time.Duration { return &c.ReconnectTimeout }), func(f *fileConfig) (string, bool) { return sp(f.ReconnectTimeout) }},
-		{"metrics-addr", []string{"COASTGUARD_METRICS_ADDR"}, "address serving /metrics, /healthz and /readyz",
+		{false, "metrics-addr", []string{"COASTGUARD_METRICS_ADDR"}, "address serving /metrics, /healthz and /readyz",
 			strSetter(func(c *Config) *string { return &c.MetricsAddr }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAddr) }},
-		{"globalnet-policy", []string{"COASTGUARD_GLOBALNET_POLICY"}, "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed)",
+		{false, "globalnet-policy", []string{"COASTGUARD_GLOBALNET_POLICY"}, "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed)",
 			strSetter(func(c *Config) *string { return &c.GlobalnetPolicy }), func(f *fileConfig) (string, bool) { return sp(f.GlobalnetPolicy) }},
-		{"lease-duration", []string{"COASTGUARD_LEASE_DURATION"}, "leader Lease duration",
+		{false, "lease-duration", []string{"COASTGUARD_LEASE_DURATION"}, "leader Lease duration",
 			durSetter("lease-duration", func(c *Config) *time.Duration { return &c.LeaseDuration }), func(f *fileConfig) (string, bool) { return sp(f.LeaseDuration) }},
-		{"tombstone-gc-after", []string{"COASTGUARD_TOMBSTONE_GC_AFTER"}, "own tombstones older than this are garbage-collected",
+		{false, "tombstone-gc-after", []string{"COASTGUARD_TOMBSTONE_GC_AFTER"}, "own tombstones older than this are garbage-collected",
 			durSetter("tombstone-gc-after", func(c *Config) *time.Duration { return &c.TombstoneGCAfter }), func(f *fileConfig) (string, bool) { return sp(f.TombstoneGCAfter) }},
-		{"log-level", []string{"COASTGUARD_LOG_LEVEL"}, "debug, info, warn or error",
+		{false, "log-level", []string{"COASTGUARD_LOG_LEVEL"}, "debug, info, warn or error",
 			strSetter(func(c *Config) *string { return &c.LogLevel }), func(f *fileConfig) (string, bool) { return sp(f.LogLevel) }},
-		{"admin-addr", []string{"COASTGUARD_ADMIN_ADDR"}, "loopback address serving /debug/state and /admin/* (kubectl exec only; \"\" disables)",
+		{false, "admin-addr", []string{"COASTGUARD_ADMIN_ADDR"}, "loopback address serving /debug/state and /admin/* (kubectl exec only; \"\" disables)",
 			strSetter(func(c *Config) *string { return &c.AdminAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdminAddr) }},
-		{"metrics-auth", []string{"COASTGUARD_METRICS_AUTH"}, "none, or kubernetes: /metrics requires a bearer token that TokenReview accepts and SubjectAccessReview allows to get /metrics",
+		{false, "metrics-auth", []string{"COASTGUARD_METRICS_AUTH"}, "none, or kubernetes: /metrics requires a bearer token that TokenReview accepts and SubjectAccessReview allows to get /metrics",
 			strSetter(func(c *Config) *string { return &c.MetricsAuth }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAuth) }},
 	}
 }
@@ -197,6 +241,12 @@ func newConfigFlags(name string, getenv func(string) string) *configFlags {
 	cf.configFile = fs.String("config", getenv("COASTGUARD_CONFIG"), "YAML config file (keys: clusterID, seeds, dataDir, ...) [env COASTGUARD_CONFIG]")
 	defaults := defaultStrings()
 	for _, o := range options() {
+		if o.boolFlag {
+			v := new(string)
+			fs.Var(boolFlagValue{v}, o.flag, o.usage+envHint(o.envs))
+			cf.vals[o.flag] = v
+			continue
+		}
 		cf.vals[o.flag] = fs.String(o.flag, "", o.usage+envHint(o.envs))
 		if v, ok := o.fileV(&defaults); ok && v != "" {
 			fs.Lookup(o.flag).DefValue = v
@@ -331,11 +381,22 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("gossip-profile %q: must be wan, lan or local", c.GossipProfile))
 	}
-	if c.GossipKeyFile != "" {
-		if st, err := os.Stat(c.GossipKeyFile); err != nil {
-			errs = append(errs, fmt.Errorf("gossip-key-file: %v", err))
+	if c.GossipKeyFile == "" && !c.InsecureGossip {
+		errs = append(errs, errors.New("gossip-key-file is required: without it gossip is unencrypted and any host that reaches the gossip port can join (pass --insecure-gossip to run without encryption, for tests only)"))
+	}
+	if c.SigningKeyFile == "" && !c.InsecureGossip {
+		errs = append(errs, errors.New("signing-key-file is required: it is this cluster's Ed25519 identity (coastguardd keys generate; pass --insecure-gossip to run unsigned, for tests only)"))
+	}
+	for _, f := range []struct{ name, path string }{
+		{"gossip-key-file", c.GossipKeyFile}, {"signing-key-file", c.SigningKeyFile}, {"trust-bundle-file", c.TrustBundleFile},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if st, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %v", f.name, err))
 		} else if st.IsDir() {
-			errs = append(errs, fmt.Errorf("gossip-key-file %q is a directory", c.GossipKeyFile))
+			errs = append(errs, fmt.Errorf("%s %q is a directory", f.name, f.path))
 		}
 	}
 	if c.DataDir == "" {

@@ -19,7 +19,7 @@ func TestParseConfigDefaultsAndPrecedence(t *testing.T) {
 	file := filepath.Join(dir, "c.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("clusterID: from-file\nseeds: [a.example, b.example:7000]\ndebounce: 80ms\nmaxDelay: 1s\n"), 0o600))
 
-	cfg, err := parseConfig("run", []string{"--config", file, "--node-name", "n1"}, envMap(nil))
+	cfg, err := parseConfig("run", []string{"--config", file, "--node-name", "n1", "--insecure-gossip"}, envMap(nil))
 	require.NoError(t, err)
 	require.Equal(t, "from-file", cfg.ClusterID)
 	require.Equal(t, []string{"a.example", "b.example:7000"}, cfg.Seeds)
@@ -29,16 +29,41 @@ func TestParseConfigDefaultsAndPrecedence(t *testing.T) {
 
 	// env beats file, flag beats env
 	cfg, err = parseConfig("run", []string{"--config", file, "--cluster-id", "from-flag"},
-		envMap(map[string]string{"COASTGUARD_CLUSTER_ID": "from-env", "POD_NAME": "pod-a", "COASTGUARD_DEBOUNCE": "90ms"}))
+		envMap(map[string]string{"COASTGUARD_INSECURE_GOSSIP": "true", "COASTGUARD_CLUSTER_ID": "from-env", "POD_NAME": "pod-a", "COASTGUARD_DEBOUNCE": "90ms"}))
 	require.NoError(t, err)
 	require.Equal(t, "from-flag", cfg.ClusterID)
 	require.Equal(t, "pod-a", cfg.NodeName)
 	require.Equal(t, 90*time.Millisecond, cfg.Debounce)
 
 	// the first listed env var wins over later aliases
-	cfg, err = parseConfig("run", nil, envMap(map[string]string{"COASTGUARD_NODE_NAME": "explicit", "POD_NAME": "pod"}))
+	cfg, err = parseConfig("run", nil, envMap(map[string]string{"COASTGUARD_NODE_NAME": "explicit", "POD_NAME": "pod", "COASTGUARD_INSECURE_GOSSIP": "1"}))
 	require.NoError(t, err)
 	require.Equal(t, "explicit", cfg.NodeName)
+}
+
+// Attack 6: the daemon must not silently run unencrypted, unsigned gossip.
+func TestParseConfigRequiresGossipKeys(t *testing.T) {
+	_, err := parseConfig("run", []string{"--node-name", "n"}, envMap(nil))
+	require.ErrorContains(t, err, "gossip-key-file is required")
+	require.ErrorContains(t, err, "signing-key-file is required")
+	require.ErrorContains(t, err, "--insecure-gossip")
+
+	dir := t.TempDir()
+	key := filepath.Join(dir, "keyring")
+	sig := filepath.Join(dir, "signing.key")
+	require.NoError(t, os.WriteFile(key, []byte("x\n"), 0o600))
+	require.NoError(t, os.WriteFile(sig, []byte("x\n"), 0o600))
+	_, err = parseConfig("run", []string{"--node-name", "n", "--gossip-key-file", key}, envMap(nil))
+	require.ErrorContains(t, err, "signing-key-file is required")
+	cfg, err := parseConfig("run", []string{"--node-name", "n", "--gossip-key-file", key, "--signing-key-file", sig}, envMap(nil))
+	require.NoError(t, err)
+	require.False(t, cfg.InsecureGossip)
+
+	cfg, err = parseConfig("run", []string{"--node-name", "n", "--insecure-gossip"}, envMap(nil))
+	require.NoError(t, err)
+	require.True(t, cfg.InsecureGossip)
+	_, err = parseConfig("run", []string{"--node-name", "n", "--insecure-gossip=maybe"}, envMap(nil))
+	require.Error(t, err)
 }
 
 func TestParseConfigRejectsNonsense(t *testing.T) {
@@ -65,7 +90,7 @@ func TestParseConfigRejectsNonsense(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			_, err := parseConfig("run", append([]string{"--node-name", "n"}, tc.args...), envMap(nil))
+			_, err := parseConfig("run", append([]string{"--node-name", "n", "--insecure-gossip"}, tc.args...), envMap(nil))
 			require.Error(t, err)
 			require.Contains(t, err.Error(), tc.want)
 		})
@@ -76,7 +101,7 @@ func TestParseConfigFileErrors(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "c.yaml")
 	require.NoError(t, os.WriteFile(file, []byte("clusterName: typo-key\n"), 0o600))
-	_, err := parseConfig("run", []string{"--config", file, "--node-name", "n"}, envMap(nil))
+	_, err := parseConfig("run", []string{"--config", file, "--node-name", "n", "--insecure-gossip"}, envMap(nil))
 	require.Error(t, err)
 	require.True(t, strings.Contains(err.Error(), "clusterName"), err.Error())
 

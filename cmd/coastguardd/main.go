@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/cli"
 	"io"
 	"os"
 	"runtime"
@@ -44,10 +45,21 @@ var commands []func() *cobra.Command
 var subcommandShort = map[string]string{
 	"render":       "translate MCNPs and an inventory into NetworkPolicies, offline",
 	"decommission": "retire this cluster from the cluster set (run inside a daemon pod)",
+	"keys":         "generate or show this cluster's Ed25519 signing key",
 }
 
 func init() {
-	commands = append(commands, newRunCmd, newVersionCmd)
+	commands = append(commands, newRunCmd, newVersionCmd, newClusterSetCmd)
+}
+
+// newClusterSetCmd mounts the kubectl plugin's command tree (status, explain,
+// verdict, what-if, conflicts, decommission) as `coastguardd clusterset ...`,
+// for hosts where only the daemon binary is installed.
+func newClusterSetCmd() *cobra.Command {
+	c := cli.NewCommands()
+	c.Use = "clusterset"
+	c.Short = "the kubectl coastguard commands: status, explain, verdict, what-if, conflicts, decommission"
+	return c
 }
 
 func main() {

@@ -154,8 +154,9 @@ func run(cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	if len(gcfg.Keyring) == 0 {
-		log.Warn("gossip encryption is OFF: set --gossip-key-file (see docs/OPERATIONS.md)")
+	if cfg.InsecureGossip {
+		log.Warn("INSECURE: --insecure-gossip is set; gossip may be unencrypted and origin signatures are not enforced without --signing-key-file (tests only, see docs/SECURITY.md)",
+			"encrypted", len(gcfg.Keyring) > 0, "signing_key", cfg.SigningKeyFile != "")
 	}
 
 	gcfg.BuildVersion = version.Get()
@@ -167,7 +168,12 @@ func run(cfg Config, log *slog.Logger) error {
 	workqueue.SetProvider(newWorkqueueMetrics(reg))
 	h := newHealth("state", "enforcement")
 
+	signingKey, bundle, err := loadTrust(cfg)
+	if err != nil {
+		return err
+	}
 	d, err := daemon.New(daemon.Options{
+		SigningKey: signingKey, TrustBundle: bundle,
 		ClusterID: clusterID, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,

@@ -165,9 +165,18 @@ func (e *Env) StartDaemon(c *Cluster, opts DaemonOptions) (*Daemon, error) {
 		if len(seeds) > 0 {
 			args = append(args, "--seeds="+strings.Join(seeds, ","))
 		}
+		keyID := opts.ClusterID
+		if keyID == "" {
+			keyID = c.Name
+		}
+		keys, err := e.keyArgs(keyID, opts.Args)
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, keys...)
 		args = append(args, opts.Args...)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := c.EnsureNamespace(ctx, DaemonNamespace, nil)
+		err = c.EnsureNamespace(ctx, DaemonNamespace, nil)
 		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("harness: namespace %s in %s: %w", DaemonNamespace, c.Name, err)

@@ -104,3 +104,31 @@ func (r *Replica) View(fn func(*crdt.State)) {
 	defer r.mu.Unlock()
 	fn(r.s)
 }
+
+// SetSigner signs own writes (crdt.State.SetSigner).
+func (r *Replica) SetSigner(sg crdt.Signer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.s.SetSigner(sg)
+}
+
+// SetVerifier verifies peers' data (crdt.State.SetVerifier).
+func (r *Replica) SetVerifier(v crdt.Verifier, a crdt.RetireAuthority) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.s.SetVerifier(v, a)
+}
+
+// SignRetire signs a retirement of the own origin.
+func (r *Replica) SignRetire(rt crdt.Retire) crdt.Retire {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.s.SignRetire(rt)
+}
+
+// SetLimits bounds what peers can make this replica hold (crdt.Limits).
+func (r *Replica) SetLimits(l crdt.Limits) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.s.SetLimits(l)
+}

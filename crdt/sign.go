@@ -1,0 +1,355 @@
+package crdt
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// Origin signatures (docs/SECURITY.md). Every version of an origin's entries
+// and every watermark an origin asserts (its head, GC and retirement) is
+// signed by that origin's writer with its Ed25519 key. The signatures are
+// detached from the messages that carry them and stored with the state, so
+// relays forward them unchanged on every path (push, pull, reset,
+// anti-entropy rebuilt from state) and cannot forge or alter them.
+//
+// The package stays pure: it computes the signed messages and asks an
+// injected Signer / Verifier (which own the keys and the pins) to sign or
+// check them.
+
+// SigSize is the size of an origin signature (Ed25519).
+const SigSize = 64
+
+// KeySize is the size of an origin public key (Ed25519).
+const KeySize = 32
+
+// Signer signs records of the local origin.
+type Signer interface {
+	// PublicKey is the key receivers verify with.
+	PublicKey() []byte
+	// Sign returns a SigSize signature over msg.
+	Sign(msg []byte) []byte
+}
+
+// Verifier checks that origin signed msg. key is the public key the message
+// presented (nil when none was carried); the Verifier decides whether it is
+// the origin's key (pins, trust bundle) and returns a *TrustError if not.
+type Verifier interface {
+	Verify(origin string, key, msg, sig []byte) error
+	// Key returns the key this replica trusts for origin (nil if none), to
+	// forward with relayed records.
+	Key(origin string) []byte
+}
+
+// RetireAuthority reports whether this replica's own membership view allows
+// retiring origin without its signature: no live member of it has been seen
+// for the reconnect timeout.
+type RetireAuthority func(origin string) bool
+
+// Reasons of a TrustError, used as the drop reason label in metrics.
+const (
+	ReasonBadSignature      = "bad_signature"
+	ReasonUnsigned          = "unsigned"
+	ReasonUnprovenWatermark = "unproven_watermark"
+	ReasonUnprovenReset     = "unproven_reset"
+	ReasonOriginLimit       = "origin_limit"
+	ReasonEntryLimit        = "entry_limit"
+	ReasonRetireRefused     = "retire_refused"
+	ReasonKeyMismatch       = "key_mismatch"
+	ReasonUnknownKey        = "unknown_key"
+)
+
+// ErrUntrusted wraps every TrustError.
+var ErrUntrusted = errors.New("crdt: untrusted input")
+
+// TrustError is returned when input is not backed by its origin's signature.
+type TrustError struct {
+	Reason string
+	Origin string
+	Detail string
+}
+
+func (e *TrustError) Error() string {
+	return fmt.Sprintf("crdt: untrusted input from origin %q (%s): %s", e.Origin, e.Reason, e.Detail)
+}
+
+func (e *TrustError) Unwrap() error { return ErrUntrusted }
+
+func trustErr(reason, origin, format string, args ...any) error {
+	return &TrustError{Reason: reason, Origin: origin, Detail: fmt.Sprintf(format, args...)}
+}
+
+// TrustReason returns the reason of a TrustError in err's chain ("" if none).
+func TrustReason(err error) string {
+	var te *TrustError
+	if errors.As(err, &te) {
+		return te.Reason
+	}
+	return ""
+}
+
+// Mark kinds: watermarks an origin asserts.
+type MarkKind uint8
+
+const (
+	// MarkHead: the origin has written versions up to this one.
+	MarkHead MarkKind = 1
+	// MarkGC: the origin's tombstone GC watermark.
+	MarkGC MarkKind = 2
+	// MarkRetire: the origin retires its versions up to this one.
+	MarkRetire MarkKind = 3
+)
+
+const (
+	domainEntry = "coastguard/entry/v1\x00"
+	domainMark  = "coastguard/mark/v1\x00"
+)
+
+func appendLenString(b []byte, s string) []byte {
+	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
+	return append(b, s...)
+}
+
+// EntrySigMessage is the message an origin signs for one entry version:
+// domain, origin, kind, name, version, tombstone flag, stamp and the
+// SHA-256 of the value.
+func EntrySigMessage(e *Entry) []byte {
+	b := make([]byte, 0, len(domainEntry)+len(e.Origin)+len(e.Name)+64)
+	b = append(b, domainEntry...)
+	b = appendLenString(b, e.Origin)
+	b = append(b, byte(e.Kind))
+	b = appendLenString(b, e.Name)
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Version))
+	if e.Deleted {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
+	b = binary.BigEndian.AppendUint64(b, uint64(e.Stamp))
+	h := sha256.Sum256(e.Value)
+	return append(b, h[:]...)
+}
+
+// MarkSigMessage is the message an origin signs for one of its watermarks.
+func MarkSigMessage(origin string, kind MarkKind, v Version) []byte {
+	b := make([]byte, 0, len(domainMark)+len(origin)+16)
+	b = append(b, domainMark...)
+	b = appendLenString(b, origin)
+	b = append(b, byte(kind))
+	return binary.BigEndian.AppendUint64(b, uint64(v))
+}
+
+// Proof is what a replica holds to justify an origin's watermarks to
+// others: the origin's highest signed head and the signatures of its GC
+// and retirement watermarks (RetiredSig is nil when the retirement was
+// decided by membership, see RetireAuthority).
+type Proof struct {
+	Head       Version
+	HeadSig    []byte
+	GCSig      []byte
+	RetiredSig []byte
+}
+
+// SetSigner makes Write, CollectGarbage, SealPriorEpochs and own
+// retirements sign what they produce.
+func (s *State) SetSigner(sg Signer) { s.signer = sg }
+
+// SetVerifier makes Apply and ApplyRetire refuse everything its origin did
+// not sign (nil: trust every input, for tests and --insecure-gossip).
+// authority may be nil (never retire without the origin's signature).
+func (s *State) SetVerifier(v Verifier, authority RetireAuthority) {
+	s.verifier, s.authority = v, authority
+}
+
+// Proof returns what this replica holds to justify origin's watermarks.
+func (s *State) Proof(origin string) Proof {
+	o := s.origins[origin]
+	if o == nil {
+		return Proof{}
+	}
+	return o.proof
+}
+
+// RestoreProofs installs persisted proofs after Restore (not re-verified:
+// they were verified before they were persisted).
+func (s *State) RestoreProofs(p map[string]Proof) {
+	for name, pr := range p {
+		if o := s.origins[name]; o != nil {
+			o.proof = pr
+			if pr.Head > o.seen {
+				o.seen = pr.Head
+			}
+		}
+	}
+}
+
+func (s *State) signMark(o *originState, kind MarkKind, v Version) []byte {
+	if s.signer == nil || o.name != s.self {
+		return nil
+	}
+	return s.signer.Sign(MarkSigMessage(o.name, kind, v))
+}
+
+// SignRetire signs a retirement of our own origin (nil signer: unchanged).
+func (s *State) SignRetire(r Retire) Retire {
+	if s.signer != nil && r.Origin == s.self && s.self != "" {
+		r.Sig = s.signer.Sign(MarkSigMessage(r.Origin, MarkRetire, r.UpTo))
+		r.Key = s.signer.PublicKey()
+	}
+	return r
+}
+
+func (s *State) attachProof(o *originState, d *Delta) {
+	d.Head, d.HeadSig = o.proof.Head, o.proof.HeadSig
+	if n := len(d.Entries); n > 0 && d.Entries[n-1].Version >= d.To {
+		// The last entry's own signature proves To: save 75 bytes.
+		d.Head, d.HeadSig = 0, nil
+	}
+	if d.GC == o.gc {
+		d.GCSig = o.proof.GCSig
+	}
+	if d.Retired == o.retired {
+		d.RetiredSig = o.proof.RetiredSig
+	}
+	switch {
+	case s.signer != nil && o.name == s.self:
+		d.Key = s.signer.PublicKey()
+	case s.verifier != nil:
+		d.Key = s.verifier.Key(o.name)
+	}
+}
+
+// verifyDelta checks, before anything changes, that every entry that could
+// change our state and every watermark that would move is backed by the
+// origin's signature. It returns the proof to keep.
+func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
+	p := o.proof
+	if s.verifier == nil {
+		return p, nil
+	}
+	v := s.verifier
+	if len(d.Key) > 0 {
+		if k := v.Key(d.Origin); k != nil && !bytes.Equal(k, d.Key) {
+			// A sender presenting another key for a pinned cluster is
+			// refused (and reported) even when its data would be ignored
+			// anyway: that is how a rogue claiming an ID is noticed.
+			if err := v.Verify(d.Origin, d.Key, nil, nil); err != nil {
+				return p, err
+			}
+			return p, trustErr(ReasonKeyMismatch, d.Origin, "presented key differs from the trusted key")
+		}
+	}
+	bound := o.seen
+	if d.Head > bound {
+		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkHead, d.Head), d.HeadSig); err != nil {
+			return p, err
+		}
+		bound = d.Head
+		p.Head, p.HeadSig = d.Head, d.HeadSig
+	}
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if e.Version <= o.retired {
+			continue
+		}
+		if r := o.byName[e.Kind-1][e.Name]; r != nil && (!wins(e, r) || sameContent(e, r)) {
+			continue // changes nothing: no need to verify (replays are cheap)
+		}
+		if !d.Reset && e.Version <= o.max {
+			continue // ignored by applyNormal
+		}
+		if len(e.Sig) == 0 {
+			return p, trustErr(ReasonUnsigned, d.Origin, "entry %s version %s carries no signature", e.Key, e.Version)
+		}
+		if err := v.Verify(d.Origin, d.Key, EntrySigMessage(e), e.Sig); err != nil {
+			return p, err
+		}
+		bound = max(bound, e.Version)
+	}
+	if d.GC > o.gc {
+		if len(d.GCSig) == 0 {
+			return p, trustErr(ReasonUnsigned, d.Origin, "GC watermark %s is not signed", d.GC)
+		}
+		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkGC, d.GC), d.GCSig); err != nil {
+			return p, err
+		}
+		p.GCSig = d.GCSig
+		bound = max(bound, d.GC)
+	}
+	if d.Retired > o.retired {
+		if len(d.RetiredSig) > 0 {
+			if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkRetire, d.Retired), d.RetiredSig); err != nil {
+				return p, err
+			}
+			p.RetiredSig = d.RetiredSig
+			bound = max(bound, d.Retired)
+		} else {
+			if s.authority == nil || !s.authority(d.Origin) {
+				return p, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
+			}
+			if d.Retired > bound {
+				return p, trustErr(ReasonUnprovenWatermark, d.Origin, "retirement %s above the highest signed version %s", d.Retired, bound)
+			}
+			p.RetiredSig = nil
+		}
+	}
+	if d.To > bound && d.To > o.max {
+		return p, trustErr(ReasonUnprovenWatermark, d.Origin, "watermark %s above the highest signed version %s", d.To, bound)
+	}
+	return p, nil
+}
+
+// verifyRetire checks a retirement before ApplyRetire merges it.
+func (s *State) verifyRetire(o *originState, r *Retire) error {
+	if s.verifier == nil || r.UpTo <= o.retired {
+		return nil
+	}
+	if len(r.Sig) > 0 {
+		if err := s.verifier.Verify(r.Origin, r.Key, MarkSigMessage(r.Origin, MarkRetire, r.UpTo), r.Sig); err != nil {
+			return err
+		}
+		o.proof.RetiredSig = r.Sig
+		return nil
+	}
+	if s.authority == nil || !s.authority(r.Origin) {
+		return trustErr(ReasonRetireRefused, r.Origin, "unsigned retirement %s of a cluster with live members", r.UpTo)
+	}
+	if r.UpTo > o.seen {
+		return trustErr(ReasonUnprovenWatermark, r.Origin, "retirement %s above the highest signed version %s", r.UpTo, o.seen)
+	}
+	o.proof.RetiredSig = nil
+	return nil
+}
+
+// Limits bound what peers can make a replica hold (issue 15, attack 8).
+// Zero means unlimited.
+type Limits struct {
+	// MaxOrigins bounds the origins (clusters) a replica tracks; deltas
+	// and retirements of further origins are refused.
+	MaxOrigins int
+	// MaxEntriesPerOrigin bounds the entries (tombstones included) stored
+	// per origin; a delta that would add keys beyond it is refused.
+	MaxEntriesPerOrigin int
+}
+
+// SetLimits installs limits. The own origin is never limited.
+func (s *State) SetLimits(l Limits) { s.limits = l }
+
+func (s *State) checkEntryLimit(o *originState, d *Delta) error {
+	max := s.limits.MaxEntriesPerOrigin
+	if max <= 0 || d.Origin == s.self || o.count+len(d.Entries) <= max {
+		return nil
+	}
+	added := 0
+	for i := range d.Entries {
+		if e := &d.Entries[i]; o.byName[e.Kind-1][e.Name] == nil && e.Version > o.max {
+			added++
+		}
+	}
+	if o.count+added > max {
+		return trustErr(ReasonEntryLimit, d.Origin, "origin holds %d entries; %d more would pass the limit %d", o.count, added, max)
+	}
+	return nil
+}

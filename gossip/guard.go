@@ -1,0 +1,202 @@
+package gossip
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Inbound stream limits (issue 15, attack 7). memberlist reads an encrypted
+// stream's declared length (up to 20 MiB) and buffers all of it, then
+// copies it again per keyring key, BEFORE it can tell that the sender has
+// no key: a dozen key-less connections cost hundreds of MiB. The guard
+// sits between the transport and memberlist and, before memberlist sees a
+// byte, reads the label, message type and declared length of every inbound
+// stream and refuses it unless it is an encrypted message no longer than
+// MaxStreamBytes; it also caps concurrent inbound streams per source IP and
+// in total. Worst case pre-authentication memory is therefore about
+// MaxInboundStreams x MaxStreamBytes x 3 (memberlist's copies).
+const (
+	// MaxStreamBytes bounds one inbound stream: our largest message
+	// (MaxMessageBytes) or push/pull state, plus headroom.
+	MaxStreamBytes = MaxMessageBytes + 512<<10
+	// MaxInboundStreams bounds concurrent inbound streams in total.
+	MaxInboundStreams = 32
+	// MaxInboundStreamsPerIP bounds concurrent inbound streams per source.
+	MaxInboundStreamsPerIP = 4
+	// streamHeaderTimeout bounds how long a stream may take to send its
+	// header.
+	streamHeaderTimeout = 2 * time.Second
+)
+
+const (
+	mlEncryptMsg  = 10  // memberlist encryptMsg
+	mlHasLabelMsg = 244 // memberlist hasLabelMsg
+)
+
+// guardTransport wraps a memberlist transport with the inbound stream
+// limits above. Packets (UDP, <= 64 KiB each) pass unchanged.
+type guardTransport struct {
+	memberlist.NodeAwareTransport
+	encrypted     bool
+	limitLoopback bool
+	onDrop        func(reason, from string, err error)
+
+	once sync.Once
+	out  chan net.Conn
+	done chan struct{}
+
+	mu    sync.Mutex
+	total int
+	perIP map[string]int
+}
+
+func newGuardTransport(inner memberlist.NodeAwareTransport, encrypted bool, onDrop func(reason, from string, err error)) *guardTransport {
+	return &guardTransport{NodeAwareTransport: inner, encrypted: encrypted, onDrop: onDrop,
+		out: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}}
+}
+
+func (g *guardTransport) StreamCh() <-chan net.Conn {
+	g.once.Do(func() { go g.pump() })
+	return g.out
+}
+
+func (g *guardTransport) Shutdown() error {
+	select {
+	case <-g.done:
+	default:
+		close(g.done)
+	}
+	return g.NodeAwareTransport.Shutdown()
+}
+
+func (g *guardTransport) pump() {
+	in := g.NodeAwareTransport.StreamCh()
+	for {
+		select {
+		case <-g.done:
+			return
+		case c := <-in:
+			if c != nil {
+				g.admit(c)
+			}
+		}
+	}
+}
+
+func remoteIP(c net.Conn) string {
+	if a := c.RemoteAddr(); a != nil {
+		if h, _, err := net.SplitHostPort(a.String()); err == nil {
+			return h
+		}
+		return a.String()
+	}
+	return ""
+}
+
+// admit takes a slot for c, or refuses it; the header check runs on its
+// own goroutine so a slow sender cannot stall other streams.
+func (g *guardTransport) admit(c net.Conn) {
+	ip := remoteIP(c)
+	g.mu.Lock()
+	perIPCap := MaxInboundStreamsPerIP
+	if !g.limitLoopback {
+		if a := net.ParseIP(ip); a != nil && a.IsLoopback() {
+			// In-process simulations run every member on one loopback
+			// address; a pod never shares its loopback with a peer.
+			perIPCap = MaxInboundStreams
+		}
+	}
+	if g.total >= MaxInboundStreams || g.perIP[ip] >= perIPCap {
+		g.mu.Unlock()
+		_ = c.Close()
+		g.onDrop(dropStreamLimit, ip, fmt.Errorf("inbound stream limit (%d total, %d per source)", MaxInboundStreams, MaxInboundStreamsPerIP))
+		return
+	}
+	g.total++
+	g.perIP[ip]++
+	g.mu.Unlock()
+	gc := &guardedConn{Conn: c, g: g, ip: ip}
+	go func() {
+		if err := gc.checkHeader(g.encrypted); err != nil {
+			_ = gc.Close()
+			g.onDrop(dropPreAuth, ip, err)
+			return
+		}
+		select {
+		case g.out <- gc:
+		case <-g.done:
+			_ = gc.Close()
+		}
+	}()
+}
+
+func (g *guardTransport) release(ip string) {
+	g.mu.Lock()
+	g.total--
+	if g.perIP[ip]--; g.perIP[ip] <= 0 {
+		delete(g.perIP, ip)
+	}
+	g.mu.Unlock()
+}
+
+// guardedConn replays the peeked header to memberlist, caps what can be
+// read from the stream, and frees its slot on Close.
+type guardedConn struct {
+	net.Conn
+	g      *guardTransport
+	ip     string
+	r      io.Reader
+	closed sync.Once
+}
+
+var errStreamRefused = errors.New("stream refused before authentication")
+
+// checkHeader reads [label header] type [length] within the header
+// timeout and sets up the capped reader.
+func (c *guardedConn) checkHeader(encrypted bool) error {
+	_ = c.Conn.SetReadDeadline(time.Now().Add(streamHeaderTimeout))
+	br := bufio.NewReaderSize(io.LimitReader(c.Conn, MaxStreamBytes+512), 512)
+	off := 0
+	b, err := br.Peek(1)
+	if err != nil {
+		return fmt.Errorf("%w: header: %v", errStreamRefused, err)
+	}
+	if b[0] == mlHasLabelMsg {
+		b, err = br.Peek(2)
+		if err != nil {
+			return fmt.Errorf("%w: label: %v", errStreamRefused, err)
+		}
+		off = 2 + int(b[1])
+	}
+	if encrypted {
+		b, err = br.Peek(off + 5)
+		if err != nil {
+			return fmt.Errorf("%w: header: %v", errStreamRefused, err)
+		}
+		if b[off] != mlEncryptMsg {
+			return fmt.Errorf("%w: plaintext stream (type %d) while encryption is on", errStreamRefused, b[off])
+		}
+		if n := binary.BigEndian.Uint32(b[off+1 : off+5]); n > MaxStreamBytes {
+			return fmt.Errorf("%w: declares %d bytes (limit %d)", errStreamRefused, n, MaxStreamBytes)
+		}
+	}
+	_ = c.Conn.SetReadDeadline(time.Time{})
+	c.r = br
+	return nil
+}
+
+func (c *guardedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *guardedConn) Close() error {
+	err := c.Conn.Close()
+	c.closed.Do(func() { c.g.release(c.ip) })
+	return err
+}

@@ -1,0 +1,251 @@
+package gossip
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/ed25519"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// Trust is the origin-key policy of a node (docs/SECURITY.md): it maps each
+// cluster ID to the one Ed25519 public key allowed to sign for it, and
+// implements crdt.Verifier.
+//
+//   - Strict mode: only keys from the operator's trust bundle are accepted.
+//   - Default (trust on first use): the first key that presents a valid
+//     signature for a cluster is pinned (persisted by Persist, in bbolt),
+//     and every other key for that cluster is refused loudly
+//     (dropped{reason="key_mismatch"} and an error log line) for ever,
+//     until an operator removes the pin.
+type Trust struct {
+	mu     sync.Mutex
+	pins   map[string][]byte
+	strict bool
+	// Persist stores a new pin; nil keeps pins in memory only.
+	persist func(origin string, key []byte) error
+	log     *slog.Logger
+	warned  map[string]time.Time
+}
+
+// NewTrust builds the policy. pins are the persisted TOFU pins, or the trust
+// bundle with strict set. self/selfKey pin the local cluster's own key.
+func NewTrust(pins map[string][]byte, strict bool, self string, selfKey []byte,
+	persist func(origin string, key []byte) error, log *slog.Logger) (*Trust, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{}}
+	for o, k := range pins {
+		if len(k) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("gossip: key of cluster %q has %d bytes, want %d", o, len(k), ed25519.PublicKeySize)
+		}
+		t.pins[o] = bytes.Clone(k)
+	}
+	if self != "" && selfKey != nil {
+		if old, ok := t.pins[self]; ok && !bytes.Equal(old, selfKey) {
+			return nil, fmt.Errorf("gossip: this cluster %q is pinned (or listed in the trust bundle) with a different key than --signing-key-file", self)
+		}
+		if _, ok := t.pins[self]; !ok {
+			t.pins[self] = bytes.Clone(selfKey)
+			if persist != nil && !strict {
+				if err := persist(self, selfKey); err != nil {
+					return nil, fmt.Errorf("gossip: pin own key: %w", err)
+				}
+			}
+		}
+	}
+	return t, nil
+}
+
+// Key returns the trusted key of origin (nil if none yet).
+func (t *Trust) Key(origin string) []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pins[origin]
+}
+
+func (t *Trust) loud(origin, reason string, key []byte) {
+	t.mu.Lock()
+	last, ok := t.warned[origin]
+	now := time.Now()
+	if ok && now.Sub(last) < time.Minute {
+		t.mu.Unlock()
+		return
+	}
+	t.warned[origin] = now
+	t.mu.Unlock()
+	t.log.Error("REFUSING data for a cluster signed with a key that is not its trusted key: a rogue or mis-keyed cluster claims this ID",
+		"cluster", origin, "reason", reason, "presented_key", base64.StdEncoding.EncodeToString(key))
+}
+
+// Verify implements crdt.Verifier.
+func (t *Trust) Verify(origin string, key, msg, sig []byte) error {
+	t.mu.Lock()
+	pin, pinned := t.pins[origin]
+	t.mu.Unlock()
+	if pinned {
+		if key != nil && !bytes.Equal(key, pin) {
+			t.loud(origin, crdt.ReasonKeyMismatch, key)
+			return &crdt.TrustError{Reason: crdt.ReasonKeyMismatch, Origin: origin, Detail: "presented key differs from the pinned key"}
+		}
+		if len(sig) != ed25519.SignatureSize || !ed25519.Verify(pin, msg, sig) {
+			return &crdt.TrustError{Reason: crdt.ReasonBadSignature, Origin: origin, Detail: "signature does not verify with the pinned key"}
+		}
+		return nil
+	}
+	if t.strict {
+		if key != nil {
+			t.loud(origin, crdt.ReasonUnknownKey, key)
+		}
+		return &crdt.TrustError{Reason: crdt.ReasonUnknownKey, Origin: origin, Detail: "cluster is not in the trust bundle"}
+	}
+	if len(key) != ed25519.PublicKeySize {
+		return &crdt.TrustError{Reason: crdt.ReasonUnknownKey, Origin: origin, Detail: "no key presented and none pinned"}
+	}
+	if len(sig) != ed25519.SignatureSize || !ed25519.Verify(key, msg, sig) {
+		return &crdt.TrustError{Reason: crdt.ReasonBadSignature, Origin: origin, Detail: "signature does not verify with the presented key"}
+	}
+	t.mu.Lock()
+	if pin, ok := t.pins[origin]; ok { // raced with another first use
+		t.mu.Unlock()
+		if !bytes.Equal(pin, key) {
+			t.loud(origin, crdt.ReasonKeyMismatch, key)
+			return &crdt.TrustError{Reason: crdt.ReasonKeyMismatch, Origin: origin, Detail: "presented key differs from the pinned key"}
+		}
+		return nil
+	}
+	t.pins[origin] = bytes.Clone(key)
+	t.mu.Unlock()
+	t.log.Warn("pinned a cluster's signing key on first use", "cluster", origin, "key", base64.StdEncoding.EncodeToString(key))
+	if t.persist != nil {
+		if err := t.persist(origin, key); err != nil {
+			t.log.Error("could not persist a key pin; it holds until restart", "cluster", origin, "err", err)
+		}
+	}
+	return nil
+}
+
+// Signer signs with a cluster's Ed25519 private key (crdt.Signer).
+type Signer struct{ priv ed25519.PrivateKey }
+
+// NewSigner wraps a private key.
+func NewSigner(priv ed25519.PrivateKey) *Signer { return &Signer{priv: priv} }
+
+// PublicKey implements crdt.Signer.
+func (s *Signer) PublicKey() []byte { return s.priv.Public().(ed25519.PublicKey) }
+
+// Sign implements crdt.Signer.
+func (s *Signer) Sign(msg []byte) []byte { return ed25519.Sign(s.priv, msg) }
+
+// ParseSigningKey parses a signing key file: the base64 of a 32-byte
+// Ed25519 seed (as written by `coastguardd keys generate`) or of a 64-byte
+// private key; blank lines and # comments are ignored.
+func ParseSigningKey(b []byte) (ed25519.PrivateKey, error) {
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 {
+		return nil, fmt.Errorf("want exactly one base64 key line, got %d", len(lines))
+	}
+	raw, err := base64.StdEncoding.DecodeString(lines[0])
+	if err != nil {
+		return nil, fmt.Errorf("not base64: %w", err)
+	}
+	switch len(raw) {
+	case ed25519.SeedSize:
+		return ed25519.NewKeyFromSeed(raw), nil
+	case ed25519.PrivateKeySize:
+		return ed25519.PrivateKey(raw), nil
+	}
+	return nil, fmt.Errorf("key of %d bytes, want %d (seed) or %d", len(raw), ed25519.SeedSize, ed25519.PrivateKeySize)
+}
+
+// LoadSigningKeyFile reads a signing key file (see ParseSigningKey).
+func LoadSigningKeyFile(path string) (ed25519.PrivateKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	k, err := ParseSigningKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}
+
+// ParseTrustBundle parses "<cluster-id> <base64 Ed25519 public key>" lines
+// (blank lines and # comments ignored).
+func ParseTrustBundle(b []byte) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	line := 0
+	for sc.Scan() {
+		line++
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) != 2 {
+			return nil, fmt.Errorf("line %d: want \"<cluster-id> <base64 key>\"", line)
+		}
+		k, err := base64.StdEncoding.DecodeString(f[1])
+		if err != nil || len(k) != ed25519.PublicKeySize {
+			return nil, fmt.Errorf("line %d: key of cluster %q is not a base64 32-byte Ed25519 public key", line, f[0])
+		}
+		if _, dup := out[f[0]]; dup {
+			return nil, fmt.Errorf("line %d: cluster %q listed twice", line, f[0])
+		}
+		out[f[0]] = k
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		return nil, errors.New("trust bundle lists no cluster")
+	}
+	return out, nil
+}
+
+// signerReplica / verifierReplica are what New needs of a Replica to wire
+// signatures in (store.Replica has both).
+type signerReplica interface{ SetSigner(crdt.Signer) }
+type verifierReplica interface {
+	SetVerifier(crdt.Verifier, crdt.RetireAuthority)
+}
+type limitedReplica interface{ SetLimits(crdt.Limits) }
+type retireSigner interface {
+	SignRetire(crdt.Retire) crdt.Retire
+}
+
+// mayRetire is the membership side of retire authority: no member of
+// cluster c has been alive in our view for ReconnectTimeout (a cluster never
+// seen counts from this node's start).
+func (n *Node) mayRetire(c string) bool {
+	if c == n.cfg.ClusterID {
+		return false
+	}
+	n.mu.Lock()
+	st, ok := n.clusterStatusLocked()[c]
+	n.mu.Unlock()
+	if ok && st.Alive {
+		return false
+	}
+	last := n.started
+	if ok && st.LastAlive.After(last) {
+		last = st.LastAlive
+	}
+	return n.cfg.Now().Sub(last) >= n.cfg.ReconnectTimeout
+}
