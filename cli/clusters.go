@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"k8s.io/client-go/rest"
 	"net/netip"
 	"sort"
 	"strings"
@@ -28,6 +29,8 @@ type member struct {
 	ID      string
 	Client  kubernetes.Interface
 	Dynamic dynamic.Interface
+	// Config is the context's REST config (pods/exec needs it).
+	Config *rest.Config
 }
 
 // connect builds clients for the selected contexts and finds each one's
@@ -70,7 +73,7 @@ func (o *Options) connect(ctx context.Context) ([]*member, error) {
 		if err != nil {
 			return nil, err
 		}
-		m := &member{Context: n, Client: cs, Dynamic: dyn}
+		m := &member{Context: n, Client: cs, Dynamic: dyn, Config: cfg}
 		if m.ID, err = o.clusterID(ctx, m); err != nil {
 			return nil, fmt.Errorf("context %s: %w", n, err)
 		}

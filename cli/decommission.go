@@ -2,9 +2,14 @@ package cli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
 	"strings"
 	"time"
 
@@ -33,14 +38,15 @@ func (o *Options) leaseHolder(ctx context.Context, m *member) (holder, pod strin
 func newDecommissionCmd(o *Options) *cobra.Command {
 	var context string
 	var yes bool
-	var port string
+	var container string
 	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "decommission --context CONTEXT",
 		Short: "Retire a cluster from the cluster set: finds its Lease holder and, after confirmation, asks it to decommission",
 		Long: `decommission finds the coastguardd pod holding the cluster's Lease and, once you
-confirm by typing the cluster ID, POSTs /admin/decommission to it through the
-apiserver's pod proxy (no port-forward). The cluster's entries are then retired
+confirm by typing the cluster ID, runs "coastguardd decommission" in that pod
+through the apiserver (pods/exec, no port-forward): the daemon's admin
+endpoint listens on loopback only. The cluster's entries are then retired
 everywhere and the NetworkPolicies it generated are deleted. This cannot be
 undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 		Args: cobra.NoArgs,
@@ -72,20 +78,34 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			}
 			cctx, cancel := contextWithTimeout(ctx, timeout)
 			defer cancel()
-			body, err := m.Client.CoreV1().RESTClient().Post().Namespace(o.Namespace).Resource("pods").
-				Name(pod+":"+port).SubResource("proxy").Suffix("admin", "decommission").DoRaw(cctx)
+			var stdout, stderr bytes.Buffer
+			err = o.execInPod(cctx, m, pod, container, []string{"coastguardd", "decommission"}, &stdout, &stderr)
 			if err != nil {
-				return fmt.Errorf("decommission through the pod proxy of %s failed: %w (%s)", pod, err, strings.TrimSpace(string(body)))
+				return fmt.Errorf("decommission in pod %s/%s failed: %w (%s)", o.Namespace, pod, err, strings.TrimSpace(stderr.String()))
 			}
-			fmt.Fprint(o.Out, string(body))
+			fmt.Fprint(o.Out, stdout.String())
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&context, "context", "", "kubeconfig context of the cluster to retire")
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
-	cmd.Flags().StringVar(&port, "admin-port", "9090", "coastguardd metrics/admin port (container port)")
+	cmd.Flags().StringVar(&container, "container", "coastguardd", "name of the coastguardd container in the pod")
 	cmd.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the daemon")
 	return cmd
+}
+
+// execInPod runs argv in a container of a pod through the apiserver's
+// pods/exec subresource and waits for it; a non-zero exit is an error.
+func (o *Options) execInPod(ctx context.Context, m *member, pod, container string, argv []string, stdout, stderr io.Writer) error {
+	req := m.Client.CoreV1().RESTClient().Post().Namespace(o.Namespace).Resource("pods").
+		Name(pod).SubResource("exec").VersionedParams(&corev1.PodExecOptions{
+		Container: container, Command: argv, Stdout: true, Stderr: true,
+	}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(m.Config, "POST", req.URL())
+	if err != nil {
+		return err
+	}
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: stdout, Stderr: stderr})
 }
 
 func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
