@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
-	"sync"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -481,10 +481,10 @@ type Applier struct {
 
 	// Per-origin problems (guarded by mu): refused desired objects and
 	// failing API operations, by origin then key.
-	rejected  map[string][]string
-	opErrors  map[string]map[string]string
-	foreign   map[string]struct{}
-	held      map[string]struct{}
+	rejected map[string][]string
+	opErrors map[string]map[string]string
+	foreign  map[string]struct{}
+	held     map[string]struct{}
 }
 
 // NewApplier builds an applier on a NetworkPolicy informer (it must watch
@@ -510,14 +510,14 @@ func NewApplier(client kubernetes.Interface, inf networkinginformers.NetworkPoli
 		client: client, lister: inf.Lister(), synced: inf.Informer().HasSynced,
 		metrics: m, limiter: opts.RateLimiter, log: opts.Logger.With("component", "applier"),
 		workers: opts.Workers, recorder: opts.Recorder, onFailure: opts.OnFailure,
-		desired:   make(map[string]*networkingv1.NetworkPolicy),
-		broken:    map[string]struct{}{},
-		failing:   make(map[string]struct{}),
-		queued:    make(map[string]struct{}),
-		rejected:  map[string][]string{},
-		opErrors:  map[string]map[string]string{},
-		foreign:   map[string]struct{}{},
-		held:      map[string]struct{}{},
+		desired:  make(map[string]*networkingv1.NetworkPolicy),
+		broken:   map[string]struct{}{},
+		failing:  make(map[string]struct{}),
+		queued:   make(map[string]struct{}),
+		rejected: map[string][]string{},
+		opErrors: map[string]map[string]string{},
+		foreign:  map[string]struct{}{},
+		held:     map[string]struct{}{},
 	}
 	_, err = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.onEvent,

@@ -505,3 +505,6 @@ func (n *notifier) close() {
 	n.cond.Broadcast()
 	<-n.done
 }
+
+// Failed returns the commit error that made the store refuse writes, or nil.
+func (r *Replica) Failed() error { return r.store.Failed() }
