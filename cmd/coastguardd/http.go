@@ -55,12 +55,21 @@ func (h *health) ready() (bool, map[string]string) {
 type adminHandler struct {
 	decommission func(ctx context.Context) error
 	status       func() any
+	// healthy is /healthz (liveness): nil when the store is writable and
+	// the daemon's loops make progress.
+	healthy func() error
 }
 
 func newHTTPServer(addr string, reg *prometheus.Registry, h *health, admin adminHandler, log *slog.Logger) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if admin.healthy != nil {
+			if err := admin.healthy(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -170,12 +170,13 @@ func run(cfg Config, log *slog.Logger) error {
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
 		Submariner: watcher, GlobalnetPolicy: gp,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
+		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg),
 	})
 	if err != nil {
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		srv := newHTTPServer(cfg.MetricsAddr, reg, h, adminHandler{decommission: d.Decommission, status: d.DebugState}, log)
+		srv := newHTTPServer(cfg.MetricsAddr, reg, h, adminHandler{decommission: d.Decommission, status: d.DebugState, healthy: d.Healthy}, log)
 		if err := serveHTTP(srv, log); err != nil {
 			return fmt.Errorf("metrics-addr %s: %w", cfg.MetricsAddr, err)
 		}
@@ -187,4 +188,16 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "pid", strconv.Itoa(os.Getpid()))
 	return d.Run(ctx)
+}
+
+// guards are the guard rails of the flags; protected namespaces default to
+// kube-system and coastguard's own namespace.
+func guards(cfg Config) daemon.Guards {
+	ns := cfg.ProtectedNamespaces
+	if len(ns) == 0 {
+		ns = []string{"kube-system", cfg.Namespace}
+	}
+	return daemon.Guards{ProtectedNamespaces: ns, EnforceRemoteInProtected: cfg.EnforceRemoteInProtected,
+		MaxNetworkPoliciesPerMCNP: cfg.MaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: cfg.MaxIPBlocksPerNetworkPolicy,
+		MaxBytesPerMCNP: cfg.MaxBytesPerMCNP}
 }
