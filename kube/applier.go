@@ -918,7 +918,9 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 		if !wasForeign {
 			a.log.Warn("NetworkPolicy carries coastguard's managed-by label but coastguard never wrote it; leaving it alone", "key", key)
 			if a.recorder != nil {
-				a.recorder.Eventf(live, corev1.EventTypeWarning, "ForeignNetworkPolicy",
+				ref := live.DeepCopy() // the recorder's scheme need not know NetworkPolicy
+				ref.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+				a.recorder.Eventf(ref, corev1.EventTypeWarning, "ForeignNetworkPolicy",
 					"NetworkPolicy carries %s=%s but was not written by coastguard (field manager %q); coastguard leaves it alone", ManagedByLabel, ManagedByValue, FieldManager)
 			}
 		}

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
@@ -161,12 +162,18 @@ func TestEnforcementDriftRepair(t *testing.T) {
 	t.Run("hand edits reverted (p50/p99 over 20 edits)", func(t *testing.T) {
 		var repair []time.Duration
 		for i := 0; i < 20; i++ {
-			cur, err := nps.Get(ctx, good.Name, metav1.GetOptions{})
-			require.NoError(t, err)
-			cur.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}} // allow all ingress
-			start := time.Now()
-			edited, err := nps.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
-			require.NoError(t, err)
+			var start time.Time
+			var edited *networkingv1.NetworkPolicy
+			require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+				cur, err := nps.Get(ctx, good.Name, metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				cur.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}} // allow all ingress
+				start = time.Now()
+				edited, err = nps.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
+				return err
+			}))
 			at, err := w.waitFor(30*time.Second, good.Name, func(np *networkingv1.NetworkPolicy) bool {
 				return np != nil && np.ResourceVersion != edited.ResourceVersion && sameSpec(np, &good)
 			})
@@ -180,12 +187,16 @@ func TestEnforcementDriftRepair(t *testing.T) {
 	})
 
 	t.Run("label removed and re-adopted", func(t *testing.T) {
-		cur, err := nps.Get(ctx, good.Name, metav1.GetOptions{})
-		require.NoError(t, err)
-		delete(cur.Labels, "app.kubernetes.io/managed-by")
-		_, err = nps.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "kubectl-label"})
-		require.NoError(t, err)
-		_, err = w.waitFor(30*time.Second, good.Name, func(np *networkingv1.NetworkPolicy) bool {
+		require.NoError(t, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			cur, err := nps.Get(ctx, good.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			delete(cur.Labels, "app.kubernetes.io/managed-by")
+			_, err = nps.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "kubectl-label"})
+			return err
+		}))
+		_, err := w.waitFor(30*time.Second, good.Name, func(np *networkingv1.NetworkPolicy) bool {
 			return np != nil && np.Labels["app.kubernetes.io/managed-by"] == "coastguard" && sameSpec(np, &good)
 		})
 		require.NoError(t, err)
