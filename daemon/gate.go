@@ -118,12 +118,29 @@ func (c *coverage) observe(cluster string, d crdt.Digest, at time.Time) {
 	c.mu.Unlock()
 }
 
-// covered returns the clusters whose last digest arrived at or after since
-// and whose every origin is applied locally (local not behind it).
-func (c *coverage) covered(since time.Time, local crdt.Digest) map[string]bool {
+// covered returns the clusters covered since the gate closed: a member of
+// the cluster sent a digest at or after since and every origin in it is
+// applied locally (local not behind it); or, for a cluster with no alive
+// member (alive reports it; nil: every cluster is alive), some peer's digest since then lists the
+// cluster's origin and the local store is not behind it for that origin.
+func (c *coverage) covered(since time.Time, local crdt.Digest, alive func(cluster string) bool) map[string]bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]bool{}
+	for _, rd := range c.last {
+		if rd.at.Before(since) {
+			continue
+		}
+		for o, od := range rd.digest {
+			if alive == nil || alive(o) {
+				continue
+			}
+			ld, present := local[o]
+			if !crdt.OriginBehind(ld, present, od) {
+				out[o] = true
+			}
+		}
+	}
 	for cluster, rd := range c.last {
 		if rd.at.Before(since) {
 			continue

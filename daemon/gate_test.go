@@ -61,16 +61,31 @@ func TestCoverageRequiresAppliedEntries(t *testing.T) {
 	c.observe("us-1", crdt.Digest{"us-1": {Max: 4}}, t0.Add(-time.Second)) // before the gate closed
 
 	local := crdt.Digest{"eu-2": {Max: 10}} // us-1 entries not applied yet
-	cov := c.covered(t0, local)
+	cov := c.covered(t0, local, nil)
 	assert.False(t, cov["eu-2"], "digest compared but us-1 entries missing")
 	assert.False(t, cov["us-1"], "stale exchange does not count")
 
 	local["us-1"] = crdt.OriginDigest{Max: 4}
-	cov = c.covered(t0, local)
+	cov = c.covered(t0, local, nil)
 	assert.True(t, cov["eu-2"])
 	_, seen := cov["us-1"]
 	require.False(t, seen)
 
 	remote["eu-2"] = crdt.OriginDigest{Max: 99} // the caller's map is copied
-	assert.True(t, c.covered(t0, local)["eu-2"])
+	assert.True(t, c.covered(t0, local, nil)["eu-2"])
+}
+
+// A cluster without alive members is covered by a peer's digest of its
+// origin, once applied; a live cluster must answer for itself.
+func TestCoverageOfUnreachableCluster(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newCoverage()
+	c.observe("eu-2", crdt.Digest{"eu-2": {Max: 3}, "us-1": {Max: 7}}, t0.Add(time.Second))
+	local := crdt.Digest{"eu-2": {Max: 3}, "us-1": {Max: 7}}
+	aliveUS := func(string) bool { return true }
+	downUS := func(o string) bool { return o != "us-1" }
+	assert.False(t, c.covered(t0, local, aliveUS)["us-1"], "us-1 is alive: its own member must send a digest")
+	assert.True(t, c.covered(t0, local, downUS)["us-1"])
+	local["us-1"] = crdt.OriginDigest{Max: 6}
+	assert.False(t, c.covered(t0, local, downUS)["us-1"], "not applied yet")
 }

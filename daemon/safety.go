@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/gossip"
 )
 
 // safety holds the daemon's enforcement-safety state: the empty-view gate,
@@ -152,10 +153,16 @@ func (d *Daemon) gateInput(now time.Time) GateInput {
 			in.Known = append(in.Known, c)
 		}
 	}
+	var clusters map[string]gossip.ClusterStatus
+	if d.node != nil {
+		clusters = d.node.Clusters()
+	}
 	if d.opts.Submariner != nil {
 		in.Known = append(in.Known, d.opts.Submariner.KnownClusters()...)
 	}
-	in.Covered = d.cov.covered(since, local)
+	// the origins of live generated policies: known even with an empty store
+	in.Known = append(in.Known, d.applier.LiveOrigins()...)
+	in.Covered = d.cov.covered(since, local, func(c string) bool { return clusters[c].Alive })
 	in.SelfSynced = d.inv != nil && d.inv.HasSynced() && d.inv.Pending() == 0
 	return in
 }

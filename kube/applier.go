@@ -701,6 +701,31 @@ func (a *Applier) SetHold(hold bool) {
 	}
 }
 
+// LiveOrigins lists the origin clusters (first segment of the origin
+// annotation) of the live NetworkPolicies coastguard wrote, from the
+// informer cache: a daemon whose store is empty still knows which clusters
+// it enforces policies of.
+func (a *Applier) LiveOrigins() []string {
+	live, err := a.lister.List(labels.Everything())
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, np := range live {
+		if !WrittenByUs(np) {
+			continue
+		}
+		o := np.Annotations[OriginAnnotation]
+		if i := strings.IndexByte(o, '/'); i > 0 && !seen[o[:i]] {
+			seen[o[:i]] = true
+			out = append(out, o[:i])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // Held is the number of names whose delete or content change waits for
 // the gate.
 func (a *Applier) Held() int {
