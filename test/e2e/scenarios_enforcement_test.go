@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -174,8 +175,15 @@ func TestEnforcementDriftRepair(t *testing.T) {
 				edited, err = nps.Update(ctx, cur, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
 				return err
 			}))
+			editRV, err := strconv.ParseUint(edited.ResourceVersion, 10, 64)
+			require.NoError(t, err)
+			// the repair is the first version after the edit with the generated spec
 			at, err := w.waitFor(30*time.Second, good.Name, func(np *networkingv1.NetworkPolicy) bool {
-				return np != nil && np.ResourceVersion != edited.ResourceVersion && sameSpec(np, &good)
+				if np == nil {
+					return false
+				}
+				rv, err := strconv.ParseUint(np.ResourceVersion, 10, 64)
+				return err == nil && rv > editRV && sameSpec(np, &good)
 			})
 			require.NoError(t, err, "edit %d not reverted", i)
 			repair = append(repair, at.Sub(start))
