@@ -358,14 +358,24 @@ func TestEnforcementEmptyStoreRestart(t *testing.T) {
 // CAP_SYS_ADMIN for a tmpfs) makes the leader not ready, counts the error,
 // hands the Lease to the standby and loses no entry.
 func TestEnforcementDiskFull(t *testing.T) {
-	env, bin, ds := startMesh(t, 2, meshOpts{})
+	env, bin, _ := startMesh(t, 2, meshOpts{Deferred: []int{0}})
 	a, b := env.Clusters[0], env.Clusters[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
+	// Start a's first daemon with RLIMIT_FSIZE = 512 KiB (inherited from
+	// this process across fork/exec; our own soft limit is restored at
+	// once): bbolt grows state.db 256K -> 512K -> 1M, so the commit that
+	// needs the file past 512 KiB fails with EFBIG.
+	var old unix.Rlimit
+	require.NoError(t, unix.Getrlimit(unix.RLIMIT_FSIZE, &old))
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 512 << 10, Max: old.Max}))
+	leader, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin})
+	require.NoError(t, unix.Setrlimit(unix.RLIMIT_FSIZE, &old))
+	require.NoError(t, err)
+	require.NoError(t, leader.WaitReady(ctx, 60*time.Second))
 	standby, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin})
 	require.NoError(t, err)
 	require.NoError(t, standby.WaitReady(ctx, 60*time.Second))
-	leader := ds[0]
 	st, err := debugState(ctx, leader)
 	require.NoError(t, err)
 	require.True(t, st.Leader, "the first daemon leads %s", a.Name)
@@ -374,20 +384,33 @@ func TestEnforcementDiskFull(t *testing.T) {
 	}
 	applyYAML(t, ctx, b, webPolicy("db-from-web", "{}"))
 
-	// cap the leader's file size at its current size: the next growth of
-	// state.db fails with EFBIG
-	fi, err := os.Stat(filepath.Join(leader.DataDir, "state.db"))
-	require.NoError(t, err)
-	lim := unix.Rlimit{Cur: uint64(fi.Size()), Max: unix.RLIM_INFINITY}
-	require.NoError(t, unix.Prlimit(leader.Pid(), unix.RLIMIT_FSIZE, &lim, nil))
+	// watch /readyz and /healthz of the leader while its disk fills
+	type probe struct{ ready, healthy error }
+	probes := make(chan probe, 1)
+	go func() {
+		var seen probe
+		for leader.Running() {
+			pctx, pc := context.WithTimeout(ctx, time.Second)
+			r, h := leader.Probe(pctx, "/readyz"), leader.Probe(pctx, "/healthz")
+			pc()
+			if r != nil && strings.Contains(r.Error(), "store commit failed") && seen.ready == nil {
+				seen.ready = r
+			}
+			if h != nil && strings.Contains(h.Error(), "commit failed") && seen.healthy == nil {
+				seen.healthy = h
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		probes <- seen
+	}()
 
 	// write until the store fails: pods with large labels
 	var ips []string
 	big := strings.Repeat("x", 60)
-	for i := 0; i < 400 && leader.Running(); i++ {
+	for i := 0; i < 2000 && leader.Running(); i++ {
 		ip := fmt.Sprintf("10.1.%d.%d", i/200, 10+i%200)
 		lbl := map[string]string{"app": "web"}
-		for j := 0; j < 8; j++ {
+		for j := 0; j < 16; j++ {
 			lbl[fmt.Sprintf("k%d", j)] = big
 		}
 		_, err := a.RunPod(ctx, "shop", fmt.Sprint("web-", i), ip, lbl)
@@ -400,6 +423,10 @@ func TestEnforcementDiskFull(t *testing.T) {
 		t.Fatalf("the leader did not stop after its store failed")
 	}
 	t.Logf("leader exited after its store failed: %v (after %d pods)", leader.ExitErr(), len(ips))
+	seen := <-probes
+	require.Error(t, seen.ready, "/readyz failed with the store error before the process exited")
+	require.Error(t, seen.healthy, "/healthz failed with the store error before the process exited")
+	t.Logf("while stopping: %v; %v", seen.ready, seen.healthy)
 	log, _ := leader.TailLog(400)
 	require.Contains(t, log, "state store commit failed")
 	require.NotContains(t, log, `"reason":"invalid"`)
