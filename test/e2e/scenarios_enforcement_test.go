@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
 
@@ -264,6 +265,25 @@ func TestEnforcementCollidingNames(t *testing.T) {
 	for _, mcnp := range []string{"big", "big.p2-3675f42a7e", "big-p2"} {
 		waitCondition(t, ctx, a, mcnp, "Enforced", "True", "AllClustersEnforced")
 	}
+
+	// a hand-written policy squatting on a generated name fails only the
+	// MCNP that needs that name; its status names the cluster and why
+	squat := enforce.GeneratedName(a.Name, "squatted", 0)
+	applyYAML(t, ctx, a, []byte(`apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: `+squat+`, namespace: shop}
+spec: {podSelector: {matchLabels: {app: other}}}
+`))
+	applyYAML(t, ctx, a, webPolicy("squatted", "{}"))
+	msg := waitCondition(t, ctx, a, "squatted", "Enforced", "False", "EnforcementFailed")
+	require.Contains(t, msg, a.Name+": not applied")
+	require.Contains(t, msg, "was not written by coastguard")
+	applyYAML(t, ctx, a, webPolicy("after-squat", "{}"))
+	waitCondition(t, ctx, a, "after-squat", "Enforced", "True", "AllClustersEnforced")
+	waitCondition(t, ctx, a, "big", "Enforced", "True", "AllClustersEnforced")
+	np, err := a.Client.NetworkingV1().NetworkPolicies("shop").Get(ctx, squat, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "other", np.Spec.PodSelector.MatchLabels["app"], "the hand-written policy is untouched")
 }
 
 // A deny-all MCNP created in one cluster's kube-system for every cluster is
@@ -328,6 +348,18 @@ func TestEnforcementEmptyStoreRestart(t *testing.T) {
 	require.NoError(t, os.Rename(state, state+".aside"))
 	require.NoError(t, ds[0].Restart())
 	require.NoError(t, ds[0].WaitReady(ctx, 90*time.Second))
+	require.NoError(t, harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		log, err := ds[0].TailLog(2000)
+		if i := strings.LastIndex(log, "=== harness: starting"); i >= 0 {
+			log = log[i:] // this run only
+		}
+		for _, l := range strings.Split(log, "\n") {
+			if strings.Contains(l, "empty-view gate closed") && strings.Contains(l, b.Name) {
+				return true, nil
+			}
+		}
+		return false, err
+	}), "the restarted leader's gate waited for %s, whose policies are live here", b.Name)
 	// the daemon is back with a complete view: gate open, state refilled
 	require.NoError(t, harness.Eventually(ctx, 120*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 		return metric(t, ctx, ds[0], "coastguard_empty_view_gate_closed") == 0, nil
