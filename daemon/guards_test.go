@@ -74,3 +74,28 @@ func TestApplyGuards(t *testing.T) {
 		})
 	}
 }
+
+// Reports carry the applier's failure of a policy (as an error of this
+// cluster) and, while the gate is closed, PartialView.
+func TestReportCarriesFailuresAndPartialView(t *testing.T) {
+	o := NewOutputs("eu-1")
+	ref := enforce.PolicyRef{Origin: "eu-2", Namespace: "shop", Name: "p"}
+	res := guardResult(ref, 1, 1)
+	assert.Equal(t, "", o.report(res, 3).Degraded)
+
+	require.True(t, o.SetGateDegraded(ReasonPartialView))
+	assert.False(t, o.SetGateDegraded(ReasonPartialView))
+	assert.Equal(t, ReasonPartialView, o.report(res, 3).Degraded)
+	own := res
+	own.Degraded = enforce.ReasonGlobalnetCoarseIdentity
+	assert.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.report(own, 3).Degraded, "a policy's own reason wins")
+
+	changed := o.SetFailures(map[string]string{"eu-2/shop/p": "apply NetworkPolicy shop/x: forbidden"})
+	assert.Equal(t, []string{"eu-2/shop/p"}, changed)
+	v := o.report(res, 3)
+	assert.Equal(t, "not applied: apply NetworkPolicy shop/x: forbidden", v.Error)
+	assert.Empty(t, v.Degraded)
+	assert.Equal(t, []string{"eu-2/shop/p"}, o.SetFailures(nil), "cleared")
+	require.True(t, o.SetGateDegraded(""))
+	assert.Equal(t, reportOf(res, 3), o.report(res, 3), "back to the plain report")
+}
