@@ -1,8 +1,8 @@
 package daemon
 
 import (
-	"crypto/ed25519"
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,6 +73,10 @@ type Options struct {
 	// first use in the store. nil (--insecure-gossip only) trusts peers.
 	SigningKey  ed25519.PrivateKey
 	TrustBundle map[string][]byte
+	// EmptyViewTimeout bounds the empty-view gate (see gate.go); 0 = no bound.
+	EmptyViewTimeout time.Duration
+	// Guards are the guard rails (protected namespaces, caps).
+	Guards Guards
 
 	Registry *prometheus.Registry
 	Logger   *slog.Logger
@@ -107,6 +111,8 @@ type Daemon struct {
 	needFullSync   chan struct{}
 	stop           context.CancelFunc
 	maxStamp       atomic.Int64 // newest origin stamp not yet enforced
+
+	safety // gate, store failure, liveness (safety.go)
 }
 
 const allPolicies = "*"
@@ -158,6 +164,10 @@ func New(opts Options) (*Daemon, error) {
 		needFullSync: make(chan struct{}, 1),
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
+	d.outputs.SetGuards(opts.Guards)
+	if err := d.initSafety(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -179,8 +189,9 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 
 	// 1. durable state, loaded before anything talks to peers
 	start := time.Now()
+	ignoreFileSizeSignal()
 	rep, err := store.OpenReplica(filepath.Join(o.DataDir, StateFile), o.ClusterID,
-		store.Options{Registerer: o.Registry, Logger: d.log})
+		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed})
 	if err != nil {
 		return fmt.Errorf("opening state: %w", err)
 	}
@@ -241,6 +252,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	gcfg.NodeName, gcfg.ClusterID = o.NodeName, o.ClusterID
 	gcfg.IsWriter = d.elector.IsLeader
 	gcfg.Logger, gcfg.Registerer = d.log, o.Registry
+	gcfg.OnDigest = d.observeDigest
 	if gcfg.ReconnectTimeout == 0 {
 		gcfg.ReconnectTimeout = 24 * time.Hour
 	}
@@ -264,8 +276,11 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	// 5. Kubernetes side: inventory informers (warm on standbys too),
 	// NetworkPolicy applier, MCNP status writer
 	factory := informers.NewSharedInformerFactory(o.Client, 0)
+	recorder, stopEvents := kube.NewEventRecorder(o.Client, "coastguard")
+	defer stopEvents()
 	d.applier, err = kube.NewApplier(o.Client, factory.Networking().V1().NetworkPolicies(),
-		kube.ApplierOptions{Registerer: o.Registry, Logger: d.log})
+		kube.ApplierOptions{Registerer: o.Registry, Logger: d.log, Recorder: recorder,
+			OnFailure: func(origin string) { d.enforce.Mark(origin) }})
 	if err != nil {
 		return err
 	}
@@ -287,8 +302,6 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	recorder, stopEvents := kube.NewEventRecorder(o.Client, "coastguard")
-	defer stopEvents()
 	d.status, err = kube.NewStatusWriter(o.Dynamic, kube.StatusWriterOptions{
 		Lister: d.inv.MCNPLister(), Recorder: recorder, Gate: d.elector.IsLeader, Logger: d.log})
 	if err != nil {
@@ -325,13 +338,14 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	factory.Shutdown()
 	wg.Wait()
 	d.log.Info("stopped")
-	return nil
+	return d.fatal()
 }
 
 // readiness: ready once state is loaded and, when leader, the first
 // enforcement has been applied; a standby is ready once its caches synced.
 func (d *Daemon) readiness(ctx context.Context) {
-	every(ctx, 200*time.Millisecond, func(time.Time) {
+	every(ctx, 200*time.Millisecond, func(now time.Time) {
+		d.heartbeat(now)
 		switch {
 		case d.leader.Load() && d.applier.Settled():
 			d.opts.Ready("enforcement", nil)
@@ -371,13 +385,15 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 	if err := d.applier.SetDesired(desired); err != nil {
 		d.log.Error("enforcer produced an invalid NetworkPolicy set", "err", err)
 	}
+	d.closeGate() // nothing is deleted or shrunk until the view is complete
 	d.leader.Store(true)
 	d.m.leader.Set(1)
 	d.log.Info("leading", "epoch", d.rep.Epoch())
 
 	var wg sync.WaitGroup
-	wg.Add(4)
+	wg.Add(5)
 	go func() { defer wg.Done(); d.clusterSetLoop(ctx) }() // CoastguardCluster objects
+	go func() { defer wg.Done(); d.gateLoop(ctx) }()
 	go func() {
 		defer wg.Done()
 		if err := d.applier.Run(ctx); err != nil && ctx.Err() == nil {
@@ -564,8 +580,12 @@ func (d *Daemon) fireEnforce(ctx context.Context, keys []string) {
 		}
 	}
 	stamp := d.maxStamp.Swap(0)
+	d.lastEnforce.Store(start.UnixNano())
+	failures := d.applier.Failures()
 	d.mu.Lock()
+	failChanged := d.outputs.SetFailures(failures)
 	changed := d.outputs.Recompute(d.mirror.Inventory(), keys, all)
+	changed = appendMissing(changed, failChanged)
 	desired := d.outputs.Desired()
 	var reports []reportWrite
 	if all {
@@ -598,7 +618,7 @@ func (d *Daemon) fireEnforce(ctx context.Context, keys []string) {
 	}
 	if err := d.applier.SetDesired(desired); err != nil {
 		d.m.enforceErrors.Inc()
-		d.log.Error("enforcer produced an invalid NetworkPolicy set", "err", err)
+		d.log.Error("some generated NetworkPolicies were refused; only their MCNPs are affected", "err", err)
 	}
 	if stamp > 0 {
 		if lag := time.Since(time.Unix(0, stamp)); lag >= 0 && lag < time.Hour {
@@ -783,7 +803,9 @@ func (d *Daemon) Decommission(ctx context.Context) error {
 	if err := d.node.Decommission(ctx); err != nil {
 		return fmt.Errorf("gossiping retirement: %w", err)
 	}
-	// remove the NetworkPolicies we generated here
+	// remove the NetworkPolicies we generated here: an explicit
+	// decommission releases the empty-view gate
+	d.releaseGate("decommission")
 	if err := d.applier.SetDesired(nil); err != nil {
 		return err
 	}

@@ -18,8 +18,13 @@ type Outputs struct {
 	// setDegraded is a cluster-set problem (sanity.go) reported on every
 	// policy not otherwise degraded; changing it changes every report.
 	setDegraded string
-	results     map[string]enforce.Result
-	gens        map[string]int64 // policy generation each result was computed for
+	// gateDegraded is ReasonPartialView while the empty-view gate is closed.
+	gateDegraded string
+	// failures are the applier's per-policy problems (by policy key).
+	failures map[string]string
+	guards   Guards
+	results  map[string]enforce.Result
+	gens     map[string]int64 // policy generation each result was computed for
 }
 
 // NewOutputs returns empty outputs for the enforcing cluster self.
@@ -55,7 +60,7 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 		}
 		old, had := o.results[k]
 		oldGen := o.gens[k]
-		res := enforce.Evaluate(o.self, inv, ref)
+		res := ApplyGuards(o.self, ref, enforce.Evaluate(o.self, inv, ref), o.guards)
 		p, exists := inv.Policy(ref)
 		if !exists {
 			delete(o.results, k)
@@ -108,13 +113,63 @@ func reportOf(r enforce.Result, generation int64) crdt.ReportValue {
 	}
 }
 
-// report is reportOf plus the cluster-set problem, if any.
+// report is reportOf plus the applier's failure for this policy, the
+// empty-view gate and the cluster-set problem, if any.
 func (o *Outputs) report(r enforce.Result, generation int64) crdt.ReportValue {
 	v := reportOf(r, generation)
+	if v.Error == "" {
+		if f := o.failures[policyKeyOf(r)]; f != "" {
+			v.Error = "not applied: " + f
+		}
+	}
+	if v.Degraded == "" && v.Error == "" && !v.SkippedNoNamespace {
+		v.Degraded = o.gateDegraded
+	}
 	if v.Degraded == "" && v.Error == "" && !v.SkippedNoNamespace {
 		v.Degraded = o.setDegraded
 	}
 	return v
+}
+
+// policyKeyOf is the policy key of a result's generated objects (their
+// origin annotation), "" when it generates none.
+func policyKeyOf(r enforce.Result) string {
+	if len(r.NetworkPolicies) == 0 {
+		return ""
+	}
+	return r.NetworkPolicies[0].Annotations[enforce.AnnotationOrigin]
+}
+
+// SetGuards sets the guard rails applied to every result from now on.
+func (o *Outputs) SetGuards(g Guards) { o.guards = g }
+
+// SetGateDegraded sets (ReasonPartialView) or clears ("") the empty-view
+// gate's reason; it reports whether it changed (then recompute all).
+func (o *Outputs) SetGateDegraded(reason string) bool {
+	if o.gateDegraded == reason {
+		return false
+	}
+	o.gateDegraded = reason
+	return true
+}
+
+// SetFailures replaces the applier's per-policy failures (policy key ->
+// why) and returns the keys whose failure changed.
+func (o *Outputs) SetFailures(f map[string]string) []string {
+	var changed []string
+	for k, v := range f {
+		if o.failures[k] != v {
+			changed = append(changed, k)
+		}
+	}
+	for k := range o.failures {
+		if _, ok := f[k]; !ok {
+			changed = append(changed, k)
+		}
+	}
+	o.failures = f
+	sort.Strings(changed)
+	return changed
 }
 
 // SetSetDegraded sets the cluster-set problem reported on every policy

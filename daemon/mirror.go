@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -187,6 +188,13 @@ func (m *Mirror) ensureCluster(origin string) {
 // when the enforcer does not care, e.g. reports).
 func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	k := ch.Key
+	if msgs := validation.IsDNS1123Label(k.Origin); len(msgs) > 0 {
+		// received over gossip (or loaded from a store written by an older
+		// version): an origin that is not a DNS label could make generated
+		// names ambiguous; the entry is skipped
+		return nil, fmt.Errorf("entry %s/%s of origin %q received over gossip: origin is not a valid cluster ID (DNS-1123 label): %s",
+			k.Kind, k.Name, k.Origin, strings.Join(msgs, "; "))
+	}
 	wasLive, isLive := live(ch.Old), live(ch.New)
 	if wasLive && !isLive {
 		m.counts[k.Origin]--

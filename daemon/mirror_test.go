@@ -204,3 +204,14 @@ func TestEnforcingClusters(t *testing.T) {
 	got, _ = EnforcingClusters(p, labels)
 	require.Equal(t, []string{"a", "c"}, got)
 }
+
+// Entries of an origin that is not a DNS-1123 label (possible only from a
+// peer that skipped validation) are refused with an error naming it.
+func TestMirrorRefusesInvalidOrigin(t *testing.T) {
+	m := NewMirror("eu-1")
+	e := crdt.Entry{Key: crdt.Key{Origin: "eu.2", Kind: crdt.KindNamespace, Name: "shop"}, Value: []byte{0x80}}
+	res := m.Apply([]crdt.Change{{Key: e.Key, New: &e}})
+	require.Len(t, res.Errors, 1)
+	require.Contains(t, res.Errors[0].Error(), `"eu.2"`)
+	require.Contains(t, res.Errors[0].Error(), "gossip")
+}

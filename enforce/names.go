@@ -49,21 +49,35 @@ func trimAlnum(s string) string {
 }
 
 // GeneratedName is the name of part i (0-based) of the NetworkPolicies
-// generated from MCNP origin/name. Part 0 is "mcnp-<origin>.<name>"; since
-// cluster IDs contain no dots this is unique per (origin, name). Further
-// parts append ".p<k>-<hash>", k = i+1 being the 1-based part number. Names
-// longer than 253 characters are shortened and suffixed with a hash of the
-// full identity.
+// generated from MCNP origin/name: "mcnp-<origin>.<name>[-p<k>]-<hash>",
+// k = i+1 being the 1-based part number of parts after the first, and hash
+// 16 hex digits of a SHA-256 over (origin, name, part). The readable prefix is
+// shortened so the name fits 253 characters; the hash suffix alone identifies
+// the (origin, name, part) triple, so two different MCNPs (or parts) never
+// share a name whatever dots or "-p2-..." suffixes their names or cluster IDs
+// contain (a collision would need a 64-bit SHA-256 prefix collision, and the
+// applier still refuses it per policy, see kube.Applier). The origin is
+// readable in the origin labels and the full AnnotationOrigin.
 func GeneratedName(origin, name string, part int) string {
-	n := namePrefix + origin + "." + name
+	h := nameHash(origin, name, part)
+	readable := namePrefix + origin + "." + name
 	if part > 0 {
-		n += ".p" + strconv.Itoa(part+1) + "-" + shortHash(origin, name, strconv.Itoa(part))
+		readable += "-p" + strconv.Itoa(part+1)
 	}
-	if len(n) <= maxNameLen {
-		return n
+	if max := maxNameLen - len(h) - 1; len(readable) > max {
+		readable = trimAlnum(readable[:max])
 	}
-	h := shortHash(origin, name, strconv.Itoa(part))
-	return trimAlnum(n[:maxNameLen-len(h)-1]) + "-" + h
+	return readable + "-" + h
+}
+
+// nameHash is the identity suffix of a generated name.
+func nameHash(origin, name string, part int) string {
+	h := sha256.New()
+	for _, p := range []string{"coastguard-name/v2", origin, name, strconv.Itoa(part)} {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
 // labelValue returns v when it is a valid-length label value, else a

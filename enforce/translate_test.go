@@ -413,7 +413,8 @@ egress:
 	for _, c := range seenIn {
 		require.Equal(t, 1, c)
 	}
-	require.Equal(t, "mcnp-eu-1.p", nps[0].Name)
+	require.Equal(t, GeneratedName("eu-1", "p", 0), nps[0].Name)
+	require.True(t, strings.HasPrefix(nps[0].Name, "mcnp-eu-1.p-"), nps[0].Name)
 }
 
 func TestSplittingBySize(t *testing.T) {
@@ -505,7 +506,7 @@ func TestMetadata(t *testing.T) {
 	}
 	require.Equal(t, "eu-1/shop/"+long, nps[0].Annotations[AnnotationOrigin])
 	require.Len(t, nps[0].Labels[LabelOriginName], 63)
-	require.Equal(t, "mcnp-eu-1.short", nps[1].Name)
+	require.Equal(t, GeneratedName("eu-1", "short", 0), nps[1].Name)
 	require.Equal(t, "short", nps[1].Labels[LabelOriginName])
 	require.NotEqual(t, GeneratedName("eu-1", long, 0), GeneratedName("eu-1", long+"c", 0))
 	require.NotEqual(t, GeneratedName("a-b", "c", 0), GeneratedName("a", "b-c", 0))

@@ -109,6 +109,10 @@ type Config struct {
 	// AntiEntropyInterval: digest exchange with one random peer (default 1s,
 	// jittered ±25%).
 	AntiEntropyInterval time.Duration
+	// OnDigest, when set, is called with every digest received from a peer
+	// (anti-entropy or push/pull) and the peer's cluster, after the pulls it
+	// calls for were started. The daemon's empty-view gate uses it.
+	OnDigest func(senderCluster string, d crdt.Digest)
 	// MaxConcurrentSyncs caps concurrent outgoing and incoming catch-up syncs
 	// (default 4 each).
 	MaxConcurrentSyncs int

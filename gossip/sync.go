@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -83,6 +84,13 @@ func (n *Node) handle(im inMsg) {
 // applyDeltas applies deltas (one store transaction when all are valid;
 // one by one otherwise so a poison delta cannot block good ones), records
 // metrics, and announces every origin whose watermark advanced.
+// isLocalStoreFailure reports whether err is the replica's own storage
+// failing (store.CommitError), which is never a peer's fault.
+func isLocalStoreFailure(err error) bool {
+	var lf interface{ LocalStoreFailure() bool }
+	return errors.As(err, &lf) && lf.LocalStoreFailure()
+}
+
 func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 	if len(ds) == 0 {
 		return
@@ -90,11 +98,21 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 	before := n.rep.Digest()
 	changes, err := n.rep.Apply(ds...)
 	applied := len(ds)
+	if isLocalStoreFailure(err) {
+		// our own disk failed, not the peer: nothing is dropped as invalid;
+		// the daemon hands over and anti-entropy re-sends after restart.
+		n.logRL(slog.LevelError, "local store refuses writes; deltas not applied", "from", "sync", "path", path, "err", err)
+		return
+	}
 	if err != nil {
 		applied = 0
 		changes = nil
 		for _, d := range ds {
 			ch, err := n.rep.Apply(d)
+			if isLocalStoreFailure(err) {
+				n.logRL(slog.LevelError, "local store refuses writes; deltas not applied", "path", path, "err", err)
+				return
+			}
 			if err != nil {
 				n.dropErr(err, "rejected delta", "origin", d.Origin, "from", d.From.String(), "to", d.To.String())
 				continue
@@ -286,6 +304,14 @@ func (n *Node) onDigest(m *message, state bool) {
 	}
 	if len(need) > 0 {
 		n.startSync(m.Sender, need, local, false)
+	}
+	if n.cfg.OnDigest != nil {
+		n.mu.Lock()
+		ms := n.members[m.Sender]
+		n.mu.Unlock()
+		if ms != nil {
+			n.cfg.OnDigest(ms.Cluster, m.Digest)
+		}
 	}
 	if m.Reply || state {
 		return

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,15 +13,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 )
 
 func genNP(ns, name, hash string) networkingv1.NetworkPolicy {
@@ -28,7 +32,7 @@ func genNP(ns, name, hash string) networkingv1.NetworkPolicy {
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace: ns, Name: name,
 			Labels:      map[string]string{ManagedByLabel: ManagedByValue},
-			Annotations: map[string]string{ContentHashAnnotation: hash},
+			Annotations: map[string]string{ContentHashAnnotation: hash, OriginAnnotation: "eu-1/" + ns + "/" + name},
 		},
 		Spec: networkingv1.NetworkPolicySpec{
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
@@ -39,43 +43,125 @@ func genNP(ns, name, hash string) networkingv1.NetworkPolicy {
 	}
 }
 
+// liveNP is genNP as stored after coastguard applied it: its field manager
+// holds an Apply entry.
+func liveNP(ns, name, hash string) networkingv1.NetworkPolicy {
+	np := genNP(ns, name, hash)
+	mf := func(manager string, op metav1.ManagedFieldsOperationType) metav1.ManagedFieldsEntry {
+		return metav1.ManagedFieldsEntry{Manager: manager, Operation: op, APIVersion: "networking.k8s.io/v1",
+			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}
+	}
+	np.ManagedFields = []metav1.ManagedFieldsEntry{
+		mf("kubectl-edit", metav1.ManagedFieldsOperationUpdate),
+		mf(FieldManager, metav1.ManagedFieldsOperationApply),
+	}
+	return np
+}
+
 func userNP(ns, name string) networkingv1.NetworkPolicy {
 	return networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"team": "a"}}}
 }
 
 func ptrNP(np networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy { return &np }
 
-func TestDecide(t *testing.T) {
-	gen := ptrNP(genNP("a", "p", "h1"))
-	gen2 := ptrNP(genNP("a", "p", "h2"))
-	user := ptrNP(userNP("a", "p"))
-	other := ptrNP(genNP("a", "p", "h1"))
-	other.Labels[ManagedByLabel] = "someone-else"
-	terminating := ptrNP(genNP("a", "p", "h1"))
-	terminating.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
-	noHash := ptrNP(genNP("a", "p", ""))
+func TestOwned(t *testing.T) {
+	ours := ptrNP(liveNP("a", "p", "h1"))
+	foreign := ptrNP(genNP("a", "p", "h1")) // label + annotations, never applied by us
+	foreign.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubectl-client-side-apply", Operation: metav1.ManagedFieldsOperationUpdate}}
+	updateOnly := ptrNP(liveNP("a", "p", "h1")) // our manager name, but an Update
+	updateOnly.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: FieldManager, Operation: metav1.ManagedFieldsOperationUpdate}}
+	unlabelled := ptrNP(liveNP("a", "p", "h1"))
+	delete(unlabelled.Labels, ManagedByLabel)
+	noOrigin := ptrNP(liveNP("a", "p", "h1"))
+	delete(noOrigin.Annotations, OriginAnnotation)
+	desired := ptrNP(genNP("a", "p", "h1"))
 
 	cases := []struct {
 		name          string
 		desired, live *networkingv1.NetworkPolicy
-		want          Action
+		want          bool
 	}{
-		{"nothing", nil, nil, ActionNone},
-		{"create", gen, nil, ActionApply},
-		{"unchanged", gen, ptrNP(genNP("a", "p", "h1")), ActionNone},
-		{"hash differs", gen2, gen, ActionApply},
-		{"live lost its hash", gen, noHash, ActionApply},
-		{"stale generated", nil, gen, ActionDelete},
-		{"user object, not desired", nil, user, ActionNone},
-		{"user object holds desired name", gen, user, ActionConflict},
-		{"other manager holds desired name", gen, other, ActionConflict},
-		{"other manager, not desired", nil, other, ActionNone},
-		{"terminating, desired", gen2, terminating, ActionNone},
-		{"terminating, not desired", nil, terminating, ActionNone},
+		{"no live", desired, nil, false},
+		{"written by us, desired", desired, ours, true},
+		{"written by us, undesired, origin annotated", nil, ours, true},
+		{"label removed, desired: re-adopted", desired, unlabelled, true},
+		{"label removed, undesired: still ours to delete", nil, unlabelled, true},
+		{"origin annotation wiped, desired: ours to restore", desired, noOrigin, true},
+		{"origin annotation wiped, undesired: not deleted", nil, noOrigin, false},
+		{"labelled but never written by us", desired, foreign, false},
+		{"labelled, never written, undesired", nil, foreign, false},
+		{"our manager name via Update is not an apply", desired, updateOnly, false},
+		{"user object", desired, ptrNP(userNP("a", "p")), false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			assert.Equal(t, tc.want, Decide(tc.desired, tc.live))
+			assert.Equal(t, tc.want, Owned(tc.desired, tc.live))
+		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	gen := ptrNP(genNP("a", "p", "h1"))
+	gen2 := ptrNP(genNP("a", "p", "h2"))
+	live := ptrNP(liveNP("a", "p", "h1"))
+	user := ptrNP(userNP("a", "p"))
+	other := ptrNP(liveNP("a", "p", "h1"))
+	other.ManagedFields = nil
+	other.Labels[ManagedByLabel] = "someone-else"
+	foreign := ptrNP(genNP("a", "p", "h1"))
+	terminating := ptrNP(liveNP("a", "p", "h1"))
+	terminating.DeletionTimestamp = &metav1.Time{Time: time.Unix(1, 0)}
+	noHash := ptrNP(liveNP("a", "p", ""))
+	// a hand edit that keeps the hash: spec.ingress replaced by allow-all
+	edited := ptrNP(liveNP("a", "p", "h1"))
+	edited.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+	unlabelled := ptrNP(liveNP("a", "p", "h1"))
+	delete(unlabelled.Labels, ManagedByLabel)
+	relabelled := ptrNP(liveNP("a", "p", "h1"))
+	relabelled.Labels["extra"] = "x" // labels coastguard does not own are not drift
+	annEdited := ptrNP(liveNP("a", "p", "h1"))
+	annEdited.Annotations[OriginAnnotation] = "eu-9/a/p"
+	// server defaults: protocol TCP and policyTypes are not drift
+	withPort := ptrNP(genNP("a", "p", "h1"))
+	withPort.Spec.PolicyTypes = nil
+	withPort.Spec.Ingress[0].Ports = []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(80))}}
+	defaulted := ptrNP(liveNP("a", "p", "h1"))
+	defaulted.Spec.Ingress[0].Ports = []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(80)), Protocol: ptr.To(corev1.ProtocolTCP)}}
+
+	cases := []struct {
+		name          string
+		desired, live *networkingv1.NetworkPolicy
+		hold          bool
+		want          Action
+	}{
+		{"nothing", nil, nil, false, ActionNone},
+		{"create", gen, nil, false, ActionApply},
+		{"create while held", gen, nil, true, ActionApply},
+		{"unchanged", gen, live, false, ActionNone},
+		{"hash differs", gen2, live, false, ActionApply},
+		{"hash differs while held: could shrink", gen2, live, true, ActionHold},
+		{"live lost its hash", gen, noHash, false, ActionApply},
+		{"hand edit keeping the hash", gen, edited, false, ActionApply},
+		{"hand edit repaired while held", gen, edited, true, ActionApply},
+		{"label removed: re-adopted", gen, unlabelled, false, ActionApply},
+		{"origin annotation edited", gen, annEdited, false, ActionApply},
+		{"extra label is not drift", gen, relabelled, false, ActionNone},
+		{"server defaults are not drift", withPort, defaulted, false, ActionNone},
+		{"stale generated", nil, live, false, ActionDelete},
+		{"stale generated while held", nil, live, true, ActionHold},
+		{"stale, label removed", nil, unlabelled, false, ActionDelete},
+		{"user object, not desired", nil, user, false, ActionNone},
+		{"user object holds desired name", gen, user, false, ActionConflict},
+		{"other manager holds desired name", gen, other, false, ActionConflict},
+		{"other manager, not desired", nil, other, false, ActionNone},
+		{"foreign labelled, desired name", gen, foreign, false, ActionForeign},
+		{"foreign labelled, not desired: never deleted", nil, foreign, false, ActionForeign},
+		{"terminating, desired", gen2, terminating, false, ActionNone},
+		{"terminating, not desired", nil, terminating, false, ActionNone},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, DecideGated(tc.desired, tc.live, tc.hold))
 		})
 	}
 }
@@ -87,16 +173,17 @@ func TestPlan(t *testing.T) {
 		genNP("a", "changed", "h2"),
 		genNP("a", "taken", "h1"),
 	}
+	foreign := genNP("a", "foreign", "h1")
 	live := []*networkingv1.NetworkPolicy{
-		ptrNP(genNP("a", "same", "h1")),
-		ptrNP(genNP("a", "changed", "h1")),
-		ptrNP(genNP("a", "stale", "h1")),
-		ptrNP(genNP("c", "stale", "h9")),
+		ptrNP(liveNP("a", "same", "h1")),
+		ptrNP(liveNP("a", "changed", "h1")),
+		ptrNP(liveNP("a", "stale", "h1")),
+		ptrNP(liveNP("c", "stale", "h9")),
 		ptrNP(userNP("a", "taken")),
 		ptrNP(userNP("a", "mine")),
+		&foreign,
 	}
-	res, err := Plan(desired, live)
-	require.NoError(t, err)
+	res := Plan(desired, live)
 	var applied []string
 	for _, np := range res.Apply {
 		applied = append(applied, np.Namespace+"/"+np.Name)
@@ -105,36 +192,58 @@ func TestPlan(t *testing.T) {
 	assert.Equal(t, "h2", res.Apply[0].Annotations[ContentHashAnnotation])
 	assert.Equal(t, []types.NamespacedName{{Namespace: "a", Name: "stale"}, {Namespace: "c", Name: "stale"}}, res.Delete)
 	assert.Equal(t, []types.NamespacedName{{Namespace: "a", Name: "taken"}}, res.Conflicts)
+	assert.Equal(t, []types.NamespacedName{{Namespace: "a", Name: "foreign"}}, res.Foreign)
 
 	// empty desired deletes every generated object and nothing else
-	res, err = Plan(nil, live)
-	require.NoError(t, err)
+	res = Plan(nil, live)
 	assert.Len(t, res.Delete, 4)
 	assert.Empty(t, res.Apply)
 
 	// applying the plan converges
-	res, err = Plan(desired, []*networkingv1.NetworkPolicy{
-		ptrNP(genNP("a", "same", "h1")), ptrNP(genNP("a", "changed", "h2")), ptrNP(genNP("b", "new", "h1")), ptrNP(userNP("a", "taken")),
+	res = Plan(desired, []*networkingv1.NetworkPolicy{
+		ptrNP(liveNP("a", "same", "h1")), ptrNP(liveNP("a", "changed", "h2")), ptrNP(liveNP("b", "new", "h1")), ptrNP(userNP("a", "taken")),
 	})
-	require.NoError(t, err)
 	assert.Empty(t, res.Apply)
 	assert.Empty(t, res.Delete)
 }
 
-func TestPlanRejectsInvalidDesired(t *testing.T) {
+// One invalid or colliding desired object affects only its own name and
+// origin; everything else is planned.
+func TestPlanIsolatesInvalidDesired(t *testing.T) {
 	unlabelled := genNP("a", "x", "h")
 	unlabelled.Labels = nil
+	dupA := genNP("a", "x", "h")
+	dupB := genNP("a", "x", "h2")
+	dupB.Annotations[OriginAnnotation] = "eu-2/a/big.p2-3675f42a7e"
+	badName := genNP("a", "Bad_Name", "h")
 	cases := map[string][]networkingv1.NetworkPolicy{
 		"no label":  {unlabelled},
 		"no hash":   {genNP("a", "x", "")},
 		"no name":   {genNP("a", "", "h")},
 		"no ns":     {genNP("", "x", "h")},
-		"duplicate": {genNP("a", "x", "h"), genNP("a", "x", "h2")},
+		"bad name":  {badName},
+		"duplicate": {dupA, dupB},
 	}
-	for name, desired := range cases {
+	for name, bad := range cases {
+		for i := range bad {
+			if bad[i].Annotations[OriginAnnotation] != "eu-2/a/big.p2-3675f42a7e" {
+				bad[i].Annotations[OriginAnnotation] = "eu-1/a/x" // the MCNP that generated live a/x
+			}
+		}
 		t.Run(name, func(t *testing.T) {
-			_, err := Plan(desired, nil)
-			assert.Error(t, err)
+			desired := append([]networkingv1.NetworkPolicy{genNP("a", "good", "h1")}, bad...)
+			live := []*networkingv1.NetworkPolicy{ptrNP(liveNP("a", "x", "h0"))}
+			res := Plan(desired, live)
+			require.Len(t, res.Apply, 1, "the valid object is still applied")
+			assert.Equal(t, "good", res.Apply[0].Name)
+			assert.Empty(t, res.Delete, "the live objects of a refused origin are not deleted")
+			assert.NotEmpty(t, res.Rejected)
+			assert.NotContains(t, res.Rejected, "eu-1/a/good")
+			if name == "duplicate" {
+				assert.Contains(t, res.Rejected, "eu-1/a/x")
+				assert.Contains(t, res.Rejected, "eu-2/a/big.p2-3675f42a7e")
+				assert.Contains(t, res.Rejected["eu-1/a/x"][0], "eu-2/a/big.p2-3675f42a7e")
+			}
 		})
 	}
 }
@@ -164,6 +273,10 @@ type applierRig struct {
 }
 
 func newApplierRig(t *testing.T, setup func(*fake.Clientset), objs ...runtime.Object) *applierRig {
+	return newApplierRigOpts(t, setup, ApplierOptions{}, objs...)
+}
+
+func newApplierRigOpts(t *testing.T, setup func(*fake.Clientset), opts ApplierOptions, objs ...runtime.Object) *applierRig {
 	t.Helper()
 	client := fake.NewClientset(objs...)
 	if setup != nil {
@@ -171,10 +284,9 @@ func newApplierRig(t *testing.T, setup func(*fake.Clientset), objs ...runtime.Ob
 	}
 	factory := informers.NewSharedInformerFactory(client, 0)
 	reg := prometheus.NewRegistry()
-	a, err := NewApplier(client, factory.Networking().V1().NetworkPolicies(), ApplierOptions{
-		Registerer:  reg,
-		RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Millisecond, 20*time.Millisecond),
-	})
+	opts.Registerer = reg
+	opts.RateLimiter = workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Millisecond, 20*time.Millisecond)
+	a, err := NewApplier(client, factory.Networking().V1().NetworkPolicies(), opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	factory.Start(ctx.Done())
@@ -225,9 +337,9 @@ func waitSettled(t *testing.T, a *Applier) {
 }
 
 func TestApplierReconciles(t *testing.T) {
-	sameLive := genNP("a", "same", "h1")
-	changedLive := genNP("a", "changed", "h1")
-	staleLive := genNP("a", "stale", "h1")
+	sameLive := liveNP("a", "same", "h1")
+	changedLive := liveNP("a", "changed", "h1")
+	staleLive := liveNP("a", "stale", "h1")
 	taken := userNP("a", "taken")
 	mine := userNP("a", "mine")
 	r := newApplierRig(t, nil, &sameLive, &changedLive, &staleLive, &taken, &mine)
@@ -322,24 +434,38 @@ func TestApplierBacksOffOnErrors(t *testing.T) {
 	assert.Equal(t, 1.0, testutil.ToFloat64(r.applier.metrics.Applies))
 }
 
-func TestApplierSetDesiredRejectsBadSetAtomically(t *testing.T) {
-	r := newApplierRig(t, nil)
-	require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{genNP("a", "p", "h1")}))
-	err := r.applier.SetDesired([]networkingv1.NetworkPolicy{genNP("a", "q", "h1"), genNP("a", "bad", "")})
-	require.Error(t, err)
+func TestApplierIsolatesBadObjects(t *testing.T) {
+	var notified sync.Map
+	r := newApplierRigOpts(t, nil, ApplierOptions{OnFailure: func(o string) { notified.Store(o, true) }})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	r.run(ctx)
+	require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{genNP("a", "p", "h1"), genNP("a", "bad", "h1")}))
 	waitSettled(t, r.applier)
-	_, ok := r.get(t, "a", "p")
-	assert.True(t, ok, "previous desired set still in force")
-	_, ok = r.get(t, "a", "q")
-	assert.False(t, ok)
+	_, ok := r.get(t, "a", "bad")
+	require.True(t, ok)
+	err := r.applier.SetDesired([]networkingv1.NetworkPolicy{genNP("a", "p", "h1"), genNP("a", "q", "h1"), genNP("a", "bad", "")})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "eu-1/a/bad")
+	waitSettled(t, r.applier)
+	require.Eventually(t, func() bool { _, ok := r.get(t, "a", "q"); return ok }, 10*time.Second, 5*time.Millisecond, "the valid new object is applied")
+	_, ok = r.get(t, "a", "bad")
+	assert.True(t, ok, "the live object of the refused one is neither deleted nor changed")
+	f := r.applier.Failures()
+	assert.Len(t, f, 1)
+	assert.Contains(t, f["eu-1/a/bad"], "lacks annotation")
+	_, ok = notified.Load("eu-1/a/bad")
+	assert.True(t, ok, "the failing origin is notified")
 	assert.Equal(t, 1.0, testutil.ToFloat64(r.applier.metrics.Errors.WithLabelValues("plan")))
+
+	// fixed: the failure clears
+	require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{genNP("a", "p", "h1"), genNP("a", "q", "h1"), genNP("a", "bad", "h2")}))
+	waitSettled(t, r.applier)
+	assert.Empty(t, r.applier.Failures())
 }
 
 func TestApplierRestartsAcrossTerms(t *testing.T) {
-	stale := genNP("a", "stale", "h1")
+	stale := liveNP("a", "stale", "h1")
 	r := newApplierRig(t, nil, &stale)
 	for term := 0; term < 2; term++ {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -371,7 +497,7 @@ func BenchmarkPlan(b *testing.B) {
 	for i := 0; i < 300; i++ {
 		d := genNP(fmt.Sprint("ns", i%20), fmt.Sprint("mcnp-", i), "h1")
 		desired = append(desired, d)
-		l := genNP(d.Namespace, d.Name, "h1")
+		l := liveNP(d.Namespace, d.Name, "h1")
 		if i%10 == 0 {
 			l.Annotations[ContentHashAnnotation] = "old"
 		}
@@ -380,9 +506,75 @@ func BenchmarkPlan(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		res, err := Plan(desired, live)
-		if err != nil || len(res.Apply) != 30 {
-			b.Fatal(err, len(res.Apply))
+		res := Plan(desired, live)
+		if len(res.Apply) != 30 {
+			b.Fatal(len(res.Apply))
 		}
 	}
+}
+
+// Drift repair through the informer: a hand edit that keeps the hash, a
+// removed managed-by label, a deleted policy; a foreign labelled policy is
+// left alone and counted; the gate holds deletes and content changes.
+func TestApplierRepairsDriftAndRespectsForeign(t *testing.T) {
+	foreign := genNP("a", "foreign", "h1") // created by someone else with our label
+	r := newApplierRig(t, nil, &foreign)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	r.run(ctx)
+	require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{genNP("a", "p", "h1"), genNP("a", "q", "h1")}))
+	waitSettled(t, r.applier)
+	np, ok := r.get(t, "a", "p")
+	require.True(t, ok)
+	require.True(t, WrittenByUs(np), "fake apiserver records our field manager: %+v", np.ManagedFields)
+	nps := r.client.NetworkingV1().NetworkPolicies("a")
+
+	// hand edit: allow-all ingress, hash annotation untouched
+	np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
+	_, err := nps.Update(ctx, np, metav1.UpdateOptions{FieldManager: "kubectl-edit"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		np, _ := r.get(t, "a", "p")
+		return len(np.Spec.Ingress) == 1 && len(np.Spec.Ingress[0].From) == 1
+	}, 10*time.Second, 5*time.Millisecond, "hand edit reverted")
+
+	// label removed: re-adopted
+	np, _ = r.get(t, "a", "p")
+	delete(np.Labels, ManagedByLabel)
+	_, err = nps.Update(ctx, np, metav1.UpdateOptions{FieldManager: "kubectl-label"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { np, _ := r.get(t, "a", "p"); return IsManaged(np) }, 10*time.Second, 5*time.Millisecond, "label restored")
+	assert.GreaterOrEqual(t, testutil.ToFloat64(r.applier.metrics.Repairs), 2.0)
+
+	// the foreign policy is never deleted, and is counted
+	waitSettled(t, r.applier)
+	_, ok = r.get(t, "a", "foreign")
+	assert.True(t, ok)
+	assert.Equal(t, 1.0, testutil.ToFloat64(r.applier.metrics.Foreign))
+	assert.Equal(t, 0, countActions(r.client, "delete", "foreign"))
+	assert.Equal(t, 0, countActions(r.client, "patch", "foreign"))
+
+	// gate closed: dropping q and changing p's content are held, a new
+	// policy is created, a deleted one recreated
+	r.applier.SetHold(true)
+	changed := genNP("a", "p", "h2")
+	changed.Spec.Ingress = nil
+	require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{changed, genNP("a", "n", "h1")}))
+	require.Eventually(t, func() bool { _, ok := r.get(t, "a", "n"); return ok }, 10*time.Second, 5*time.Millisecond)
+	waitSettled(t, r.applier)
+	assert.Equal(t, 2, r.applier.Held())
+	_, ok = r.get(t, "a", "q")
+	assert.True(t, ok, "not deleted while held")
+	np, _ = r.get(t, "a", "p")
+	assert.Equal(t, "h1", np.Annotations[ContentHashAnnotation], "not shrunk while held")
+	require.NoError(t, nps.Delete(ctx, "n", metav1.DeleteOptions{}))
+	require.Eventually(t, func() bool { _, ok := r.get(t, "a", "n"); return ok }, 10*time.Second, 5*time.Millisecond, "recreated while held")
+
+	r.applier.SetHold(false)
+	require.Eventually(t, func() bool {
+		_, okQ := r.get(t, "a", "q")
+		np, _ := r.get(t, "a", "p")
+		return !okQ && np.Annotations[ContentHashAnnotation] == "h2"
+	}, 10*time.Second, 5*time.Millisecond, "released")
+	assert.Equal(t, 0, r.applier.Held())
 }

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -363,4 +365,23 @@ func SubmarinerClusterFrom(u *unstructured.Unstructured) SubmarinerCluster {
 
 func runtimeFromUnstructured(m map[string]any, out any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, out)
+}
+
+// KnownClusters lists the cluster IDs of every Submariner Cluster object
+// (the broker syncs one per cluster of the set). IDs that are not valid
+// DNS-1123 labels are skipped and logged.
+func (w *SubmarinerWatcher) KnownClusters() []string {
+	if w == nil {
+		return nil
+	}
+	var out []string
+	for _, u := range list(w.clusters, w.cfg.Namespace) {
+		id := SubmarinerClusterFrom(u).ClusterID
+		if msgs := validation.IsDNS1123Label(id); len(msgs) > 0 {
+			w.log.Debug("Submariner Cluster object has an invalid cluster ID; ignored", "object", u.GetName(), "cluster_id", id, "err", strings.Join(msgs, "; "))
+			continue
+		}
+		out = append(out, id)
+	}
+	return out
 }

@@ -14,6 +14,7 @@ type metrics struct {
 	corruptFiles     prometheus.Counter
 	resetOrigins     prometheus.Counter
 	loadSeconds      prometheus.Gauge
+	commitErrors     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "coastguard_store_origin_resets_total",
 			Help: "Origins whose persisted digest disagreed with their entries at load and were marked for re-pull.",
 		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coastguard_store_commit_errors_total",
+			Help: "Failed bbolt commits (disk full, I/O error); the store refuses writes after the first until restart.",
+		}),
 		loadSeconds: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coastguard_store_load_seconds",
 			Help: "Duration of the last cold start: file load and in-memory state restore.",
@@ -58,6 +63,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.corruptFiles = register(reg, m.corruptFiles)
 		m.resetOrigins = register(reg, m.resetOrigins)
 		m.loadSeconds = register(reg, m.loadSeconds)
+		m.commitErrors = register(reg, m.commitErrors)
 	}
 	return m
 }

@@ -545,3 +545,6 @@ func (r *Replica) SetLimits(l crdt.Limits) {
 	defer r.mu.Unlock()
 	r.state.SetLimits(l)
 }
+
+// Failed returns the commit error that made the store refuse writes, or nil.
+func (r *Replica) Failed() error { return r.store.Failed() }

@@ -85,6 +85,11 @@ type Options struct {
 	// last written without; opening without clears them, so they can never
 	// be stale.
 	Indexes bool
+	// OnCommitError, when set, is called once (from the committer
+	// goroutine) with the first failed commit: from then on the store
+	// refuses every write until it is reopened. The daemon makes it loud
+	// (readiness, Lease, exit).
+	OnCommitError func(error)
 }
 
 // ErrNoIndexes is returned by the index queries of a store opened without
@@ -156,6 +161,28 @@ func indexesEmpty(tx *bolt.Tx) bool {
 		}
 	}
 	return true
+}
+
+// CommitError is a failed local commit (disk full, I/O error, file size
+// limit). It is this replica's fault, never a peer's: callers can tell it
+// from invalid input with IsLocalFailure or errors.As.
+type CommitError struct{ Err error }
+
+func (e *CommitError) Error() string {
+	return "store: commit failed, refusing further writes until restart: " + e.Err.Error()
+}
+
+func (e *CommitError) Unwrap() error { return e.Err }
+
+// LocalStoreFailure marks the error as a local storage failure (see
+// gossip, which must not count it as a peer's invalid delta).
+func (e *CommitError) LocalStoreFailure() bool { return true }
+
+// Failed returns the commit error that made the store refuse writes, or nil.
+func (s *Store) Failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
 }
 
 func (o *Options) defaults() {
@@ -911,11 +938,16 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	s.m.batchRequests.Observe(float64(len(batch)))
 	s.m.batchChanges.Observe(float64(nchanges))
 	if err != nil {
-		err = fmt.Errorf("store: commit failed, refusing further writes until restart: %w", err)
+		err = &CommitError{Err: err}
 		s.log.Error("store commit failed", "err", err)
+		s.m.commitErrors.Inc()
 		s.mu.Lock()
+		first := s.failed == nil
 		s.failed = err
 		s.mu.Unlock()
+		if first && s.opts.OnCommitError != nil {
+			s.opts.OnCommitError(err)
+		}
 	} else {
 		s.countMu.Lock()
 		for o, d := range countDelta {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -571,4 +572,28 @@ func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
 	if err := s.Commit(changes, crdt.Digest{"c": {Max: 6000}}, nil); err != nil {
 		require.ErrorIs(t, err, ErrCorrupt)
 	}
+}
+
+// A failed commit is counted, reported once through OnCommitError as a
+// CommitError (a local failure, never a peer's), and makes the store refuse
+// writes.
+func TestCommitErrorIsLoudAndLocal(t *testing.T) {
+	dir := t.TempDir()
+	reg := prometheus.NewRegistry()
+	var calls atomic.Int32
+	var got error
+	s, err := Open(filepath.Join(dir, "s.db"), Options{Registerer: reg, OnCommitError: func(e error) { calls.Add(1); got = e }})
+	require.NoError(t, err)
+	require.NoError(t, s.SetSelf("eu-1"))
+	require.NoError(t, s.db.Close()) // every later transaction fails
+	err = s.SetSelf("eu-2")
+	require.Error(t, err)
+	var ce *CommitError
+	require.ErrorAs(t, err, &ce)
+	require.True(t, ce.LocalStoreFailure())
+	require.Error(t, s.SetSelf("eu-3"), "refuses later writes")
+	require.Equal(t, int32(1), calls.Load())
+	require.ErrorAs(t, got, &ce)
+	require.ErrorAs(t, s.Failed(), &ce)
+	require.Equal(t, 1.0, testutil.ToFloat64(s.m.commitErrors))
 }

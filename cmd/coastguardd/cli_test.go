@@ -136,7 +136,7 @@ func TestMetricsAuth(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewCounter(prometheus.CounterOpts{Name: "coastguard_test_total", Help: "x"}))
-	srv := newHTTPServer(":0", reg, newHealth(), ma.wrap)
+	srv := newHTTPServer(":0", reg, newHealth(), nil, ma.wrap)
 	get := func(path, token string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", path, nil)
 		if token != "" {

@@ -43,6 +43,13 @@ type Config struct {
 	LogLevel         string        `json:"logLevel"`
 	AdminAddr        string        `json:"adminAddr"`
 	MetricsAuth      string        `json:"metricsAuth"`
+	// Enforcement safety (issue 13).
+	EmptyViewTimeout            time.Duration `json:"emptyViewTimeout"`
+	ProtectedNamespaces         []string      `json:"protectedNamespaces"`
+	EnforceRemoteInProtected    bool          `json:"enforceRemoteInProtectedNamespaces"`
+	MaxNetworkPoliciesPerMCNP   int           `json:"maxNetworkPoliciesPerMCNP"`
+	MaxIPBlocksPerNetworkPolicy int           `json:"maxIPBlocksPerNetworkPolicy"`
+	MaxBytesPerMCNP             int           `json:"maxBytesPerMCNP"`
 }
 
 // fileConfig mirrors Config with durations as strings for YAML ("30s").
@@ -70,6 +77,13 @@ type fileConfig struct {
 	LogLevel         *string   `json:"logLevel"`
 	AdminAddr        *string   `json:"adminAddr"`
 	MetricsAuth      *string   `json:"metricsAuth"`
+
+	EmptyViewTimeout            *string   `json:"emptyViewTimeout"`
+	ProtectedNamespaces         *[]string `json:"protectedNamespaces"`
+	EnforceRemoteInProtected    *bool     `json:"enforceRemoteInProtectedNamespaces"`
+	MaxNetworkPoliciesPerMCNP   *int      `json:"maxNetworkPoliciesPerMCNP"`
+	MaxIPBlocksPerNetworkPolicy *int      `json:"maxIPBlocksPerNetworkPolicy"`
+	MaxBytesPerMCNP             *int      `json:"maxBytesPerMCNP"`
 }
 
 func defaultConfig() Config {
@@ -88,7 +102,30 @@ func defaultConfig() Config {
 		LogLevel:         "info",
 		AdminAddr:        "127.0.0.1:9091",
 		MetricsAuth:      "none",
+
+		EmptyViewTimeout:            2 * time.Minute,
+		MaxNetworkPoliciesPerMCNP:   64,
+		MaxIPBlocksPerNetworkPolicy: 1000,
+		MaxBytesPerMCNP:             8 << 20,
 	}
+}
+
+func intSetter(name string, p func(c *Config) *int) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("%s: %q is not an integer", name, v)
+		}
+		*p(c) = n
+		return nil
+	}
+}
+
+func ip(p *int) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	return strconv.Itoa(*p), true
 }
 
 // option describes one setting: its flag, env vars and how to set it.
@@ -208,6 +245,37 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.AdminAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdminAddr) }},
 		{false, "metrics-auth", []string{"COASTGUARD_METRICS_AUTH"}, "none, or kubernetes: /metrics requires a bearer token that TokenReview accepts and SubjectAccessReview allows to get /metrics",
 			strSetter(func(c *Config) *string { return &c.MetricsAuth }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAuth) }},
+		{false, "empty-view-timeout", []string{"COASTGUARD_EMPTY_VIEW_TIMEOUT"}, "after start or a leadership takeover, generated NetworkPolicies are neither deleted nor shrunk until anti-entropy covered every known cluster, or this long at most (0: no bound)",
+			durSetter("empty-view-timeout", func(c *Config) *time.Duration { return &c.EmptyViewTimeout }), func(f *fileConfig) (string, bool) { return sp(f.EmptyViewTimeout) }},
+		{false, "protected-namespaces", []string{"COASTGUARD_PROTECTED_NAMESPACES"}, "comma-separated namespaces where MCNPs of other clusters are not enforced (default: kube-system and --namespace)",
+			func(c *Config, v string) error { c.ProtectedNamespaces = splitList(v); return nil },
+			func(f *fileConfig) (string, bool) {
+				if f.ProtectedNamespaces == nil {
+					return "", false
+				}
+				return strings.Join(*f.ProtectedNamespaces, ","), true
+			}},
+		{false, "enforce-remote-in-protected-namespaces", []string{"COASTGUARD_ENFORCE_REMOTE_IN_PROTECTED_NAMESPACES"}, "enforce MCNPs of other clusters in protected namespaces too (true|false)",
+			func(c *Config, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return fmt.Errorf("enforce-remote-in-protected-namespaces: %q is not true or false", v)
+				}
+				c.EnforceRemoteInProtected = b
+				return nil
+			},
+			func(f *fileConfig) (string, bool) {
+				if f.EnforceRemoteInProtected == nil {
+					return "", false
+				}
+				return strconv.FormatBool(*f.EnforceRemoteInProtected), true
+			}},
+		{false, "max-networkpolicies-per-mcnp", []string{"COASTGUARD_MAX_NETWORKPOLICIES_PER_MCNP"}, "cap on NetworkPolicies generated from one MCNP in this cluster; above it the MCNP only isolates its pods and is Degraded",
+			intSetter("max-networkpolicies-per-mcnp", func(c *Config) *int { return &c.MaxNetworkPoliciesPerMCNP }), func(f *fileConfig) (string, bool) { return ip(f.MaxNetworkPoliciesPerMCNP) }},
+		{false, "max-ipblocks-per-networkpolicy", []string{"COASTGUARD_MAX_IPBLOCKS_PER_NETWORKPOLICY"}, "cap on ipBlock peers in one generated NetworkPolicy; above it the MCNP only isolates its pods and is Degraded",
+			intSetter("max-ipblocks-per-networkpolicy", func(c *Config) *int { return &c.MaxIPBlocksPerNetworkPolicy }), func(f *fileConfig) (string, bool) { return ip(f.MaxIPBlocksPerNetworkPolicy) }},
+		{false, "max-bytes-per-mcnp", []string{"COASTGUARD_MAX_BYTES_PER_MCNP"}, "cap on the JSON size of all NetworkPolicies generated from one MCNP; above it the MCNP only isolates its pods and is Degraded",
+			intSetter("max-bytes-per-mcnp", func(c *Config) *int { return &c.MaxBytesPerMCNP }), func(f *fileConfig) (string, bool) { return ip(f.MaxBytesPerMCNP) }},
 	}
 }
 
@@ -356,6 +424,20 @@ func (c Config) Validate() error {
 	}
 	if c.NodeName == "" {
 		errs = append(errs, errors.New("node-name must not be empty"))
+	}
+	for _, ns := range c.ProtectedNamespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("protected-namespaces: %q: %s", ns, strings.Join(msgs, "; ")))
+		}
+	}
+	if c.EmptyViewTimeout < 0 {
+		errs = append(errs, fmt.Errorf("empty-view-timeout %s: must not be negative", c.EmptyViewTimeout))
+	}
+	for name, v := range map[string]int{"max-networkpolicies-per-mcnp": c.MaxNetworkPoliciesPerMCNP,
+		"max-ipblocks-per-networkpolicy": c.MaxIPBlocksPerNetworkPolicy, "max-bytes-per-mcnp": c.MaxBytesPerMCNP} {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("%s %d: must be at least 1", name, v))
+		}
 	}
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))

@@ -59,9 +59,10 @@ type adminHandler struct {
 
 // newHTTPServer serves the network-facing endpoints: /metrics (wrapped by
 // metricsGuard, e.g. Kubernetes authn/authz, when not nil), /healthz and
-// /readyz. The operator endpoints live on the loopback admin server
-// (newAdminServer), never here.
-func newHTTPServer(addr string, reg *prometheus.Registry, h *health, metricsGuard func(http.Handler) http.Handler) *http.Server {
+// /readyz. healthy is /healthz (liveness): nil when the store is writable and
+// the daemon's loops make progress. The operator endpoints live on the
+// loopback admin server (newAdminServer), never here.
+func newHTTPServer(addr string, reg *prometheus.Registry, h *health, healthy func() error, metricsGuard func(http.Handler) http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
 	if metricsGuard != nil {
@@ -69,6 +70,12 @@ func newHTTPServer(addr string, reg *prometheus.Registry, h *health, metricsGuar
 	}
 	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		if healthy != nil {
+			if err := healthy(); err != nil {
+				http.Error(w, err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -16,7 +16,7 @@ import (
 func TestHTTPEndpoints(t *testing.T) {
 	h := newHealth("state", "enforcement")
 	called := 0
-	srv := newHTTPServer(":0", prometheus.NewRegistry(), h, nil)
+	srv := newHTTPServer(":0", prometheus.NewRegistry(), h, nil, nil)
 	admin := newAdminServer("127.0.0.1:0", adminHandler{
 		decommission: func(context.Context) error { called++; return nil },
 		status:       func() any { return map[string]int{"x": 1} },

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
 	"github.com/coastguard-mcnp/coastguard/kube"
@@ -41,6 +42,10 @@ func resolveClusterID(sources []identitySource) (string, error) {
 	for _, s := range sources {
 		if s.Value == "" {
 			continue
+		}
+		if msgs := validation.IsDNS1123Label(s.Value); len(msgs) > 0 {
+			return "", fmt.Errorf("cluster ID %q from %s is not a valid DNS-1123 label (it names generated objects and gossip origins): %s",
+				s.Value, s.Name, strings.Join(msgs, "; "))
 		}
 		if chosen.Value == "" {
 			chosen = s

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,6 +11,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynfake "k8s.io/client-go/dynamic/fake"
 )
+
+func TestResolveClusterIDValidatesEverySource(t *testing.T) {
+	for _, bad := range []string{"eu.1", "EU-1", "-eu", strings.Repeat("a", 64)} {
+		_, err := resolveClusterID([]identitySource{{"flag", ""}, {"ClusterProperty cluster.clusterset.k8s.io", bad}})
+		require.Error(t, err, bad)
+		require.Contains(t, err.Error(), "ClusterProperty cluster.clusterset.k8s.io")
+		require.Contains(t, err.Error(), "DNS-1123")
+	}
+}
 
 func TestResolveClusterID(t *testing.T) {
 	id, err := resolveClusterID([]identitySource{{"flag", ""}, {"cp", "eu-1"}, {"sub", "eu-1"}})

@@ -11,6 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/*-golden from the current output")
@@ -176,4 +178,22 @@ func TestRunRenderExitCodes(t *testing.T) {
 	require.Equal(t, 0, runRender([]string{"--input", in, "--output", out}))
 	_, err := os.Stat(filepath.Join(out, "a", "networkpolicies.yaml"))
 	require.NoError(t, err)
+}
+
+func TestRenderRefusesCollisions(t *testing.T) {
+	np := func(origin, part string) networkingv1.NetworkPolicy {
+		n := networkingv1.NetworkPolicy{}
+		n.Namespace, n.Name = "shop", "mcnp-x"
+		n.Annotations = map[string]string{enforce.AnnotationOrigin: origin}
+		if part != "" {
+			n.Annotations[enforce.AnnotationPart] = part
+		}
+		return n
+	}
+	require.NoError(t, checkCollisions("eu-1", []networkingv1.NetworkPolicy{np("eu-1/shop/a", "")}))
+	err := checkCollisions("eu-1", []networkingv1.NetworkPolicy{np("eu-1/shop/big", "2/2"), np("eu-1/shop/big.p2-3675f42a7e", "")})
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "eu-1/shop/big (part 2/2)")
+	require.Contains(t, err.Error(), "eu-1/shop/big.p2-3675f42a7e")
+	require.Contains(t, err.Error(), "shop/mcnp-x")
 }

@@ -180,6 +180,7 @@ func run(cfg Config, log *slog.Logger) error {
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
 		Submariner: watcher, GlobalnetPolicy: gp,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
+		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg),
 	})
 	if err != nil {
 		return err
@@ -193,7 +194,7 @@ func run(cfg Config, log *slog.Logger) error {
 			}
 			guard = ma.wrap
 		}
-		srv := newHTTPServer(cfg.MetricsAddr, reg, h, guard)
+		srv := newHTTPServer(cfg.MetricsAddr, reg, h, d.Healthy, guard)
 		if err := serveHTTP(srv, log); err != nil {
 			return fmt.Errorf("metrics-addr %s: %w", cfg.MetricsAddr, err)
 		}
@@ -216,4 +217,16 @@ func shutdownHTTP(srv *http.Server) {
 	sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
 	defer c()
 	_ = srv.Shutdown(sctx)
+}
+
+// guards are the guard rails of the flags; protected namespaces default to
+// kube-system and coastguard's own namespace.
+func guards(cfg Config) daemon.Guards {
+	ns := cfg.ProtectedNamespaces
+	if len(ns) == 0 {
+		ns = []string{"kube-system", cfg.Namespace}
+	}
+	return daemon.Guards{ProtectedNamespaces: ns, EnforceRemoteInProtected: cfg.EnforceRemoteInProtected,
+		MaxNetworkPoliciesPerMCNP: cfg.MaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: cfg.MaxIPBlocksPerNetworkPolicy,
+		MaxBytesPerMCNP: cfg.MaxBytesPerMCNP}
 }

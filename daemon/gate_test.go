@@ -1,0 +1,91 @@
+package daemon
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+func TestDecideGate(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	base := GateInput{Now: t0.Add(time.Second), Since: t0, Timeout: time.Minute, Self: "eu-1",
+		Known: []string{"eu-1", "eu-2", "us-1"}, SelfSynced: true}
+	with := func(f func(*GateInput)) GateInput { in := base; f(&in); return in }
+	cases := []struct {
+		name    string
+		in      GateInput
+		open    bool
+		reason  string
+		missing []string
+	}{
+		{"nothing covered", base, false, "partial view", []string{"eu-2", "us-1"}},
+		{"one of two covered", with(func(in *GateInput) { in.Covered = map[string]bool{"eu-2": true} }), false, "partial view", []string{"us-1"}},
+		{"compared but not applied does not count", with(func(in *GateInput) { in.Covered = map[string]bool{"eu-2": true, "us-1": false} }), false, "partial view", []string{"us-1"}},
+		{"all covered", with(func(in *GateInput) { in.Covered = map[string]bool{"eu-2": true, "us-1": true} }), true, "covered", nil},
+		{"own inventory not yet written", with(func(in *GateInput) {
+			in.Covered = map[string]bool{"eu-2": true, "us-1": true}
+			in.SelfSynced = false
+		}), false, "partial view", []string{"eu-1 (own inventory)"}},
+		{"alone", with(func(in *GateInput) { in.Known = []string{"eu-1"} }), true, "covered", nil},
+		{"retired cluster not waited for", with(func(in *GateInput) {
+			in.Covered = map[string]bool{"eu-2": true}
+			in.Retired = map[string]bool{"us-1": true}
+		}), true, "covered", nil},
+		{"timeout", with(func(in *GateInput) { in.Now = t0.Add(time.Minute) }), true, "timeout", []string{"eu-2", "us-1"}},
+		{"no timeout configured", with(func(in *GateInput) { in.Timeout = 0; in.Now = t0.Add(time.Hour) }), false, "partial view", []string{"eu-2", "us-1"}},
+		{"decommission releases", with(func(in *GateInput) { in.Decommissioning = true }), true, "decommission", nil},
+		{"duplicates and empty ids", with(func(in *GateInput) { in.Known = []string{"", "eu-2", "eu-2"} }), false, "partial view", []string{"eu-2"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			d := DecideGate(tc.in)
+			assert.Equal(t, tc.open, d.Open, d.String())
+			assert.Equal(t, tc.reason, d.Reason)
+			assert.Equal(t, tc.missing, d.Missing)
+		})
+	}
+}
+
+// Coverage means applied: a digest from eu-2 covers it only once the local
+// digest has caught up with every origin in it, and only if it arrived after
+// the gate closed.
+func TestCoverageRequiresAppliedEntries(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newCoverage()
+	remote := crdt.Digest{"eu-2": {Max: 10}, "us-1": {Max: 4}}
+	c.observe("eu-2", remote, t0.Add(time.Second))
+	c.observe("us-1", crdt.Digest{"us-1": {Max: 4}}, t0.Add(-time.Second)) // before the gate closed
+
+	local := crdt.Digest{"eu-2": {Max: 10}} // us-1 entries not applied yet
+	cov := c.covered(t0, local, nil)
+	assert.False(t, cov["eu-2"], "digest compared but us-1 entries missing")
+	assert.False(t, cov["us-1"], "stale exchange does not count")
+
+	local["us-1"] = crdt.OriginDigest{Max: 4}
+	cov = c.covered(t0, local, nil)
+	assert.True(t, cov["eu-2"])
+	_, seen := cov["us-1"]
+	require.False(t, seen)
+
+	remote["eu-2"] = crdt.OriginDigest{Max: 99} // the caller's map is copied
+	assert.True(t, c.covered(t0, local, nil)["eu-2"])
+}
+
+// A cluster without alive members is covered by a peer's digest of its
+// origin, once applied; a live cluster must answer for itself.
+func TestCoverageOfUnreachableCluster(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newCoverage()
+	c.observe("eu-2", crdt.Digest{"eu-2": {Max: 3}, "us-1": {Max: 7}}, t0.Add(time.Second))
+	local := crdt.Digest{"eu-2": {Max: 3}, "us-1": {Max: 7}}
+	aliveUS := func(string) bool { return true }
+	downUS := func(o string) bool { return o != "us-1" }
+	assert.False(t, c.covered(t0, local, aliveUS)["us-1"], "us-1 is alive: its own member must send a digest")
+	assert.True(t, c.covered(t0, local, downUS)["us-1"])
+	local["us-1"] = crdt.OriginDigest{Max: 6}
+	assert.False(t, c.covered(t0, local, downUS)["us-1"], "not applied yet")
+}

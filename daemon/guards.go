@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
+)
+
+// Degraded reasons of the guard rails.
+const (
+	ReasonProtectedNamespace          = "ProtectedNamespace"
+	ReasonCapNetworkPoliciesPerMCNP   = "CapExceededNetworkPoliciesPerMCNP"
+	ReasonCapIPBlocksPerNetworkPolicy = "CapExceededIPBlocksPerNetworkPolicy"
+	ReasonCapBytesPerMCNP             = "CapExceededBytesPerMCNP"
+)
+
+// Guards are the enforcing cluster's guard rails (flags of coastguardd).
+type Guards struct {
+	// ProtectedNamespaces: MCNPs of other clusters are not enforced here.
+	ProtectedNamespaces []string
+	// EnforceRemoteInProtected lifts that rule.
+	EnforceRemoteInProtected bool
+	// Caps; 0 means no cap.
+	MaxNetworkPoliciesPerMCNP   int
+	MaxIPBlocksPerNetworkPolicy int
+	MaxBytesPerMCNP             int
+}
+
+// ApplyGuards checks one policy's result against the guard rails of the
+// enforcing cluster self. A policy of another cluster in a protected
+// namespace generates nothing here and is Degraded ProtectedNamespace. A
+// result over a cap is replaced by isolation only (the podSelector and
+// policyTypes without rules, like an invalid policy: fail closed, never
+// open) and Degraded with a reason naming the cap. Only this policy is
+// affected.
+func ApplyGuards(self string, ref enforce.PolicyRef, res enforce.Result, g Guards) enforce.Result {
+	if !res.Selected || res.Error != "" || len(res.NetworkPolicies) == 0 {
+		if res.Selected && ref.Origin != self && !g.EnforceRemoteInProtected && slices.Contains(g.ProtectedNamespaces, ref.Namespace) {
+			return protected(ref, res)
+		}
+		return res
+	}
+	if ref.Origin != self && !g.EnforceRemoteInProtected && slices.Contains(g.ProtectedNamespaces, ref.Namespace) {
+		return protected(ref, res)
+	}
+	if g.MaxNetworkPoliciesPerMCNP > 0 && len(res.NetworkPolicies) > g.MaxNetworkPoliciesPerMCNP {
+		return isolateOnly(res, ReasonCapNetworkPoliciesPerMCNP, fmt.Sprintf(
+			"would generate %d NetworkPolicies, above the cap of %d (--max-networkpolicies-per-mcnp); only isolating its pods",
+			len(res.NetworkPolicies), g.MaxNetworkPoliciesPerMCNP))
+	}
+	total := 0
+	for i := range res.NetworkPolicies {
+		np := &res.NetworkPolicies[i]
+		if g.MaxIPBlocksPerNetworkPolicy > 0 {
+			if n := ipBlocks(np); n > g.MaxIPBlocksPerNetworkPolicy {
+				return isolateOnly(res, ReasonCapIPBlocksPerNetworkPolicy, fmt.Sprintf(
+					"NetworkPolicy %s would hold %d ipBlocks, above the cap of %d (--max-ipblocks-per-networkpolicy); only isolating its pods",
+					np.Name, n, g.MaxIPBlocksPerNetworkPolicy))
+			}
+		}
+		if g.MaxBytesPerMCNP > 0 {
+			b, _ := json.Marshal(np)
+			total += len(b)
+		}
+	}
+	if g.MaxBytesPerMCNP > 0 && total > g.MaxBytesPerMCNP {
+		return isolateOnly(res, ReasonCapBytesPerMCNP, fmt.Sprintf(
+			"would generate %d bytes of NetworkPolicies, above the cap of %d (--max-bytes-per-mcnp); only isolating its pods",
+			total, g.MaxBytesPerMCNP))
+	}
+	return res
+}
+
+func protected(ref enforce.PolicyRef, res enforce.Result) enforce.Result {
+	out := res
+	out.NetworkPolicies = nil
+	out.RemotePeers = 0
+	out.Error = ""
+	out.SkippedNoNamespace = false
+	out.Degraded = ReasonProtectedNamespace
+	out.DegradedDetails = []string{fmt.Sprintf(
+		"namespace %s is protected here: MCNPs of other clusters (this one is from %s) are not enforced in it (--protected-namespaces, --enforce-remote-in-protected-namespaces)",
+		ref.Namespace, ref.Origin)}
+	return out
+}
+
+func isolateOnly(res enforce.Result, reason, detail string) enforce.Result {
+	first := res.NetworkPolicies[0].DeepCopy()
+	first.Spec.Ingress, first.Spec.Egress = nil, nil
+	delete(first.Annotations, enforce.AnnotationPart)
+	first.Annotations[enforce.AnnotationContentHash] = enforce.ContentHash(first)
+	out := res
+	out.NetworkPolicies = []networkingv1.NetworkPolicy{*first}
+	out.RemotePeers = 0
+	out.Degraded = reason
+	out.DegradedDetails = []string{detail}
+	return out
+}
+
+func ipBlocks(np *networkingv1.NetworkPolicy) int {
+	n := 0
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.From {
+			if p.IPBlock != nil {
+				n++
+			}
+		}
+	}
+	for _, r := range np.Spec.Egress {
+		for _, p := range r.To {
+			if p.IPBlock != nil {
+				n++
+			}
+		}
+	}
+	return n
+}
