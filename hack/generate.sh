@@ -11,4 +11,4 @@ go tool controller-gen crd paths=./api/... output:crd:dir=deploy/crds
 # which markers cannot reach (see hack/crdschema).
 go run ./hack/crdschema deploy/crds/networking.submariner.io_multiclusternetworkpolicies.yaml
 # The Helm chart ships the same CRD (Helm installs crds/ before templates).
-cp deploy/crds/networking.submariner.io_multiclusternetworkpolicies.yaml charts/coastguard/crds/
+cp deploy/crds/*.yaml charts/coastguard/crds/

@@ -42,7 +42,7 @@ const (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Cluster,shortName=cgc,categories=submariner
+// +kubebuilder:resource:scope=Cluster,shortName=cgc,categories=coastguard
 // +kubebuilder:printcolumn:name="Alive",type=string,JSONPath=`.status.conditions[?(@.type=="Alive")].status`
 // +kubebuilder:printcolumn:name="Stale",type=string,JSONPath=`.status.conditions[?(@.type=="Stale")].status`
 // +kubebuilder:printcolumn:name="Retired",type=string,JSONPath=`.status.conditions[?(@.type=="Retired")].status`

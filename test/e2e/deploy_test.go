@@ -56,7 +56,8 @@ func TestDeployManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GetKind()]++
 	}
-	for _, k := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "DaemonSet"} {
+	assert.Equal(t, 2, kinds["CustomResourceDefinition"], "MultiClusterNetworkPolicy and CoastguardCluster CRDs in deploy/")
+	for _, k := range []string{"Namespace", "ServiceAccount", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "DaemonSet"} {
 		assert.Equal(t, 1, kinds[k], "kind %s in deploy/", k)
 	}
 	assert.Equal(t, 2, kinds["ClusterRole"], "the daemon's ClusterRole and coastguard-mcnp-view")
