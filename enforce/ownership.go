@@ -161,6 +161,15 @@ func within(set []netip.Prefix, p netip.Prefix) bool {
 }
 
 func overlapsAny(set []netip.Prefix, p netip.Prefix) bool {
+	if p.IsSingleIP() {
+		a := p.Addr()
+		for _, q := range set {
+			if q.Contains(a) {
+				return true
+			}
+		}
+		return false
+	}
 	for _, q := range set {
 		if q.Overlaps(p) {
 			return true
@@ -195,7 +204,9 @@ func CheckRemoteAddr(local, owner *ClusterNetworks, global bool, p netip.Prefix)
 	if !p.IsValid() {
 		return DropOutsideCIDRs
 	}
-	p = p.Masked()
+	if !p.IsSingleIP() {
+		p = p.Masked()
+	}
 	if IsReserved(p) {
 		return DropReserved
 	}
