@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
@@ -58,6 +59,9 @@ type Options struct {
 	// GlobalnetPolicy: render (coarse) or drop peers of Globalnet clusters
 	// that only have cluster-wide egress IPs.
 	GlobalnetPolicy enforce.GlobalnetPolicy
+	// ClusterCIDRs is the operator's --cluster-cidrs: trusted networks
+	// merged with the Submariner Cluster objects' (pod-IP ownership).
+	ClusterCIDRs enforce.Networks
 
 	// GossipKeyFile, when set, is re-read every KeyReloadInterval (default
 	// 10s): new keys are installed, the first line becomes primary, keys no
@@ -79,6 +83,7 @@ type Daemon struct {
 	m    *metrics
 
 	sanity *sanity
+	podIPs *podIPReport
 
 	rep     *store.Replica
 	node    *gossip.Node
@@ -140,16 +145,22 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	podIPs, err := newPodIPReport(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
 	d := &Daemon{
 		opts:         opts,
 		log:          opts.Logger,
 		m:            m,
 		sanity:       san,
+		podIPs:       podIPs,
 		mirror:       NewMirror(opts.ClusterID),
 		outputs:      NewOutputs(opts.ClusterID),
 		needFullSync: make(chan struct{}, 1),
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
+	d.mirror.SetNetworks(enforce.MergeNetworks(opts.ClusterCIDRs))
 	return d, nil
 }
 
@@ -292,8 +303,16 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	goRun(func() { d.sanityLoop(ctx, d.sanity, recorder) })
 	if o.Submariner != nil {
 		o.Submariner.OnChange(d.inv.ClusterChanged)
+		o.Submariner.OnChange(d.refreshNetworks)
 		o.Submariner.OnPodEgressChange(d.inv.NamespacePodsChanged)
 		o.Submariner.Start(ctx.Done())
+		// The trusted pod CIDRs come from Submariner's Cluster objects:
+		// enforce (and lead) only once they are listed, so that a restart
+		// never applies a view that drops every remote pod.
+		if !cache.WaitForCacheSync(ctx.Done(), o.Submariner.HasSynced) {
+			return ctx.Err()
+		}
+		d.refreshNetworks()
 	}
 	if o.GossipKeyFile != "" {
 		goRun(func() { d.keyringLoop(ctx) })

@@ -250,6 +250,25 @@ func (w *SubmarinerWatcher) Info() ClusterInfo {
 	return info
 }
 
+// Clusters returns every Submariner Cluster object in the namespace: this
+// cluster's own and the other clusters' (Submariner syncs them from the
+// broker). Sorted by cluster ID; objects with the same cluster ID keep the
+// order of their names.
+func (w *SubmarinerWatcher) Clusters() []SubmarinerCluster {
+	var out []SubmarinerCluster
+	for _, u := range list(w.clusters, w.cfg.Namespace) {
+		out = append(out, SubmarinerClusterFrom(u))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].ClusterID < out[j].ClusterID })
+	return out
+}
+
+// Synced reports whether the Cluster objects have been listed (true when
+// the resource is not served: there is nothing to wait for).
+func (w *SubmarinerWatcher) Synced() bool {
+	return w == nil || w.HasSynced()
+}
+
 // PodEgressIPs returns the egress IPs of the GlobalEgressIPs whose
 // spec.podSelector selects a pod with these labels in namespace ns.
 func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string) []string {
