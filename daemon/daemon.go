@@ -108,6 +108,10 @@ type Daemon struct {
 
 const allPolicies = "*"
 
+// SubmarinerSyncTimeout bounds how long the daemon waits at start for the
+// Submariner Cluster objects (the trusted pod CIDRs) before it enforces.
+var SubmarinerSyncTimeout = 30 * time.Second
+
 type reportWrite struct {
 	key string
 	val crdt.ReportValue
@@ -308,9 +312,17 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 		o.Submariner.Start(ctx.Done())
 		// The trusted pod CIDRs come from Submariner's Cluster objects:
 		// enforce (and lead) only once they are listed, so that a restart
-		// never applies a view that drops every remote pod.
-		if !cache.WaitForCacheSync(ctx.Done(), o.Submariner.HasSynced) {
-			return ctx.Err()
+		// does not apply a view that drops every remote pod. If listing
+		// hangs (RBAC, apiserver), go on after a while: unknown CIDRs drop
+		// peers (fail closed) and the informer catches up level-triggered.
+		syncCtx, syncCancel := context.WithTimeout(ctx, SubmarinerSyncTimeout)
+		if !cache.WaitForCacheSync(syncCtx.Done(), o.Submariner.HasSynced) && ctx.Err() == nil {
+			d.log.Warn("Submariner objects not listed yet; remote pods of clusters without --cluster-cidrs are left out until they are",
+				"waited", SubmarinerSyncTimeout)
+		}
+		syncCancel()
+		if ctx.Err() != nil {
+			return nil
 		}
 		d.refreshNetworks()
 	}

@@ -263,12 +263,6 @@ func (w *SubmarinerWatcher) Clusters() []SubmarinerCluster {
 	return out
 }
 
-// Synced reports whether the Cluster objects have been listed (true when
-// the resource is not served: there is nothing to wait for).
-func (w *SubmarinerWatcher) Synced() bool {
-	return w == nil || w.HasSynced()
-}
-
 // PodEgressIPs returns the egress IPs of the GlobalEgressIPs whose
 // spec.podSelector selects a pod with these labels in namespace ns.
 func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string) []string {
