@@ -321,10 +321,9 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 				"waited", SubmarinerSyncTimeout)
 		}
 		syncCancel()
-		if ctx.Err() != nil {
-			return nil
+		if ctx.Err() == nil {
+			d.refreshNetworks()
 		}
-		d.refreshNetworks()
 	}
 	if o.GossipKeyFile != "" {
 		goRun(func() { d.keyringLoop(ctx) })
