@@ -3,6 +3,8 @@ package daemon
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -73,8 +75,9 @@ func (d *Daemon) refreshNetworks() {
 	if !changed {
 		return
 	}
-	for id, cn := range n {
-		d.log.Info("trusted cluster networks", "remote_cluster", id, "pod_cidrs", cn.PodCIDRs,
+	for _, id := range slices.Sorted(maps.Keys(n)) {
+		cn := n[id]
+		d.log.Info("trusted cluster networks", "of_cluster", id, "pod_cidrs", cn.PodCIDRs,
 			"service_cidrs", cn.ServiceCIDRs, "global_cidrs", cn.GlobalCIDRs, "sources", cn.Sources)
 	}
 	if _, ok := n[d.opts.ClusterID]; !ok {
