@@ -371,47 +371,52 @@ func PodIPDrops(inv *Inventory, enforcing string) []PodIPDrop {
 		v := views[id]
 		owner := inv.networksOf(id)
 		counts := map[DropReason]*PodIPDrop{}
-		note := func(what string, p netip.Prefix) {
+		// note counts a dropped address; the example is the smallest
+		// (so the result does not depend on map order).
+		note := func(what func() string, p netip.Prefix) {
 			r := CheckRemoteAddr(local, owner, v.globalnet, p)
 			if r == DropNone {
 				return
 			}
+			ex := what() + " " + p.String()
 			d := counts[r]
 			if d == nil {
-				d = &PodIPDrop{Cluster: id, Reason: r, Example: what + " " + p.String()}
+				d = &PodIPDrop{Cluster: id, Reason: r, Example: ex}
 				counts[r] = d
+			} else if ex < d.Example {
+				d.Example = ex
 			}
 			d.Count++
 		}
+		str := func(s string) func() string { return func() string { return s } }
 		cs := inv.clusters[id]
 		if v.globalnet {
 			for _, p := range v.clusterEgress {
-				note("cluster egress IP", p)
+				note(str("cluster egress IP"), p)
 			}
-			for _, ns := range slices.Sorted(maps.Keys(v.nsEgress)) {
-				for _, p := range v.nsEgress[ns] {
-					note("namespace "+ns+" egress IP", p)
+			for ns, ps := range v.nsEgress {
+				for _, p := range ps {
+					note(str("namespace "+ns+" egress IP"), p)
 				}
 			}
 			for _, p := range v.globalCIDRs {
-				note("global CIDR", p)
+				note(str("global CIDR"), p)
 			}
 		}
-		for _, nsName := range slices.Sorted(maps.Keys(cs.namespaces)) {
-			ns := cs.namespaces[nsName]
-			for _, podName := range slices.Sorted(maps.Keys(ns.pods)) {
-				pod := ns.pods[podName]
+		for nsName, ns := range cs.namespaces {
+			for podName, pod := range ns.pods {
 				if !pod.eligible {
 					continue
 				}
+				name := func() string { return nsName + "/" + podName }
 				if v.globalnet {
 					for _, p := range parseAddrs(pod.EgressIPs) {
-						note(nsName+"/"+podName+" egress IP", p)
+						note(func() string { return name() + " egress IP" }, p)
 					}
 					continue
 				}
 				for _, a := range pod.addrs {
-					note(nsName+"/"+podName, netip.PrefixFrom(a, a.BitLen()))
+					note(name, netip.PrefixFrom(a, a.BitLen()))
 				}
 			}
 		}
