@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"fmt"
 	"log/slog"
 	"maps"
 	"slices"
@@ -20,25 +19,9 @@ import (
 // --cluster-cidrs; the translator drops every remote address outside them.
 // This file feeds that knowledge in and reports what is dropped.
 
-// NetworksFromSubmariner turns Submariner Cluster objects into trusted
-// network knowledge. Invalid CIDRs are skipped and returned as errors;
-// several objects of one cluster ID are merged.
+// NetworksFromSubmariner is kube.SubmarinerNetworks (kept for callers).
 func NetworksFromSubmariner(cs []kube.SubmarinerCluster) (enforce.Networks, []error) {
-	var parts []enforce.Networks
-	var errs []error
-	for _, c := range cs {
-		var n enforce.ClusterNetworks
-		var e1, e2, e3 []error
-		n.PodCIDRs, e1 = enforce.ParseCIDRs(c.PodCIDRs)
-		n.ServiceCIDRs, e2 = enforce.ParseCIDRs(c.ServiceCIDRs)
-		n.GlobalCIDRs, e3 = enforce.ParseCIDRs(c.GlobalCIDRs)
-		for _, e := range append(append(e1, e2...), e3...) {
-			errs = append(errs, fmt.Errorf("Submariner Cluster %s: %w", c.ClusterID, e))
-		}
-		n.Sources = []string{"submariner"}
-		parts = append(parts, enforce.Networks{c.ClusterID: n})
-	}
-	return enforce.MergeNetworks(parts...), errs
+	return kube.SubmarinerNetworks(cs)
 }
 
 // SetNetworks sets the trusted network knowledge of the mirrored inventory

@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // Submariner resources coastguard reads (submariner.io/v1).
@@ -376,4 +378,26 @@ func SubmarinerClusterFrom(u *unstructured.Unstructured) SubmarinerCluster {
 
 func runtimeFromUnstructured(m map[string]any, out any) error {
 	return runtime.DefaultUnstructuredConverter.FromUnstructured(m, out)
+}
+
+// SubmarinerNetworks turns Submariner Cluster objects into trusted network
+// knowledge for pod-IP ownership (enforce.CheckRemoteAddr). Invalid CIDRs
+// are skipped and returned as errors; several objects of one cluster ID
+// are merged.
+func SubmarinerNetworks(cs []SubmarinerCluster) (enforce.Networks, []error) {
+	var parts []enforce.Networks
+	var errs []error
+	for _, c := range cs {
+		var n enforce.ClusterNetworks
+		var e1, e2, e3 []error
+		n.PodCIDRs, e1 = enforce.ParseCIDRs(c.PodCIDRs)
+		n.ServiceCIDRs, e2 = enforce.ParseCIDRs(c.ServiceCIDRs)
+		n.GlobalCIDRs, e3 = enforce.ParseCIDRs(c.GlobalCIDRs)
+		for _, e := range append(append(e1, e2...), e3...) {
+			errs = append(errs, fmt.Errorf("Submariner Cluster %s: %w", c.ClusterID, e))
+		}
+		n.Sources = []string{"submariner"}
+		parts = append(parts, enforce.Networks{c.ClusterID: n})
+	}
+	return enforce.MergeNetworks(parts...), errs
 }
