@@ -18,9 +18,15 @@ RUN --mount=type=cache,target=/go/pkg/mod go mod download
 COPY . .
 ARG TARGETOS=linux
 ARG TARGETARCH
+# Stamped into the binary (coastguardd version, coastguard_build_info, gossip
+# metadata): docker build --build-arg VERSION=$(git describe --tags) \
+#   --build-arg REVISION=$(git rev-parse HEAD) .
+ARG VERSION=dev
+ARG REVISION=unknown
 RUN --mount=type=cache,target=/go/pkg/mod --mount=type=cache,target=/root/.cache/go-build \
     CGO_ENABLED=0 GOOS=$TARGETOS GOARCH=$TARGETARCH \
-    go build -trimpath -ldflags="-s -w" -o /out/coastguardd ./cmd/coastguardd
+    go build -trimpath -ldflags="-s -w -X github.com/coastguard-mcnp/coastguard/internal/version.Version=${VERSION} -X github.com/coastguard-mcnp/coastguard/internal/version.Revision=${REVISION}" \
+      -o /out/coastguardd ./cmd/coastguardd
 
 # distroless/static: no shell, no package manager, CA certificates and
 # /etc/passwd with the nonroot user (65532) only.

@@ -6,19 +6,45 @@ SHELL := /bin/bash
 #   make bench    every performance goal, as a table (bench/results.json)
 
 GO          ?= go
+# Version stamped into coastguardd (coastguardd version, coastguard_build_info,
+# gossip metadata).
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS     ?= -X github.com/coastguard-mcnp/coastguard/internal/version.Version=$(VERSION) -X github.com/coastguard-mcnp/coastguard/internal/version.Revision=$(REVISION)
+# Pinned CLI tools live in their own module (tools/go.mod), so their
+# dependencies (helm's client-go, golangci-lint's) never move coastguard's.
+TOOL        ?= $(GO) tool -modfile=$(CURDIR)/tools/go.mod
 TESTBIN_DIR ?= $(CURDIR)/.cache/bin
 BIN         ?= $(CURDIR)/bin
 export TESTBIN_DIR
 
-.PHONY: all build test unit e2e vet testbins generate verify-generate demo demo-down bench bench-quick fuzz clean
+.PHONY: all build test unit e2e vet testbins generate verify-generate demo demo-down bench bench-quick fuzz clean helm-check lint
 
 all: build
 
 build:
-	$(GO) build -o $(BIN)/coastguardd ./cmd/coastguardd
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/coastguardd ./cmd/coastguardd
 
 ## test: the README's test command; .ci/run calls exactly this.
-test: verify-generate vet unit e2e
+test: verify-generate vet helm-check unit e2e
+
+## helm-check: helm lint (strict) and helm template of charts/coastguard, with
+## the default values and with every optional feature on. The e2e test
+## TestPackaging compares the output with the kustomize install.
+# helm built with `go tool` carries no -ldflags, so its default Kubernetes
+# version is v1.20; name the one we test against.
+HELM_KUBE_VERSION ?= 1.33.0
+helm-check:
+	$(TOOL) helm lint --strict --kube-version $(HELM_KUBE_VERSION) --namespace coastguard-system charts/coastguard
+	$(TOOL) helm template coastguard charts/coastguard --kube-version $(HELM_KUBE_VERSION) --namespace coastguard-system --include-crds >/dev/null
+	$(TOOL) helm template coastguard charts/coastguard --kube-version $(HELM_KUBE_VERSION) --namespace coastguard-system --include-crds \
+	  --set clusterID=eu-1 --set globalnetPolicy=drop --set monitoring.enabled=true --set metricsAuth.enabled=true \
+	  --set selfProtection.enabled=true --set rbac.aggregateEdit=true --set submariner.serviceExport=true \
+	  --set persistence.hostPath.enabled=true >/dev/null
+
+## lint: golangci-lint, pinned in tools/go.mod.
+lint:
+	$(TOOL) golangci-lint run ./...
 
 vet:
 	$(GO) vet ./...
@@ -43,7 +69,7 @@ generate:
 
 ## verify-generate: fails when generated deepcopy/CRD files are stale.
 verify-generate: generate
-	git diff --exit-code -- api deploy/crds
+	git diff --exit-code -- api deploy/crds charts/coastguard/crds
 
 fuzz:
 	hack/fuzz.sh 20s

@@ -955,3 +955,16 @@ func TestSimulator(t *testing.T) {
 		})
 	}
 }
+
+func sortKeys(ks []Key) {
+	sort.Slice(ks, func(i, j int) bool {
+		a, b := ks[i], ks[j]
+		if a.Origin != b.Origin {
+			return a.Origin < b.Origin
+		}
+		if a.Kind != b.Kind {
+			return a.Kind < b.Kind
+		}
+		return a.Name < b.Name
+	})
+}

@@ -393,7 +393,8 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 	d.log.Info("leading", "epoch", d.rep.Epoch())
 
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(4)
+	go func() { defer wg.Done(); d.clusterSetLoop(ctx) }() // CoastguardCluster objects
 	go func() {
 		defer wg.Done()
 		if err := d.applier.Run(ctx); err != nil && ctx.Err() == nil {
@@ -519,19 +520,8 @@ func (d *Daemon) requestFullSync() {
 
 // persistedOwn lists this cluster's own live entries for the inventory diff.
 func (d *Daemon) persistedOwn() (kube.Snapshot, error) {
-	snap := kube.Snapshot{}
-	d.rep.View(func(st *crdt.State) {
-		for _, k := range kube.InventoryKinds {
-			m := map[string][]byte{}
-			st.Range(d.opts.ClusterID, k, func(e crdt.Entry) bool {
-				if !e.Deleted {
-					m[e.Name] = e.Value
-				}
-				return true
-			})
-			snap[k] = m
-		}
-	})
+	var snap kube.Snapshot
+	d.rep.View(func(st *crdt.State) { snap = kube.OwnSnapshot(st, d.opts.ClusterID, kube.InventoryKinds) })
 	return snap, nil
 }
 

@@ -57,6 +57,9 @@ type Config struct {
 	NodeName string
 	// ClusterID is the cluster this daemon belongs to (crdt origin).
 	ClusterID string
+	// BuildVersion is announced in the node metadata so that mixed-version
+	// cluster sets are visible (coastguard_gossip_member_versions).
+	BuildVersion string
 
 	BindAddr      string // default 0.0.0.0
 	BindPort      int    // default 7946

@@ -3,6 +3,7 @@ package gossip
 import (
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
@@ -11,7 +12,10 @@ import (
 // Node metadata (memberlist NodeMeta, ≤ 512 bytes):
 //
 //	version u8 (1) | flags u8 (bit0 writer, bit1 leaving) | cluster: uvarint len + bytes
+//	[| build version: uvarint len + bytes]
 //
+// The trailing build version (coastguardd's, for skew reporting) is optional:
+// older daemons neither send nor read it.
 // The leaving flag is set (and gossiped with UpdateNode) right before a
 // graceful Leave: memberlist's NotifyLeave does not say whether a node left
 // or died, and only dead members are rejoined.
@@ -22,7 +26,7 @@ const (
 	metaLeaving = 2
 )
 
-func encodeMeta(cluster string, writer, leaving bool) []byte {
+func encodeMeta(cluster, build string, writer, leaving bool) []byte {
 	b := wbuf{metaVersion, 0}
 	if writer {
 		b[1] |= metaWriter
@@ -31,21 +35,30 @@ func encodeMeta(cluster string, writer, leaving bool) []byte {
 		b[1] |= metaLeaving
 	}
 	b.str(cluster)
+	if build != "" {
+		b.str(build)
+	}
 	return b
 }
 
-func decodeMeta(p []byte) (cluster string, flags byte, err error) {
+// maxBuildLen bounds the build version read from a peer's metadata.
+const maxBuildLen = 64
+
+func decodeMeta(p []byte) (cluster, build string, flags byte, err error) {
 	r := &rbuf{b: p}
 	v := r.u8()
 	f := r.u8()
 	cluster = r.str(maxOriginLen)
+	if r.err == nil && len(r.b) > 0 {
+		build = r.str(maxBuildLen)
+	}
 	if r.err != nil {
-		return "", 0, r.err
+		return "", "", 0, r.err
 	}
 	if v < 1 {
-		return "", 0, errors.New("bad meta version")
+		return "", "", 0, errors.New("bad meta version")
 	}
-	return cluster, f, nil
+	return cluster, build, f, nil
 }
 
 // delegate implements memberlist.Delegate.
@@ -56,7 +69,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	n.mu.Lock()
 	w, l := n.metaWriter, n.leaving
 	n.mu.Unlock()
-	b := encodeMeta(n.cfg.ClusterID, w, l)
+	b := encodeMeta(n.cfg.ClusterID, n.cfg.BuildVersion, w, l)
 	if len(b) > limit {
 		return nil
 	}
@@ -108,7 +121,7 @@ func (n *Node) receive(p []byte, state bool) {
 		n.drop(dropOversize, "dropping oversized message", "bytes", len(p))
 		return
 	}
-	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgDigestSum)) {
+	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) {
 		n.drop(dropUnknownType, "dropping message of unknown type", "type", p[0], "bytes", len(p))
 		return
 	}
@@ -153,7 +166,7 @@ func (e *events) NotifyUpdate(mn *memberlist.Node) {
 }
 
 func (n *Node) observe(mn *memberlist.Node, alive bool) {
-	cluster, flags, err := decodeMeta(mn.Meta)
+	cluster, build, flags, err := decodeMeta(mn.Meta)
 	writer, left := flags&metaWriter != 0, flags&metaLeaving != 0 && !alive
 	if err != nil {
 		n.logRL(slog.LevelWarn, "member with undecodable meta", "member", mn.Name, "err", err)
@@ -172,9 +185,13 @@ func (n *Node) observe(mn *memberlist.Node, alive bool) {
 	prevCluster := ms.Cluster
 	ms.MemberInfo = MemberInfo{
 		Name: mn.Name, Cluster: cluster, Writer: writer && alive,
-		Addr: mn.Address(), Alive: alive, Left: left,
+		Addr: mn.Address(), Alive: alive, Left: left, Version: build,
 	}
 	ms.since = now
+	cp := *mn
+	cp.Addr = append(net.IP(nil), mn.Addr...)
+	cp.Meta = append([]byte(nil), mn.Meta...)
+	ms.node = &cp
 	if cluster != "" {
 		// the cluster was alive until now in either case
 		n.clusterSeen[cluster] = now

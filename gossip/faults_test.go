@@ -340,7 +340,14 @@ func TestGarbageAndForgeriesDroppedAndCounted(t *testing.T) {
 	require.Eventually(t, func() bool { return dropped(b, dropRateLimited) > 0 }, 5*time.Second, 20*time.Millisecond)
 
 	// Still healthy.
-	time.Sleep(1100 * time.Millisecond) // let b's limiter refill
+	// Wait (on the limiter's state, not a fixed sleep) until b accepts a's
+	// messages again.
+	require.Eventually(t, func() bool {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		l := b.limiters["a"]
+		return l == nil || l.Tokens() >= float64(b.cfg.PeerRateBurst)/2
+	}, 10*time.Second, 20*time.Millisecond, "b's rate limiter for a never refilled")
 	a.write(t, crdt.KindPod, "ns/ok", podValue(t, "10.1.1.1"), false)
 	requireConverged(t, 10*time.Second, a, b)
 }

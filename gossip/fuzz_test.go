@@ -33,12 +33,16 @@ func FuzzDecodeMessage(f *testing.F) {
 }
 
 func FuzzDecodeMeta(f *testing.F) {
-	f.Add(encodeMeta("cluster-a", true, false))
-	f.Add(encodeMeta("", false, true))
+	f.Add(encodeMeta("cluster-a", "", true, false))
+	f.Add(encodeMeta("", "", false, true))
+	f.Add(encodeMeta("cluster-a", "v1.2.3", true, false))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		c, _, err := decodeMeta(b)
+		c, v, _, err := decodeMeta(b)
 		if err == nil && len(c) > maxOriginLen {
 			t.Fatalf("cluster too long: %d", len(c))
+		}
+		if err == nil && len(v) > maxBuildLen {
+			t.Fatalf("build version too long: %d", len(v))
 		}
 	})
 }
@@ -80,7 +84,7 @@ func TestWriteFuzzSeedCorpus(t *testing.T) {
 	}
 	write("FuzzDecodeMessage", 90, []byte{byte(msgHeads), 1, 1, 'a', 0xff, 0xff, 0xff, 0xff, 0x0f})
 	write("FuzzDecodeMessage", 91, []byte{byte(msgSyncData), 1, 1, 'a', 1, 1, 1, 0xff, 0xff, 0x7f})
-	write("FuzzDecodeMeta", 0, encodeMeta("cluster-a", true, false))
+	write("FuzzDecodeMeta", 0, encodeMeta("cluster-a", "", true, false))
 	write("FuzzDecodeMeta", 1, []byte{1, 3, 0xff, 0xff})
 	write("FuzzParseKeyring", 0, []byte(encodeB64(testKey(1))+"\n"+encodeB64(testKey(2)[:16])+"\n"))
 	write("FuzzParseKeyring", 1, []byte("%%%\n"))

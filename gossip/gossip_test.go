@@ -43,9 +43,6 @@ func TestConvergenceAfterRandomWrites(t *testing.T) {
 			v = podValue(t, fmt.Sprintf("10.0.%d.%d", rng.IntN(255), rng.IntN(255)))
 		}
 		w.write(t, crdt.KindPod, name, v, del)
-		if i%10 == 0 {
-			time.Sleep(5 * time.Millisecond)
-		}
 	}
 	requireConverged(t, 15*time.Second, all...)
 

@@ -35,6 +35,25 @@ type metrics struct {
 	lag           prometheus.Histogram
 	rejoins       prometheus.Counter
 	broadcastQLen prometheus.GaugeFunc
+	versions      *prometheus.GaugeVec
+	versionSkew   prometheus.Gauge
+}
+
+// setVersions publishes the alive members per announced build version
+// ("unknown" for members that announce none) and whether they differ.
+func (m *metrics) setVersions(v map[string]float64) {
+	m.versions.Reset()
+	for ver, n := range v {
+		if ver == "" {
+			ver = "unknown"
+		}
+		m.versions.WithLabelValues(ver).Add(n)
+	}
+	skew := 0.0
+	if len(v) > 1 {
+		skew = 1
+	}
+	m.versionSkew.Set(skew)
 }
 
 func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
@@ -47,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 		}, []string{"state"}),
 		clusterStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive (its entries are stale but kept until ReconnectTimeout).",
-		}, []string{"cluster"}),
+		}, []string{"remote_cluster"}),
 		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coastguard_gossip_deltas_total", Help: "Deltas sent (out) and applied (in) by path.",
 		}, []string{"dir", "path"}),
@@ -75,6 +94,12 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 			Name: "coastguard_gossip_rejoin_attempts_total", Help: "Periodic rejoin attempts that contacted at least one address.",
 		}),
 	}
+	m.versions = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "coastguard_gossip_member_versions", Help: "Alive gossip members by announced coastguardd version.",
+	}, []string{"version"})
+	m.versionSkew = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "coastguard_gossip_version_skew", Help: "1 when alive gossip members announce more than one coastguardd version.",
+	})
 	m.broadcastQLen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coastguard_gossip_broadcast_queue", Help: "Pending broadcasts in the head/retire queue.",
 	}, queueLen)
@@ -85,7 +110,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
-			m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen} {
+			m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew} {
 			if err := reg.Register(c); err != nil {
 				// Already registered (e.g. second Node in one process with a
 				// shared registry): keep our private collectors unexported.

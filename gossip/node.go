@@ -35,6 +35,9 @@ type MemberInfo struct {
 	Addr    string
 	Alive   bool
 	Left    bool
+	// Version is the member's coastguardd build version from its gossip
+	// metadata; empty for daemons that do not announce it.
+	Version string
 }
 
 // ClusterStatus is the local view of one cluster's liveness.
@@ -48,6 +51,12 @@ type ClusterStatus struct {
 type memberState struct {
 	MemberInfo
 	since time.Time
+	// node is our own copy of memberlist's node, taken in the event
+	// callback (which memberlist calls with its node lock held). The
+	// pointers memberlist.Members() returns alias memberlist's internal
+	// state, which its packet handler rewrites on every alive message: a
+	// data race (seen under -race) when we read Addr/Port to send.
+	node *memberlist.Node
 }
 
 type inMsg struct {
@@ -92,6 +101,7 @@ type Node struct {
 	stopOnce sync.Once
 	wg       sync.WaitGroup
 	started  time.Time
+	addr     string
 
 	mu             sync.Mutex
 	members        map[string]*memberState
@@ -101,6 +111,8 @@ type Node struct {
 	bulkByPeer     map[string]uint64
 	backoffs       map[string]*backoff
 	limiters       map[string]*rate.Limiter
+	digestLim      *rate.Limiter           // full-digest byte budget (antientropy.go)
+	forwarded      map[string]crdt.Version // push tree: highest version forwarded per origin (forward.go)
 	nextID         uint64
 	metaWriter     bool
 	leaving        bool
@@ -200,6 +212,8 @@ func New(cfg Config, rep Replica) (*Node, error) {
 		return nil, fmt.Errorf("gossip: memberlist: %w", err)
 	}
 	n.ml = ml
+	ln := ml.LocalNode()
+	n.addr = net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
 	n.wg.Add(4)
 	go n.worker()
 	go n.antiEntropyLoop()
@@ -213,11 +227,9 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	return n, nil
 }
 
-// Addr returns this node's advertised "ip:port".
-func (n *Node) Addr() string {
-	ln := n.ml.LocalNode()
-	return net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
-}
+// Addr returns this node's advertised "ip:port" (read once at start:
+// memberlist rewrites its own node record on every meta update).
+func (n *Node) Addr() string { return n.addr }
 
 // Name returns the node name.
 func (n *Node) Name() string { return n.cfg.NodeName }
@@ -468,14 +480,7 @@ func (n *Node) Keys() [][]byte {
 // randomPeers picks up to k alive members other than self (and other than
 // exclude), uniformly.
 func (n *Node) randomPeers(k int, exclude string) []*memberlist.Node {
-	all := n.ml.Members()
-	cand := make([]*memberlist.Node, 0, len(all))
-	for _, m := range all {
-		if m.Name == n.cfg.NodeName || m.Name == exclude || m.State != memberlist.StateAlive {
-			continue
-		}
-		cand = append(cand, m)
-	}
+	cand := n.alivePeers(exclude)
 	rand.Shuffle(len(cand), func(i, j int) { cand[i], cand[j] = cand[j], cand[i] })
 	if len(cand) > k {
 		cand = cand[:k]
@@ -483,11 +488,27 @@ func (n *Node) randomPeers(k int, exclude string) []*memberlist.Node {
 	return cand
 }
 
-func (n *Node) memberNode(name string) *memberlist.Node {
-	for _, m := range n.ml.Members() {
-		if m.Name == name {
-			return m
+// alivePeers returns copies of the alive members other than self and
+// exclude, from the event-driven member table (never memberlist's own
+// node pointers, see memberState.node).
+func (n *Node) alivePeers(exclude string) []*memberlist.Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	cand := make([]*memberlist.Node, 0, len(n.members))
+	for name, ms := range n.members {
+		if name == n.cfg.NodeName || name == exclude || !ms.Alive || ms.node == nil {
+			continue
 		}
+		cand = append(cand, ms.node)
+	}
+	return cand
+}
+
+func (n *Node) memberNode(name string) *memberlist.Node {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if ms := n.members[name]; ms != nil && ms.Alive {
+		return ms.node
 	}
 	return nil
 }

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/memberlist"
-
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
@@ -48,6 +46,8 @@ func (n *Node) handle(im inMsg) {
 		n.onHeads(m)
 	case msgPush:
 		n.onPush(m)
+	case msgForward:
+		n.onForward(m)
 	case msgSyncReq:
 		n.onSyncReq(m)
 	case msgSyncData:
@@ -74,7 +74,7 @@ func (n *Node) handle(im inMsg) {
 			}
 			n.mu.Unlock()
 			if to := n.memberNode(m.Sender); to != nil && !skip {
-				n.send(to, encodeDigestMsg(n.cfg.NodeName, false, local), msgDigest)
+				n.sendFullDigest(to, false, local)
 			}
 		}
 	}
@@ -184,7 +184,9 @@ func (n *Node) onPush(m *message) {
 		}
 		ok = append(ok, d)
 	}
+	before := n.rep.Digest()
 	n.applyDeltas(ok, "push")
+	n.forwardFresh(m.Sender, ok, before)
 }
 
 func (n *Node) finishSync(id uint64) *syncState {
@@ -237,7 +239,11 @@ func (n *Node) onSyncData(m *message) {
 	if fast {
 		path = "pull"
 	}
+	before := n.rep.Digest()
 	n.applyDeltas(ok, path)
+	if fast {
+		n.forwardFresh(m.Sender, ok, before)
+	}
 	if m.Final {
 		role := "requester"
 		if fast {
@@ -287,7 +293,7 @@ func (n *Node) onDigest(m *message, state bool) {
 		rd, ok := m.Digest[o]
 		if needs(rd, ok, ld) {
 			if to := n.memberNode(m.Sender); to != nil {
-				n.send(to, encodeDigestMsg(n.cfg.NodeName, true, local), msgDigest)
+				n.sendFullDigest(to, true, local)
 			}
 			return
 		}
@@ -584,10 +590,12 @@ func (n *Node) maintain() {
 	}
 	// Reap members dead for longer than ReconnectTimeout (no more rejoins).
 	var alive, dead, left float64
+	versions := map[string]float64{}
 	for name, ms := range n.members {
 		switch {
 		case ms.Alive:
 			alive++
+			versions[ms.Version]++
 		case ms.Left:
 			left++
 		default:
@@ -603,6 +611,7 @@ func (n *Node) maintain() {
 	n.m.members.WithLabelValues("alive").Set(alive)
 	n.m.members.WithLabelValues("dead").Set(dead)
 	n.m.members.WithLabelValues("left").Set(left)
+	n.m.setVersions(versions)
 
 	var cAlive, cStale float64
 	for c, st := range status {
@@ -643,10 +652,8 @@ func (n *Node) rejoinLoop() {
 // healed partition merges again.
 func (n *Node) rejoin() {
 	aliveAddrs := map[string]bool{n.Addr(): true}
-	for _, m := range n.ml.Members() {
-		if m.State == memberlist.StateAlive {
-			aliveAddrs[m.Address()] = true
-		}
+	for _, m := range n.alivePeers("") {
+		aliveAddrs[m.Address()] = true
 	}
 	var cand []string
 	for _, a := range n.resolveSeeds() {

@@ -29,6 +29,7 @@ const (
 	msgDigest    msgType = 5 // anti-entropy digest (also memberlist LocalState)
 	msgRetire    msgType = 6 // retirements (broadcast queue)
 	msgDigestSum msgType = 7 // anti-entropy: 64-bit hash of the sender's whole digest
+	msgForward   msgType = 8 // fresh deltas relayed once by a receiver (push tree, forward.go)
 )
 
 const wireVersion = 1
@@ -49,6 +50,8 @@ func (t msgType) String() string {
 		return "retire"
 	case msgDigestSum:
 		return "digest_sum"
+	case msgForward:
+		return "forward"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -319,7 +322,7 @@ func decodeMessage(p []byte) (*message, error) {
 			}
 			m.Heads = append(m.Heads, h)
 		}
-	case msgPush, msgSyncData:
+	case msgPush, msgSyncData, msgForward:
 		if m.Type == msgSyncData {
 			m.ID = r.uvarint()
 			f := r.u8()

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"os"
 	"path/filepath"
 	"testing"
@@ -108,15 +109,43 @@ func TestWireRoundTrip(t *testing.T) {
 }
 
 func TestMetaRoundTrip(t *testing.T) {
-	c, f, err := decodeMeta(encodeMeta("cluster-a", true, false))
+	c, v, f, err := decodeMeta(encodeMeta("cluster-a", "", true, false))
 	require.NoError(t, err)
 	require.Equal(t, "cluster-a", c)
+	require.Empty(t, v)
 	require.Equal(t, byte(metaWriter), f)
-	_, f, err = decodeMeta(encodeMeta("x", false, true))
+	_, _, f, err = decodeMeta(encodeMeta("x", "", false, true))
 	require.NoError(t, err)
 	require.Equal(t, byte(metaLeaving), f)
-	_, _, err = decodeMeta([]byte{1})
+	_, _, _, err = decodeMeta([]byte{1})
 	require.Error(t, err)
+
+	// The build version trails the cluster; a version-1 decoder that
+	// stops after the cluster still reads the same cluster and flags.
+	withBuild := encodeMeta("cluster-a", "v0.2.0", true, false)
+	c, v, f, err = decodeMeta(withBuild)
+	require.NoError(t, err)
+	require.Equal(t, "cluster-a", c)
+	require.Equal(t, "v0.2.0", v)
+	require.Equal(t, byte(metaWriter), f)
+	require.Equal(t, encodeMeta("cluster-a", "", true, false), withBuild[:len(withBuild)-len("v0.2.0")-1])
+	_, _, _, err = decodeMeta(append(encodeMeta("c", "", false, false), 200))
+	require.Error(t, err, "a truncated build version is an error, not garbage")
+}
+
+// Members announce their build version; the skew gauge reports a mixed set.
+func TestVersionSkewMetric(t *testing.T) {
+	m := newMetrics(nil, func() float64 { return 0 })
+	m.setVersions(map[string]float64{"v1": 2})
+	require.Equal(t, 0.0, testutil.ToFloat64(m.versionSkew))
+	require.Equal(t, 2.0, testutil.ToFloat64(m.versions.WithLabelValues("v1")))
+	m.setVersions(map[string]float64{"v1": 1, "": 1})
+	require.Equal(t, 1.0, testutil.ToFloat64(m.versionSkew))
+	require.Equal(t, 1.0, testutil.ToFloat64(m.versions.WithLabelValues("unknown")))
+	require.Equal(t, 2, testutil.CollectAndCount(m.versions))
+	m.setVersions(map[string]float64{"v2": 3})
+	require.Equal(t, 1, testutil.CollectAndCount(m.versions), "versions no longer seen are dropped")
+	require.Equal(t, 0.0, testutil.ToFloat64(m.versionSkew))
 }
 
 func TestParseKeyring(t *testing.T) {

@@ -10,10 +10,14 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Debouncer collects dirty keys and hands them to a fire function once no
-// key has been marked for Quiet, or MaxDelay after the oldest pending mark,
-// whichever comes first; so steady churn cannot starve it. Fire runs on the
-// Run goroutine, one batch at a time; marks made while it runs form the next
+// Debouncer collects dirty keys and hands them to a fire function.
+//
+// Leading edge: the first mark after a quiet period (no mark for Quiet) is
+// fired at once, so an isolated change costs no debounce delay. Marks that
+// follow within Quiet are a burst and are batched: they fire once no key has
+// been marked for Quiet, or MaxDelay after the oldest pending mark, whichever
+// comes first; so steady churn cannot starve it. Fire runs on the Run
+// goroutine, one batch at a time; marks made while it runs form the next
 // batch.
 //
 // Mark arms the timer itself, under the lock, so the timer always reflects
@@ -26,8 +30,12 @@ type Debouncer[K cmp.Ordered] struct {
 	mu        sync.Mutex
 	dirty     map[K]struct{}
 	firstMark time.Time
-	lastMark  time.Time
+	lastMark  time.Time // kept after a fire: it decides the leading edge
+	leading   bool      // the pending batch started after a quiet period: due at once
 	timer     clock.Timer
+	// kick wakes Run for a leading-edge batch without going through the
+	// timer (so a fake clock needs no Step to fire it).
+	kick chan struct{}
 }
 
 // NewDebouncer returns a debouncer. quiet <= 0 becomes 1ms; maxDelay < quiet
@@ -48,6 +56,7 @@ func NewDebouncer[K cmp.Ordered](quiet, maxDelay time.Duration, clk clock.Clock,
 		quiet: quiet, maxDelay: maxDelay, clock: clk, fire: fire,
 		dirty: make(map[K]struct{}),
 		timer: t,
+		kick:  make(chan struct{}, 1),
 	}
 }
 
@@ -62,12 +71,27 @@ func (d *Debouncer[K]) Mark(keys ...K) {
 	now := d.clock.Now()
 	if len(d.dirty) == 0 {
 		d.firstMark = now
+		d.leading = LeadingEdge(d.lastMark, now, d.quiet)
 	}
 	d.lastMark = now
 	for _, k := range keys {
 		d.dirty[k] = struct{}{}
 	}
+	if d.leading {
+		select {
+		case d.kick <- struct{}{}:
+		default: // Run is already woken
+		}
+		return
+	}
 	d.armLocked(FireDeadline(d.firstMark, d.lastMark, d.quiet, d.maxDelay).Sub(now))
+}
+
+// LeadingEdge is the pure rule for the leading edge: a mark at now, with
+// nothing pending, fires at once when the previous mark (zero: none) is at
+// least quiet ago.
+func LeadingEdge(prevMark, now time.Time, quiet time.Duration) bool {
+	return prevMark.IsZero() || now.Sub(prevMark) >= quiet
 }
 
 func (d *Debouncer[K]) armLocked(wait time.Duration) {
@@ -108,6 +132,9 @@ func (d *Debouncer[K]) takeIfDue() []K {
 	}
 	now := d.clock.Now()
 	due := FireDeadline(d.firstMark, d.lastMark, d.quiet, d.maxDelay)
+	if d.leading {
+		due = d.firstMark
+	}
 	if now.Before(due) {
 		d.armLocked(due.Sub(now))
 		return nil
@@ -118,6 +145,7 @@ func (d *Debouncer[K]) takeIfDue() []K {
 	}
 	slices.Sort(keys)
 	clear(d.dirty)
+	d.leading = false
 	return keys
 }
 
@@ -135,9 +163,10 @@ func (d *Debouncer[K]) Run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-c:
-			if keys := d.takeIfDue(); keys != nil {
-				d.fire(ctx, keys)
-			}
+		case <-d.kick:
+		}
+		if keys := d.takeIfDue(); keys != nil {
+			d.fire(ctx, keys)
 		}
 	}
 }

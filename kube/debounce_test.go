@@ -56,8 +56,50 @@ func (r *debounceRig) expectNone(t *testing.T) {
 	}
 }
 
+func TestLeadingEdge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	q := 50 * time.Millisecond
+	assert.True(t, LeadingEdge(time.Time{}, t0, q), "no previous mark")
+	assert.True(t, LeadingEdge(t0, t0.Add(q), q), "a full quiet period since the last mark")
+	assert.False(t, LeadingEdge(t0, t0.Add(q-time.Nanosecond), q), "inside the quiet period: a burst")
+}
+
+// lead fires the leading edge of a burst: a mark after a quiet period is
+// handed to fire at once, without the clock moving.
+func (r *debounceRig) lead(t *testing.T, key string) {
+	t.Helper()
+	r.d.Mark(key)
+	r.expectBatch(t, key)
+}
+
+func TestDebouncerLeadingEdgeFiresAtOnce(t *testing.T) {
+	r := newRig(t, 50*time.Millisecond, 500*time.Millisecond)
+	// First change ever: no delay at all (the fake clock never moves).
+	r.lead(t, "a")
+	assert.Equal(t, 0, r.d.Pending())
+	// A change right after it is part of a burst: batched by the quiet period.
+	r.clk.Step(10 * time.Millisecond)
+	r.d.Mark("b")
+	r.expectNone(t)
+	r.clk.Step(49 * time.Millisecond)
+	r.expectNone(t)
+	r.clk.Step(time.Millisecond)
+	r.expectBatch(t, "b")
+	// A full quiet period after the last mark: the next change is a new
+	// leading edge and fires at once again.
+	r.clk.Step(50 * time.Millisecond)
+	r.lead(t, "c")
+	// Just under a quiet period after "c": batched.
+	r.clk.Step(49 * time.Millisecond)
+	r.d.Mark("d")
+	r.expectNone(t)
+	r.clk.Step(50 * time.Millisecond)
+	r.expectBatch(t, "d")
+}
+
 func TestDebouncerQuietPeriod(t *testing.T) {
 	r := newRig(t, 50*time.Millisecond, 500*time.Millisecond)
+	r.lead(t, "lead")
 	r.d.Mark("b", "a")
 	r.d.Mark("a")
 	assert.Equal(t, 2, r.d.Pending())
@@ -73,6 +115,7 @@ func TestDebouncerQuietPeriod(t *testing.T) {
 
 func TestDebouncerMarkExtendsQuiet(t *testing.T) {
 	r := newRig(t, 50*time.Millisecond, 500*time.Millisecond)
+	r.lead(t, "lead")
 	r.d.Mark("a")
 	r.clk.Step(40 * time.Millisecond)
 	r.d.Mark("b")
@@ -84,6 +127,7 @@ func TestDebouncerMarkExtendsQuiet(t *testing.T) {
 
 func TestDebouncerMaxDelayUnderChurn(t *testing.T) {
 	r := newRig(t, 50*time.Millisecond, 500*time.Millisecond)
+	r.lead(t, "lead")
 	// a mark every 30ms never leaves a 50ms quiet gap
 	for i := 0; i < 16; i++ { // marks at 0..450ms
 		r.d.Mark("k")
@@ -96,9 +140,11 @@ func TestDebouncerMaxDelayUnderChurn(t *testing.T) {
 	r.expectNone(t)
 	r.clk.Step(time.Millisecond)
 	r.expectBatch(t, "k", "last")
-	// the next batch starts a fresh window
+	// churn continues right after the cap fired: still a burst, a fresh window
 	r.d.Mark("z")
-	r.clk.Step(50 * time.Millisecond)
+	r.clk.Step(49 * time.Millisecond)
+	r.expectNone(t)
+	r.clk.Step(time.Millisecond)
 	r.expectBatch(t, "z")
 }
 
@@ -114,15 +160,15 @@ func TestDebouncerMarksDuringFireFormNextBatch(t *testing.T) {
 	go func() { defer close(done); d.Run(ctx) }()
 	defer func() { cancel(); close(release); <-done }()
 
-	d.Mark("a")
-	clk.Step(10 * time.Millisecond)
+	d.Mark("a") // leading edge: fires without the clock moving
 	select {
 	case got := <-entered:
 		assert.Equal(t, []string{"a"}, got)
 	case <-time.After(5 * time.Second):
 		t.Fatal("first batch did not fire")
 	}
-	// fire is blocked; marks keep accumulating and time passes beyond due
+	// fire is blocked; marks keep accumulating (a burst: the first is 0 ms
+	// after "a") and time passes beyond due
 	d.Mark("b")
 	clk.Step(10 * time.Millisecond)
 	d.Mark("c")

@@ -93,8 +93,9 @@ func Diff(kinds []crdt.Kind, desired, persisted Snapshot) []Write {
 }
 
 // OwnSnapshot collects origin's live entries of the given kinds from a
-// crdt.State (call it inside store.Replica.View to build
-// InventoryConfig.Persisted). Tombstones are skipped; values are copied.
+// crdt.State (the daemon calls it inside store.Replica.View to build
+// InventoryConfig.Persisted). Tombstones are skipped; values are copied, so
+// the snapshot stays valid after the view's lock is released.
 func OwnSnapshot(s *crdt.State, origin string, kinds []crdt.Kind) Snapshot {
 	out := Snapshot{}
 	for _, k := range kinds {
@@ -108,32 +109,6 @@ func OwnSnapshot(s *crdt.State, origin string, kinds []crdt.Kind) Snapshot {
 		out[k] = m
 	}
 	return out
-}
-
-// ReplicaWriter adapts a store.Replica-style Write, which returns the
-// committed delta, to Writer. onDelta (optional) receives every delta,
-// e.g. to hand it to gossip for immediate broadcast.
-func ReplicaWriter(write func(kind crdt.Kind, name string, value []byte, deleted bool) (crdt.Delta, error), onDelta func(crdt.Delta)) Writer {
-	return WriterFunc(func(kind crdt.Kind, name string, value []byte, deleted bool) error {
-		d, err := write(kind, name, value, deleted)
-		if err != nil {
-			return err
-		}
-		if onDelta != nil {
-			onDelta(d)
-		}
-		return nil
-	})
-}
-
-// PersistedFromView builds InventoryConfig.Persisted from a
-// store.Replica-style View: origin's live inventory entries.
-func PersistedFromView(view func(func(*crdt.State)), origin string) func() (Snapshot, error) {
-	return func() (Snapshot, error) {
-		var snap Snapshot
-		view(func(s *crdt.State) { snap = OwnSnapshot(s, origin, InventoryKinds) })
-		return snap, nil
-	}
 }
 
 // fullSyncBatch bounds the writes of one WriteBatch call during a full sync.

@@ -151,23 +151,3 @@ func TestOwnSnapshotFromState(t *testing.T) {
 	ws := Diff(InventoryKinds, Snapshot{crdt.KindPod: {"a/p3": []byte("3")}, crdt.KindNamespace: {"a": []byte("n")}}, snap)
 	assert.Equal(t, []Write{{Kind: crdt.KindPod, Name: "a/p1", Deleted: true}, {Kind: crdt.KindPod, Name: "a/p3", Value: []byte("3")}}, ws)
 }
-
-func TestReplicaWriterAndPersistedFromView(t *testing.T) {
-	s := crdt.NewState("c1")
-	require.NoError(t, s.SetEpoch(s.MinEpoch()))
-	var deltas []crdt.Delta
-	w := ReplicaWriter(func(kind crdt.Kind, name string, value []byte, deleted bool) (crdt.Delta, error) {
-		d, _, err := s.Write(kind, name, value, deleted, 0)
-		return d, err
-	}, func(d crdt.Delta) { deltas = append(deltas, d) })
-	require.NoError(t, w.Write(crdt.KindPod, "a/p", []byte("v"), false))
-	require.Len(t, deltas, 1)
-	assert.Equal(t, "c1", deltas[0].Origin)
-	assert.Error(t, w.Write(crdt.Kind(99), "x", nil, false), "invalid writes surface the state's error")
-	assert.Len(t, deltas, 1)
-
-	persisted := PersistedFromView(func(fn func(*crdt.State)) { fn(s) }, "c1")
-	snap, err := persisted()
-	require.NoError(t, err)
-	assert.Equal(t, []byte("v"), snap[crdt.KindPod]["a/p"])
-}

@@ -22,9 +22,16 @@ func benchPod(b testing.TB, origin string, i int, v crdt.Version) *crdt.Entry {
 }
 
 // BenchmarkCommitBatched measures write throughput with 1000-entry batches
-// (one transaction, one fsync each).
+// (one transaction, one fsync each), without (the default) and with the
+// prefix indexes.
 func BenchmarkCommitBatched(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{})
+	for _, idx := range []bool{false, true} {
+		b.Run(fmt.Sprintf("indexes=%v", idx), func(b *testing.B) { benchCommitBatched(b, idx) })
+	}
+}
+
+func benchCommitBatched(b *testing.B, indexes bool) {
+	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{Indexes: indexes})
 	require.NoError(b, err)
 	defer s.Close()
 	const batch = 1000
@@ -44,7 +51,13 @@ func BenchmarkCommitBatched(b *testing.B) {
 // BenchmarkCommitGroup measures group commit: 64 concurrent writers each
 // committing one entry at a time; the committer coalesces them.
 func BenchmarkCommitGroup(b *testing.B) {
-	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{})
+	for _, idx := range []bool{false, true} {
+		b.Run(fmt.Sprintf("indexes=%v", idx), func(b *testing.B) { benchCommitGroup(b, idx) })
+	}
+}
+
+func benchCommitGroup(b *testing.B, indexes bool) {
+	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{Indexes: indexes})
 	require.NoError(b, err)
 	defer s.Close()
 	var n atomic.Int64
@@ -111,7 +124,7 @@ func TestMain(m *testing.M) {
 // scan returning 1/50 of them.
 func BenchmarkQueryNamespace1000(b *testing.B) {
 	path := millionStore(b)
-	s, err := Open(path, Options{Check: CheckNever})
+	s, err := Open(path, Options{Check: CheckNever, Indexes: true})
 	require.NoError(b, err)
 	defer s.Close()
 	b.Run("pods-by-namespace", func(b *testing.B) {
@@ -133,7 +146,8 @@ func BenchmarkQueryNamespace1000(b *testing.B) {
 }
 
 // BenchmarkFileBytesPerEntry reports the file size per entry of the 1M
-// store (entries + all indexes + digests).
+// store (entries + all indexes + digests; the fixture is built with
+// Options.Indexes for BenchmarkQueryNamespace1000).
 func BenchmarkFileBytesPerEntry(b *testing.B) {
 	path := millionStore(b)
 	for range b.N {
@@ -147,7 +161,7 @@ func BenchmarkFileBytesPerEntry(b *testing.B) {
 // buildMillion writes 10 origins x 100,000 pods through real crdt writer
 // states (so digests and hashes are genuine), 10,000 entries per commit.
 func buildMillion(b testing.TB, path string) error {
-	s, err := Open(path, Options{})
+	s, err := Open(path, Options{Indexes: true})
 	if err != nil {
 		return err
 	}
@@ -189,7 +203,7 @@ func BenchmarkColdStart1M(b *testing.B) {
 				mode = CheckAlways
 			}
 			for range b.N {
-				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet})
+				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet, Indexes: true})
 				require.NoError(b, err)
 				var n int
 				r.View(func(st *crdt.State) {

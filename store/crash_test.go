@@ -38,7 +38,7 @@ func crashPeerName(iter, batch int) string   { return fmt.Sprintf("it%d/peer-b%d
 func crashIP(iter, batch, g int) string      { return fmt.Sprintf("10.%d.%d.%d", iter, batch%250, g) }
 
 func crashChild(path string, iter int) error {
-	r, err := OpenReplica(path, "self", Options{MaxBatch: 16})
+	r, err := OpenReplica(path, "self", Options{Indexes: true, MaxBatch: 16})
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func TestCrash(t *testing.T) {
 		t.Logf("iteration %d: killed after %d reported batches", iter, committed[iter]+1)
 
 		// Reopen the raw store: consistent and complete.
-		s, err := Open(path, Options{})
+		s, err := Open(path, Options{Indexes: true})
 		require.NoError(t, err)
 		require.Empty(t, s.Info().MovedAside, "a crash must never make the file look corrupt")
 		snap, err := s.Load()
@@ -176,7 +176,7 @@ func TestCrash(t *testing.T) {
 		}
 		require.NoError(t, s.Close())
 		// And the replica restores it (crdt.State verifies hashes again).
-		r, err := OpenReplica(path, "self", Options{})
+		r, err := OpenReplica(path, "self", Options{Indexes: true})
 		require.NoError(t, err)
 		require.Greater(t, r.Epoch(), prevEpoch)
 		prevEpoch = r.Epoch()

@@ -64,7 +64,7 @@ func TestOriginHashesMatchCRDT(t *testing.T) {
 func TestReplicaWriteReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	reg := prometheus.NewRegistry()
-	r, err := OpenReplica(path, "c1", Options{Registerer: reg})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true, Registerer: reg})
 	require.NoError(t, err)
 	e1 := r.Epoch()
 	require.GreaterOrEqual(t, e1, uint32(1))
@@ -78,7 +78,7 @@ func TestReplicaWriteReopen(t *testing.T) {
 	dig := r.Digest()
 	require.NoError(t, r.Close())
 
-	r2 := openReplica(t, path, "c1", Options{Registerer: reg})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true, Registerer: reg})
 	require.Equal(t, dig, r2.Digest())
 	require.Empty(t, r2.ResetOrigins())
 	require.Greater(t, r2.Epoch(), e1, "epoch must be bumped on every open")
@@ -107,7 +107,7 @@ func TestReplicaWriteReopen(t *testing.T) {
 
 func TestReplicaApplyRetireAndSubscribe(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r := openReplica(t, path, "c1", Options{})
+	r := openReplica(t, path, "c1", Options{Indexes: true})
 	var mu sync.Mutex
 	var got []crdt.Change
 	r.Subscribe(func(ch []crdt.Change) {
@@ -152,7 +152,7 @@ func TestReplicaApplyRetireAndSubscribe(t *testing.T) {
 	require.Nil(t, got[31].New)
 	mu.Unlock()
 
-	r2 := openReplica(t, path, "c1", Options{})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true})
 	require.Equal(t, crdt.Version(0), r2.Digest()["c1"].Max)
 	require.NotZero(t, r2.Digest()["peer"].Retired)
 	snap, err := r2.Store().Load()
@@ -171,7 +171,7 @@ func mustEncode(t testing.TB, v any) []byte {
 }
 
 func TestReplicaSubscribeCommitOrder(t *testing.T) {
-	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{})
+	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{Indexes: true})
 	var mu sync.Mutex
 	var versions []crdt.Version
 	r.Subscribe(func(ch []crdt.Change) {
@@ -202,7 +202,7 @@ func TestReplicaSubscribeCommitOrder(t *testing.T) {
 
 func TestReplicaSetMinEpoch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	require.NoError(t, r.SetMinEpoch(50))
 	require.Equal(t, uint32(50), r.Epoch())
@@ -212,21 +212,21 @@ func TestReplicaSetMinEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(50), d.To.Epoch())
 	require.NoError(t, r.Close())
-	r2 := openReplica(t, path, "c1", Options{})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true})
 	require.Equal(t, uint32(51), r2.Epoch())
 }
 
 func TestReplicaRefusesOtherIdentity(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	require.NoError(t, r.Close())
-	_, err = OpenReplica(path, "c2", Options{})
+	_, err = OpenReplica(path, "c2", Options{Indexes: true})
 	require.ErrorContains(t, err, `belongs to cluster "c1"`)
 }
 
 func TestReplicaObserver(t *testing.T) {
-	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "", Options{})
+	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "", Options{Indexes: true})
 	_, err := r.Write(crdt.KindPod, "ns/p", nil, true)
 	require.Error(t, err)
 	require.Error(t, r.SetMinEpoch(3))
@@ -234,7 +234,7 @@ func TestReplicaObserver(t *testing.T) {
 
 func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	peer := crdt.NewState("peer")
 	require.NoError(t, peer.SetEpoch(1))
@@ -260,7 +260,7 @@ func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	reg := prometheus.NewRegistry()
-	r2 := openReplica(t, path, "c1", Options{Registerer: reg})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true, Registerer: reg})
 	require.Equal(t, []string{"peer"}, r2.ResetOrigins())
 	got := r2.Digest()
 	require.Equal(t, crdt.Version(0), got["peer"].Max, "untrusted origin must be re-pulled")
@@ -275,13 +275,13 @@ func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, peer.Digest()["peer"].Max, r2.Digest()["peer"].Max)
 	require.NoError(t, r2.Close())
-	r3 := openReplica(t, path, "c1", Options{})
+	r3 := openReplica(t, path, "c1", Options{Indexes: true})
 	require.Empty(t, r3.ResetOrigins())
 }
 
 func TestReplicaCorruptFileStartsEmpty(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
 	require.NoError(t, err)
@@ -293,7 +293,7 @@ func TestReplicaCorruptFileStartsEmpty(t *testing.T) {
 		return tx.Bucket(bucketEntries).Put(entryKey(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}), []byte{7})
 	}))
 	require.NoError(t, db.Close())
-	r2 := openReplica(t, path, "c1", Options{})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true})
 	require.NotEmpty(t, r2.Info().MovedAside)
 	require.ErrorIs(t, r2.Info().Corrupt, ErrCorrupt)
 	require.FileExists(t, r2.Info().MovedAside)
@@ -310,7 +310,7 @@ func commitCount(t *testing.T, r *Replica) uint64 {
 }
 
 func TestReplicaIdempotentApplyDoesNotCommit(t *testing.T) {
-	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{})
+	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{Indexes: true})
 	peer := crdt.NewState("peer")
 	require.NoError(t, peer.SetEpoch(1))
 	d, _, err := peer.Write(crdt.KindPod, "ns/p", podValue(t, nil, "10.0.0.1"), false, 0)
@@ -341,7 +341,7 @@ func TestReplicaIdempotentApplyDoesNotCommit(t *testing.T) {
 
 func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
 	require.NoError(t, err)
@@ -356,7 +356,7 @@ func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, e, d.To.Epoch())
 	require.NoError(t, r.Close())
-	r2 := openReplica(t, path, "c1", Options{})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true})
 	require.Greater(t, r2.Epoch(), e)
 	var ok bool
 	r2.View(func(st *crdt.State) { _, ok = st.Get(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}) })
@@ -365,7 +365,7 @@ func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 
 func TestReplicaWriteManyOneCommit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	n := commitCount(t, r)
 	ops := make([]WriteOp, 100)
@@ -378,7 +378,7 @@ func TestReplicaWriteManyOneCommit(t *testing.T) {
 	require.Len(t, deltas, 100)
 	require.Equal(t, n+1, commitCount(t, r), "one transaction for the whole batch")
 	require.NoError(t, r.Close())
-	r2 := openReplica(t, path, "c1", Options{})
+	r2 := openReplica(t, path, "c1", Options{Indexes: true})
 	refs, err := r2.Store().PodsWithLabelInCluster("a", "b", "c1")
 	require.NoError(t, err)
 	require.Len(t, refs, 100)
@@ -388,7 +388,7 @@ func TestReplicaDeferredPageCheckRejectsDamage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	populated(t, path)
 	// Unclean image (no clean mark) with damage in the second half only.
-	s, err := Open(path, Options{Check: CheckNever})
+	s, err := Open(path, Options{Indexes: true, Check: CheckNever})
 	require.NoError(t, err)
 	img, err := os.ReadFile(path) // taken while open: mark cleared
 	require.NoError(t, err)
@@ -401,7 +401,7 @@ func TestReplicaDeferredPageCheckRejectsDamage(t *testing.T) {
 		}
 	}
 	require.NoError(t, os.WriteFile(path, img, 0o600))
-	rep := openReplica(t, path, "", Options{})
+	rep := openReplica(t, path, "", Options{Indexes: true})
 	info := rep.Info()
 	require.ErrorIs(t, info.Corrupt, ErrCorrupt)
 	require.FileExists(t, info.MovedAside)

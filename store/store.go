@@ -76,6 +76,86 @@ type Options struct {
 	// Now is the clock used for moved-aside file names and write stamps
 	// (default time.Now).
 	Now func() time.Time
+	// Indexes maintains the five prefix indexes (pods by namespace, by
+	// label, by label key; namespaces; policies) behind the PodsIn*/
+	// PodsWith*/NamespacesInCluster/PoliciesOfOrigin queries. Off by default:
+	// no production code reads them, and an index nothing reads must not be
+	// paid for on every commit (docs/PERFORMANCE.md: ~2x the commit cost).
+	// Opening with Indexes rebuilds them from the entries when the file was
+	// last written without; opening without clears them, so they can never
+	// be stale.
+	Indexes bool
+}
+
+// ErrNoIndexes is returned by the index queries of a store opened without
+// Options.Indexes.
+var ErrNoIndexes = errors.New("store: opened without Options.Indexes")
+
+// metaIndexed marks a file whose index buckets are maintained.
+var metaIndexed = []byte("indexed")
+
+// syncIndexes makes the index buckets match Options.Indexes at open:
+// cleared when off, rebuilt from the entries when on and the file was last
+// written without them.
+func (s *Store) syncIndexes() (err error) {
+	needed := false
+	err = func() (err error) {
+		defer guardRead(&err)()
+		return s.db.View(func(tx *bolt.Tx) error {
+			indexed := tx.Bucket(bucketMeta).Get(metaIndexed) != nil
+			needed = indexed != s.opts.Indexes || (!indexed && !indexesEmpty(tx))
+			return nil
+		})
+	}()
+	if err != nil || !needed {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		for _, name := range indexBuckets {
+			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+				return err
+			}
+			if _, err := tx.CreateBucket(name); err != nil {
+				return err
+			}
+		}
+		if !s.opts.Indexes {
+			return meta.Delete(metaIndexed)
+		}
+		w := newTxWriter(tx, true)
+		err := tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
+			key, err := decodeEntryKey(k)
+			if err != nil {
+				return fmt.Errorf("%w: entry key %x: %v", ErrCorrupt, k, err)
+			}
+			e := crdt.Entry{Key: key}
+			if err := decodeRecord(k, v, &e); err != nil {
+				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, key, err)
+			}
+			for _, ik := range indexKeys(&e) {
+				if err := w.idx[string(ik.bucket)].Put(ik.key, ik.value); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		return meta.Put(metaIndexed, []byte{1})
+	})
+}
+
+func indexesEmpty(tx *bolt.Tx) bool {
+	for _, name := range indexBuckets {
+		if b := tx.Bucket(name); b != nil {
+			if k, _ := b.Cursor().First(); k != nil {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (o *Options) defaults() {
@@ -200,6 +280,12 @@ func open(path string, opts Options, deferCheck bool) (*Store, error) {
 	s.db = db
 	s.pending = pending
 	s.info.Created = s.info.Created || created
+	if pending == nil {
+		if err := s.syncIndexes(); err != nil {
+			closeQuietly(db)
+			return nil, fmt.Errorf("store: indexes: %w", err)
+		}
+	}
 	s.start()
 	return s, nil
 }
@@ -216,7 +302,10 @@ func (s *Store) finishOpen() error {
 	if cerr != nil {
 		return cerr
 	}
-	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) })
+	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) }); err != nil {
+		return err
+	}
+	return s.syncIndexes()
 }
 
 // moveAside renames the current file to <path>.corrupt-<timestamp>.
@@ -231,7 +320,7 @@ func (s *Store) moveAside(cause error) error {
 	s.info.Created = true
 	s.m.corruptFiles.Inc()
 	s.log.Error("store file is corrupt; moved it aside and starting empty - state will be resynced from peers",
-		"moved_to", dst, "error", cause)
+		"moved_to", dst, "err", cause)
 	return nil
 }
 
@@ -723,7 +812,7 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	nchanges := 0
 	countDelta := map[string]int{}
 	err := s.update(func(tx *bolt.Tx) error {
-		w := newTxWriter(tx)
+		w := newTxWriter(tx, s.opts.Indexes)
 		digests := crdt.Digest{}
 		var writer *WriterMeta
 		for _, r := range batch {
@@ -785,7 +874,7 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	s.m.batchChanges.Observe(float64(nchanges))
 	if err != nil {
 		err = fmt.Errorf("store: commit failed, refusing further writes until restart: %w", err)
-		s.log.Error("store commit failed", "error", err)
+		s.log.Error("store commit failed", "err", err)
 		s.mu.Lock()
 		s.failed = err
 		s.mu.Unlock()
@@ -813,18 +902,21 @@ type txWriter struct {
 	tx                     *bolt.Tx
 }
 
-func newTxWriter(tx *bolt.Tx) *txWriter {
+func newTxWriter(tx *bolt.Tx, indexes bool) *txWriter {
 	w := &txWriter{
 		tx:      tx,
 		entries: tx.Bucket(bucketEntries),
 		origins: tx.Bucket(bucketOrigins),
 		meta:    tx.Bucket(bucketMeta),
-		idx:     map[string]*bolt.Bucket{},
 	}
 	// Pods are mostly updated in place and namespaces are written in name
 	// order, so pack pages densely (bbolt's default 0.5 leaves leaves half
 	// empty): this halves the file and the pages a cold start must read.
 	w.entries.FillPercent = fillPercent
+	if !indexes {
+		return w // idx nil: apply maintains no index
+	}
+	w.idx = map[string]*bolt.Bucket{}
 	for _, n := range indexBuckets {
 		b := tx.Bucket(n)
 		b.FillPercent = fillPercent
@@ -840,7 +932,9 @@ func newTxWriter(tx *bolt.Tx) *txWriter {
 func (w *txWriter) apply(ch *crdt.Change) (int, error) {
 	key := entryKey(ch.Key)
 	delta := 0
-	if old := w.entries.Get(key); old != nil {
+	if old := w.entries.Get(key); old != nil && w.idx == nil {
+		delta--
+	} else if old != nil {
 		e := crdt.Entry{Key: ch.Key}
 		if err := decodeRecord(nil, old, &e); err != nil {
 			return 0, fmt.Errorf("store: stored %s: %w", ch.Key, err)
@@ -863,6 +957,9 @@ func (w *txWriter) apply(ch *crdt.Change) (int, error) {
 	}
 	if err := w.entries.Put(key, encodeRecord(key, ch.New)); err != nil {
 		return 0, fmt.Errorf("store: put %s: %w", ch.Key, err)
+	}
+	if w.idx == nil {
+		return delta + 1, nil
 	}
 	for _, ik := range indexKeys(ch.New) {
 		if err := w.idx[string(ik.bucket)].Put(ik.key, ik.value); err != nil {
@@ -952,6 +1049,9 @@ func guardRead(err *error) func() {
 }
 
 func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) (out []PodRef, err error) {
+	if !s.opts.Indexes {
+		return nil, ErrNoIndexes
+	}
 	defer s.noteCorrupt(&err)
 	defer guardRead(&err)()
 	err = s.db.View(func(tx *bolt.Tx) error {
@@ -973,6 +1073,9 @@ func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) (out []PodRe
 }
 
 func (s *Store) scanNames(bucket, prefix []byte) (out []string, err error) {
+	if !s.opts.Indexes {
+		return nil, ErrNoIndexes
+	}
 	defer s.noteCorrupt(&err)
 	defer guardRead(&err)()
 	err = s.db.View(func(tx *bolt.Tx) error {

@@ -55,7 +55,7 @@ func names(refs []PodRef) []string {
 }
 
 func TestQueries(t *testing.T) {
-	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
 	require.True(t, s.Info().Created)
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 	tomb := podEntry(t, "foo", "default/dead", 9, app("web"), "10.0.0.9")
@@ -208,7 +208,7 @@ func checkIndexes(t *testing.T, s *Store) {
 }
 
 func TestIndexConsistencyRandom(t *testing.T) {
-	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
 	r := rand.New(rand.NewPCG(7, 8))
 	origins := []string{"a", "a_b", "ab", "b"}
 	nss := []string{"default", "default_x", "kube", "x\x00y"}
@@ -318,13 +318,13 @@ func TestIndexConsistencyRandom(t *testing.T) {
 
 func TestSchemaVersionNewerRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, Options{})
+	s, err := Open(path, Options{Indexes: true})
 	require.NoError(t, err)
 	require.NoError(t, s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(metaSchema, u32(SchemaVersion+1))
 	}))
 	require.NoError(t, s.Close())
-	_, err = Open(path, Options{})
+	_, err = Open(path, Options{Indexes: true})
 	var se *SchemaError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, SchemaVersion+1, se.Found)
@@ -339,12 +339,12 @@ func TestSchemaVersionNewerRefused(t *testing.T) {
 
 func TestReopenKeepsData(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, Options{})
+	s, err := Open(path, Options{Indexes: true})
 	require.NoError(t, err)
 	require.NoError(t, s.Commit([]crdt.Change{put(podEntry(t, "c", "ns/p", 1, nil, "1.2.3.4"))},
 		crdt.Digest{"c": {Max: 1, Hash: 5}}, &WriterMeta{Epoch: 3, LastVersion: 7}))
 	require.NoError(t, s.Close())
-	s2 := openTestStore(t, path, Options{})
+	s2 := openTestStore(t, path, Options{Indexes: true})
 	require.False(t, s2.Info().Created)
 	snap, err := s2.Load()
 	require.NoError(t, err)
@@ -354,8 +354,8 @@ func TestReopenKeepsData(t *testing.T) {
 
 func TestLockedFileIsAnErrorNotCorruption(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	openTestStore(t, path, Options{})
-	_, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
+	openTestStore(t, path, Options{Indexes: true})
+	_, err := Open(path, Options{Indexes: true, LockTimeout: 100 * time.Millisecond})
 	require.ErrorContains(t, err, "locked")
 	matches, _ := filepath.Glob(path + ".corrupt-*")
 	require.Empty(t, matches)
@@ -363,7 +363,7 @@ func TestLockedFileIsAnErrorNotCorruption(t *testing.T) {
 
 // populated writes a store with enough data to span many pages.
 func populated(t *testing.T, path string) []byte {
-	s, err := Open(path, Options{})
+	s, err := Open(path, Options{Indexes: true})
 	require.NoError(t, err)
 	var changes []crdt.Change
 	for i := range 3000 {
@@ -420,7 +420,7 @@ func TestCorruptFileMovedAside(t *testing.T) {
 			bad := mutate(append([]byte(nil), orig...))
 			require.NoError(t, os.WriteFile(path, bad, 0o600))
 			reg := prometheus.NewRegistry()
-			s, err := Open(path, Options{Registerer: reg, Check: CheckAlways})
+			s, err := Open(path, Options{Indexes: true, Registerer: reg, Check: CheckAlways})
 			require.NoError(t, err)
 			defer s.Close()
 			info := s.Info()
@@ -441,7 +441,7 @@ func TestCorruptFileMovedAside(t *testing.T) {
 }
 
 func TestCommitAfterCloseFails(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{})
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, s.Commit(nil, nil, nil), ErrClosed)
@@ -451,7 +451,7 @@ func TestCommitAfterCloseFails(t *testing.T) {
 func TestFullCheckAfterUncleanShutdownOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "s.db")
-	s, err := Open(path, Options{})
+	s, err := Open(path, Options{Indexes: true})
 	require.NoError(t, err)
 	require.NoError(t, s.Commit([]crdt.Change{put(podEntry(t, "c", "ns/p", 1, nil, "1.1.1.1"))}, crdt.Digest{"c": {Max: 1}}, nil))
 	// A copy taken while the store is open is exactly what a crash leaves.
@@ -459,13 +459,13 @@ func TestFullCheckAfterUncleanShutdownOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
-	s2 := openTestStore(t, path, Options{})
+	s2 := openTestStore(t, path, Options{Indexes: true})
 	require.False(t, s2.Info().Unclean)
 	require.False(t, s2.Info().Checked, "clean shutdown: no full page check")
 
 	crashed := filepath.Join(dir, "crashed.db")
 	require.NoError(t, os.WriteFile(crashed, img, 0o600))
-	s3 := openTestStore(t, crashed, Options{})
+	s3 := openTestStore(t, crashed, Options{Indexes: true})
 	require.True(t, s3.Info().Unclean)
 	require.True(t, s3.Info().Checked, "unclean shutdown: full page check")
 	require.Empty(t, s3.Info().MovedAside)
@@ -476,7 +476,7 @@ func TestFullCheckAfterUncleanShutdownOnly(t *testing.T) {
 
 func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{})
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	for i := range 20 {
 		_, err := r.Write(crdt.KindPod, fmt.Sprintf("ns/p%d", i), podValue(t, nil, fmt.Sprintf("10.77.77.%d", i)), false)
@@ -502,7 +502,7 @@ func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 	}
 	b[i+9] ^= 0x01 // "10.77.77.13" -> "10.77.77.03"
 	require.NoError(t, os.WriteFile(path, b, 0o600))
-	r2, err := OpenReplica(path, "c1", Options{})
+	r2, err := OpenReplica(path, "c1", Options{Indexes: true})
 	require.NoError(t, err)
 	defer r2.Close()
 	require.ErrorContains(t, r2.Info().Corrupt, "checksum")
@@ -510,7 +510,7 @@ func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 }
 
 func TestCommitFailureIsSticky(t *testing.T) {
-	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
 	good := put(podEntry(t, "c", "ns/ok", 1, nil))
 	huge := put(podEntry(t, "c", "ns/"+string(bytes.Repeat([]byte("x"), bolt.MaxKeySize)), 2, nil))
 	err := s.Commit([]crdt.Change{good, huge}, crdt.Digest{"c": {Max: 2}}, nil)
@@ -539,7 +539,7 @@ func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
 	// damage must surface as ErrCorrupt errors, never as a crash.
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err, "bbolt's own open does not notice page damage")
-	s := &Store{db: db, path: path, opts: Options{}, m: newMetrics(nil), counts: map[string]int{}}
+	s := &Store{db: db, path: path, opts: Options{Indexes: true}, m: newMetrics(nil), counts: map[string]int{}}
 	s.opts.defaults()
 	s.log = s.opts.Logger
 	s.start()

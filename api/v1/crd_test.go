@@ -82,10 +82,11 @@ func TestCRDAgreesWithValidate(t *testing.T) {
 			require.NotEmpty(t, errs)
 			// The reported path names the offending field (CEL errors are
 			// reported at the field carrying the rule, e.g. the peer or the
-			// ports list, which is a prefix of Validate's path).
+			// ports list, which is a prefix of Validate's path; schema
+			// errors on a map value name the key, below Validate's path).
 			found := false
 			for _, e := range errs {
-				if strings.HasPrefix(tc.wantErr, "spec.") && e.Field != "" && strings.HasPrefix(tc.wantErr, e.Field) {
+				if strings.HasPrefix(tc.wantErr, "spec.") && e.Field != "" && (strings.HasPrefix(tc.wantErr, e.Field) || strings.HasPrefix(e.Field, tc.wantErr)) {
 					found = true
 				}
 				if !strings.HasPrefix(tc.wantErr, "spec.") && strings.Contains(e.Error(), tc.wantErr) {
@@ -135,4 +136,25 @@ spec:
 	msg := errs.ToAggregate().Error()
 	require.Contains(t, msg, "spec.clusterSelector")
 	require.Contains(t, msg, "spec.policyTypes")
+}
+
+// The CRD stays out of Submariner's category (kubectl expands categories
+// before resource names, so `kubectl get submariner` would list MCNPs) and
+// shows Degraded by default, observedGeneration and clusters with -o wide.
+func TestCRDNamesAndColumns(t *testing.T) {
+	b, err := os.ReadFile(crdPath)
+	require.NoError(t, err)
+	var crd apiextensionsv1.CustomResourceDefinition
+	require.NoError(t, yaml.UnmarshalStrict(b, &crd))
+	require.Equal(t, []string{"coastguard"}, crd.Spec.Names.Categories)
+	cols := map[string]apiextensionsv1.CustomResourceColumnDefinition{}
+	for _, c := range crd.Spec.Versions[0].AdditionalPrinterColumns {
+		cols[c.Name] = c
+	}
+	require.Equal(t, int32(0), cols["Degraded"].Priority)
+	require.Equal(t, `.status.conditions[?(@.type=="Degraded")].status`, cols["Degraded"].JSONPath)
+	require.Equal(t, int32(1), cols["Observed"].Priority)
+	require.Equal(t, ".status.observedGeneration", cols["Observed"].JSONPath)
+	require.Equal(t, int32(1), cols["Clusters"].Priority)
+	require.Equal(t, int32(0), cols["Ready"].Priority)
 }

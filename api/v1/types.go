@@ -25,10 +25,13 @@ const (
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
-// +kubebuilder:resource:scope=Namespaced,shortName=mcnp,categories=submariner
+// +kubebuilder:resource:scope=Namespaced,shortName=mcnp,categories=coastguard
 // +kubebuilder:printcolumn:name="Enforced",type=string,JSONPath=`.status.enforcedSummary`,description="enforcing clusters that applied the current generation / enforcing clusters"
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Degraded",type=string,JSONPath=`.status.conditions[?(@.type=="Degraded")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:printcolumn:name="Observed",type=integer,priority=1,JSONPath=`.status.observedGeneration`,description="generation the status describes"
+// +kubebuilder:printcolumn:name="Clusters",type=string,priority=1,JSONPath=`.status.clusters[*].cluster`,description="enforcing clusters"
 type MultiClusterNetworkPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

@@ -13,6 +13,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
+// Bounds of the borrowed selector and ipBlock types. The CRD schema carries
+// them too (hack/crdschema adds them after controller-gen), so the apiserver's
+// CEL cost estimate stays within budget; Validate enforces the same bounds.
+const (
+	MaxSelectorRequirements = 16
+	MaxSelectorValues       = 64
+	MaxMatchLabels          = 64
+	MaxExcept               = 64
+	MaxCIDRLength           = 43
+)
+
 // Validate checks a MultiClusterNetworkPolicy with the same rules the CRD
 // enforces through its OpenAPI schema and CEL rules, for callers that have no
 // apiserver (coastguardd render, and the daemon as a defence in depth for
@@ -83,6 +94,17 @@ func ValidateSpec(s *MultiClusterNetworkPolicySpec, path *field.Path) field.Erro
 
 func validateSelector(sel *metav1.LabelSelector, path *field.Path) field.ErrorList {
 	errs := metav1validation.ValidateLabelSelector(sel, metav1validation.LabelSelectorValidationOptions{}, path)
+	if len(sel.MatchLabels) > MaxMatchLabels {
+		errs = append(errs, field.TooMany(path.Child("matchLabels"), len(sel.MatchLabels), MaxMatchLabels))
+	}
+	if len(sel.MatchExpressions) > MaxSelectorRequirements {
+		errs = append(errs, field.TooMany(path.Child("matchExpressions"), len(sel.MatchExpressions), MaxSelectorRequirements))
+	}
+	for i, r := range sel.MatchExpressions {
+		if len(r.Values) > MaxSelectorValues {
+			errs = append(errs, field.TooMany(path.Child("matchExpressions").Index(i).Child("values"), len(r.Values), MaxSelectorValues))
+		}
+	}
 	if len(errs) == 0 {
 		// Belt and braces: everything that validates must also convert.
 		if _, err := metav1.LabelSelectorAsSelector(sel); err != nil {
@@ -172,14 +194,17 @@ func validateIPBlock(b *networkingv1.IPBlock, path *field.Path) field.ErrorList 
 	if b.CIDR == "" {
 		return append(errs, field.Required(path.Child("cidr"), ""))
 	}
+	if len(b.Except) > MaxExcept {
+		errs = append(errs, field.TooMany(path.Child("except"), len(b.Except), MaxExcept))
+	}
 	cidr, err := netip.ParsePrefix(b.CIDR)
-	if err != nil {
+	if err != nil || len(b.CIDR) > MaxCIDRLength {
 		return append(errs, field.Invalid(path.Child("cidr"), b.CIDR, "must be a valid CIDR"))
 	}
 	for i, e := range b.Except {
 		ep, err := netip.ParsePrefix(e)
 		switch {
-		case err != nil:
+		case err != nil || len(e) > MaxCIDRLength:
 			errs = append(errs, field.Invalid(path.Child("except").Index(i), e, "must be a valid CIDR"))
 		case ep.Addr().Is4() != cidr.Addr().Is4() || ep.Bits() <= cidr.Bits() || !cidr.Contains(ep.Addr()):
 			errs = append(errs, field.Invalid(path.Child("except").Index(i), e, "must be strictly within "+b.CIDR))

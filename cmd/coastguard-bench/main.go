@@ -47,6 +47,52 @@ type Metric struct {
 	Met *bool `json:"met,omitempty"`
 }
 
+// MarshalJSON writes a value that is not a finite number (a miss: +Inf; a
+// figure that could not be computed: NaN) as JSON null plus a "missing"
+// field naming it, instead of failing the whole report (encoding/json
+// rejects NaN and ±Inf). The params say why (for example received=x/y).
+func (m Metric) MarshalJSON() ([]byte, error) {
+	type plain Metric // no methods: no recursion
+	out := struct {
+		plain
+		Value   *float64 `json:"value"`
+		Missing string   `json:"missing,omitempty"`
+	}{plain: plain(m)}
+	// Params may hold non-finite floats too (p50_ms of a mesh that missed).
+	if len(m.Params) > 0 {
+		ps := make(map[string]any, len(m.Params))
+		for k, v := range m.Params {
+			if f, ok := v.(float64); ok && (math.IsInf(f, 0) || math.IsNaN(f)) {
+				v = fmtValue(f)
+			}
+			ps[k] = v
+		}
+		out.Params = ps
+	}
+	switch v := m.Value; {
+	case math.IsInf(v, 1):
+		out.Missing = "inf"
+	case math.IsInf(v, -1):
+		out.Missing = "-inf"
+	case math.IsNaN(v):
+		out.Missing = "nan"
+	default:
+		out.Value = &v
+	}
+	return json.Marshal(out)
+}
+
+// ratio is num/den for figures that are non-negative by nature (latencies,
+// byte counts). Anything else (a negative operand, a zero or non-finite
+// denominator) is NaN, recorded as null with missing=nan: a ratio is never
+// negative and never a division artefact.
+func ratio(num, den float64) float64 {
+	if num < 0 || den <= 0 || math.IsNaN(num) || math.IsInf(den, 0) || math.IsNaN(den) {
+		return math.NaN()
+	}
+	return num / den
+}
+
 // Report is bench/results.json.
 type Report struct {
 	Started  time.Time `json:"started"`
@@ -88,7 +134,9 @@ type simPoint struct {
 
 func (r *recorder) add(name string, value float64, unit string, params map[string]any, target string, met func(float64) bool) {
 	m := Metric{Name: name, Value: round(value), Unit: unit, Params: params, Target: target}
-	if met != nil && !math.IsNaN(value) && !math.IsInf(value, 0) {
+	// A miss (+Inf: not every update was delivered) is measured and misses
+	// its target; NaN (not computable) is neither met nor missed.
+	if met != nil && !math.IsNaN(value) {
 		ok := met(value)
 		m.Met = &ok
 	}
@@ -134,7 +182,7 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
 	cfg := &config{out: *out, quick: *quick, seed: *seed, log: logger, only: map[string]bool{}}
-	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true}
+	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			if !known[s] {
@@ -190,6 +238,7 @@ func main() {
 		{"sim", runSim},
 		{"heal", runHeal},
 		{"e2e", runE2E},
+		{"reach", runReach}, // kubectl coastguard conflicts engine (reach.go)
 	}
 	for _, s := range sections {
 		if !cfg.want(s.name) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"os"
 	"path/filepath"
@@ -35,7 +36,7 @@ func TestRecorderTargetsAndMarkdown(t *testing.T) {
 	rec.add("c", math.Inf(1), "ms", nil, "<= 1", le(1))
 	require.True(t, *rec.metrics[0].Met)
 	require.False(t, *rec.metrics[1].Met)
-	require.Nil(t, rec.metrics[2].Met, "an unmeasurable value is neither met nor missed")
+	require.False(t, *rec.metrics[2].Met, "a miss (+Inf) misses its target")
 	require.Equal(t, 120.0, rec.metrics[0].Value)
 	md := markdown(Report{Started: time.Unix(0, 0).UTC(), Machine: Machine{CPUs: 2}, Metrics: rec.metrics, Errors: []string{"sim: boom"}})
 	require.Contains(t, md, "| a_ms | 120 | ms | <= 150 | yes | n=3 x=a/b |")
@@ -116,4 +117,61 @@ func TestBytesBreakdownSmallMesh(t *testing.T) {
 	msgs := m.Params["coastguard_msgs_by_type"].(map[string]any)
 	require.Greater(t, msgs["push"].(float64), 0.0, "the writer pushes every update")
 	t.Logf("%s", fmtParams(m.Params))
+}
+
+// A mesh that misses deliveries yields +Inf latencies and NaN ratios: the
+// report is still written, the miss is null with missing=inf and the
+// received count in its params, and no ratio is negative.
+func TestReportWithMissesIsWritten(t *testing.T) {
+	rec := &recorder{}
+	rec.add("sim_propagation_p99_ms", math.Inf(1), "ms", map[string]any{"received": "4395/4485", "p50_ms": math.Inf(1)}, "<= 1000", le(1000))
+	rec.add("sim_p99_ratio_ours_over_naive", ratio(math.Inf(1), 316), "ratio", nil, "< 1", func(v float64) bool { return v < 1 })
+	rec.add("sim_p99_ratio_inf_over_inf", ratio(math.Inf(1), math.Inf(1)), "ratio", nil, "< 1", func(v float64) bool { return v < 1 })
+	rec.add("bytes_ratio_of_negative", ratio(-15.6, 307), "ratio", nil, "<= 2", le(2))
+	rec.add("ok_ms", 12.5, "ms", nil, "", nil)
+	b, err := json.Marshal(Report{Metrics: rec.metrics})
+	require.NoError(t, err, "json must accept misses")
+
+	var back struct {
+		Metrics []struct {
+			Name    string         `json:"name"`
+			Value   *float64       `json:"value"`
+			Missing string         `json:"missing"`
+			Met     *bool          `json:"met"`
+			Params  map[string]any `json:"params"`
+		} `json:"metrics"`
+	}
+	require.NoError(t, json.Unmarshal(b, &back))
+	require.Len(t, back.Metrics, 5)
+	miss := back.Metrics[0]
+	require.Nil(t, miss.Value)
+	require.Equal(t, "inf", miss.Missing)
+	require.Equal(t, "4395/4485", miss.Params["received"])
+	require.Equal(t, "inf", miss.Params["p50_ms"], "non-finite params are written as text")
+	require.NotNil(t, miss.Met)
+	require.False(t, *miss.Met)
+	require.Nil(t, back.Metrics[1].Value, "a miss over a finite baseline is a miss")
+	require.Equal(t, "inf", back.Metrics[1].Missing)
+	require.False(t, *back.Metrics[1].Met)
+	require.Nil(t, back.Metrics[2].Value)
+	require.Equal(t, "nan", back.Metrics[2].Missing)
+	require.Nil(t, back.Metrics[2].Met, "inf/inf is not computable: neither met nor missed")
+	require.Nil(t, back.Metrics[3].Value, "a ratio of a negative figure is not recorded as a negative ratio")
+	require.NotNil(t, back.Metrics[4].Value)
+	require.Equal(t, 12.5, *back.Metrics[4].Value)
+	require.Empty(t, back.Metrics[4].Missing)
+
+	md := markdown(Report{Metrics: rec.metrics})
+	require.Contains(t, md, "| sim_propagation_p99_ms | inf | ms | <= 1000 | no | p50_ms=+Inf received=4395/4485 |")
+	require.Contains(t, md, "| sim_p99_ratio_ours_over_naive | inf |")
+	require.Contains(t, md, "| bytes_ratio_of_negative | n/a |")
+}
+
+func TestRatioNeverNegative(t *testing.T) {
+	require.Equal(t, 0.5, ratio(1, 2))
+	require.Equal(t, 0.0, ratio(0, 2))
+	for _, c := range [][2]float64{{-1, 2}, {1, 0}, {1, -2}, {math.NaN(), 1}, {1, math.Inf(1)}, {math.Inf(1), math.Inf(1)}} {
+		require.True(t, math.IsNaN(ratio(c[0], c[1])), "%v", c)
+	}
+	require.True(t, math.IsInf(ratio(math.Inf(1), 2), 1), "a miss over a finite baseline stays a miss")
 }

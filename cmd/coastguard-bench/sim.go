@@ -85,11 +85,13 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 				"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen}), target, ok)
 			rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", merge(params, map[string]any{"mode": "naive",
 				"p50_ms": round(simMS(nv.P50)), "received": recv(nv), "min_members_seen": nv.MinMembersSeen}), "", nil)
-			rec.add("sim_p99_ratio_ours_over_naive", simMS(cg.P99)/simMS(nv.P99), "ratio",
-				map[string]any{"n": n, "profile": string(pl.profile), "p50_ratio": round(simMS(cg.P50) / simMS(nv.P50))}, "< 1", func(v float64) bool { return v < 1 })
-			rec.add("sim_wire_bytes_per_update_per_node_ratio_ours_over_naive", cg.WireBytesPerUpdatePerNode/nv.WireBytesPerUpdatePerNode, "ratio",
+			rec.add("sim_p99_ratio_ours_over_naive", ratio(simMS(cg.P99), simMS(nv.P99)), "ratio",
+				map[string]any{"n": n, "profile": string(pl.profile), "p50_ratio": round(ratio(simMS(cg.P50), simMS(nv.P50))),
+					"received": recv(cg), "received_naive": recv(nv)}, "< 1", func(v float64) bool { return v < 1 })
+			rec.add("sim_wire_bytes_per_update_per_node_ratio_ours_over_naive", ratio(cg.WireBytesPerUpdatePerNode, nv.WireBytesPerUpdatePerNode), "ratio",
 				map[string]any{"n": n, "profile": string(pl.profile), "ours_wire_b": round(cg.WireBytesPerUpdatePerNode), "naive_wire_b": round(nv.WireBytesPerUpdatePerNode),
-					"app_ratio": round(cg.AppBytesPerUpdatePerNode / nv.AppBytesPerUpdatePerNode)}, "< 1", func(v float64) bool { return v < 1 })
+					"app_ratio":   round(ratio(cg.AppBytesPerUpdatePerNode, nv.AppBytesPerUpdatePerNode)),
+					"gross_ratio": round(ratio(cg.GrossWireBytesPerUpdatePerNode, nv.GrossWireBytesPerUpdatePerNode))}, "< 1", func(v float64) bool { return v < 1 })
 			rec.simPoints = append(rec.simPoints,
 				simPoint{Mode: "coastguard", Profile: string(pl.profile), N: n, P99ms: simMS(cg.P99)},
 				simPoint{Mode: "naive", Profile: string(pl.profile), N: n, P99ms: simMS(nv.P99)})
@@ -143,11 +145,13 @@ func runBytes(ctx context.Context, cfg *config, rec *recorder) error {
 			return fmt.Errorf("coastguard entries=%d: %w", e, err)
 		}
 		params := map[string]any{"n": n, "entries": e, "profile": string(prof), "updates": updates, "payload_b": r.PayloadBytes,
-			"app_b": round(r.AppBytesPerUpdatePerNode), "what": "UDP+TCP bytes sent by all nodes during the update phase minus the idle rate, / (updates*N)"}
+			"app_b": round(r.AppBytesPerUpdatePerNode), "gross_b": round(r.GrossWireBytesPerUpdatePerNode), "idle_exceeded_update": r.IdleExceededUpdate,
+			"what": "UDP+TCP bytes sent by all nodes during the update phase minus the idle rate (clamped at 0), / (updates*N); gross_b without subtraction"}
 		rec.add("bytes_per_update_per_node", r.WireBytesPerUpdatePerNode, "B", params,
 			fmt.Sprintf("<= %d (2x payload)", 2*r.PayloadBytes), le(2*float64(r.PayloadBytes)))
-		rec.add("bytes_per_update_per_node_over_payload", r.WireBytesPerUpdatePerNode/float64(r.PayloadBytes), "ratio",
-			map[string]any{"n": n, "entries": e, "app_ratio": round(r.AppBytesPerUpdatePerNode / float64(r.PayloadBytes))}, "<= 2", le(2))
+		rec.add("bytes_per_update_per_node_over_payload", ratio(r.WireBytesPerUpdatePerNode, float64(r.PayloadBytes)), "ratio",
+			map[string]any{"n": n, "entries": e, "app_ratio": round(ratio(r.AppBytesPerUpdatePerNode, float64(r.PayloadBytes))),
+				"gross_ratio": round(ratio(r.GrossWireBytesPerUpdatePerNode, float64(r.PayloadBytes))), "idle_exceeded_update": r.IdleExceededUpdate}, "<= 2", le(2))
 		rec.add("idle_bytes_per_sec_per_node", r.IdleWireBytesPerSecPerNode, "B/s", map[string]any{"n": n, "entries": e, "profile": string(prof),
 			"window_s": idle.Seconds(), "app_b_per_s": round(r.IdleAppBytesPerSecPerNode)}, "", nil)
 		idleByEntries = append(idleByEntries, r.IdleWireBytesPerSecPerNode)
@@ -159,11 +163,11 @@ func runBytes(ctx context.Context, cfg *config, rec *recorder) error {
 	}
 	rec.add("bytes_per_update_per_node_naive", nv.WireBytesPerUpdatePerNode, "B", map[string]any{"n": n, "profile": string(prof), "updates": updates,
 		"payload_b": nv.PayloadBytes, "app_b": round(nv.AppBytesPerUpdatePerNode)}, "", nil)
-	rec.add("bytes_per_update_ratio_ours_over_naive", last.WireBytesPerUpdatePerNode/nv.WireBytesPerUpdatePerNode, "ratio",
+	rec.add("bytes_per_update_ratio_ours_over_naive", ratio(last.WireBytesPerUpdatePerNode, nv.WireBytesPerUpdatePerNode), "ratio",
 		map[string]any{"n": n, "ours_entries": last.Entries}, "< 1", func(v float64) bool { return v < 1 })
 	rec.add("idle_bytes_per_sec_per_node_naive", nv.IdleWireBytesPerSecPerNode, "B/s", map[string]any{"n": n, "profile": string(prof), "window_s": idle.Seconds()}, "", nil)
-	if len(idleByEntries) == 2 && idleByEntries[0] > 0 {
-		rec.add("idle_bytes_ratio_large_over_small", idleByEntries[1]/idleByEntries[0], "ratio",
+	if len(idleByEntries) == 2 {
+		rec.add("idle_bytes_ratio_large_over_small", ratio(idleByEntries[1], idleByEntries[0]), "ratio",
 			map[string]any{"n": n, "entries": fmt.Sprintf("%d/%d", entries[1], entries[0]), "what": "idle traffic must not grow with entry count"}, "~1 (<= 1.2)", le(1.2))
 	}
 	return nil

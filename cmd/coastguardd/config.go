@@ -1,11 +1,13 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +41,8 @@ type Config struct {
 	TombstoneGCAfter time.Duration `json:"tombstoneGCAfter"`
 	LogLevel         string        `json:"logLevel"`
 	ClusterCIDRs     []string      `json:"clusterCIDRs"`
+	AdminAddr        string        `json:"adminAddr"`
+	MetricsAuth      string        `json:"metricsAuth"`
 }
 
 // fileConfig mirrors Config with durations as strings for YAML ("30s").
@@ -62,6 +66,8 @@ type fileConfig struct {
 	TombstoneGCAfter *string   `json:"tombstoneGCAfter"`
 	LogLevel         *string   `json:"logLevel"`
 	ClusterCIDRs     *[]string `json:"clusterCIDRs"`
+	AdminAddr        *string   `json:"adminAddr"`
+	MetricsAuth      *string   `json:"metricsAuth"`
 }
 
 func defaultConfig() Config {
@@ -78,6 +84,8 @@ func defaultConfig() Config {
 		LeaseDuration:    15 * time.Second,
 		TombstoneGCAfter: time.Hour,
 		LogLevel:         "info",
+		AdminAddr:        "127.0.0.1:9091",
+		MetricsAuth:      "none",
 	}
 }
 
@@ -164,6 +172,10 @@ func options() []option {
 				}
 				return strings.Join(*f.ClusterCIDRs, ","), true
 			}},
+		{"admin-addr", []string{"COASTGUARD_ADMIN_ADDR"}, "loopback address serving /debug/state and /admin/* (kubectl exec only; \"\" disables)",
+			strSetter(func(c *Config) *string { return &c.AdminAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdminAddr) }},
+		{"metrics-auth", []string{"COASTGUARD_METRICS_AUTH"}, "none, or kubernetes: /metrics requires a bearer token that TokenReview accepts and SubjectAccessReview allows to get /metrics",
+			strSetter(func(c *Config) *string { return &c.MetricsAuth }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAuth) }},
 	}
 }
 
@@ -179,24 +191,76 @@ func splitList(v string) []string {
 
 // parseConfig builds the configuration from args, the environment (getenv)
 // and an optional --config file, then validates it.
-func parseConfig(name string, args []string, getenv func(string) string) (Config, error) {
-	cfg := defaultConfig()
-	opts := options()
+// configFlags holds the run flags, defined on a Go flag set (which the
+// cobra command binds through pflag). Flags start empty so that load can tell
+// a flag given on the command line from a default; their DefValue shows the
+// effective default in --help.
+type configFlags struct {
+	fs         *flag.FlagSet
+	configFile *string
+	vals       map[string]*string
+	getenv     func(string) string
+}
+
+func newConfigFlags(name string, getenv func(string) string) *configFlags {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(os.Stderr)
-	configFile := fs.String("config", getenv("COASTGUARD_CONFIG"), "YAML config file (keys: clusterID, seeds, dataDir, ...)")
-	flagVals := map[string]*string{}
-	for _, o := range opts {
-		flagVals[o.flag] = fs.String(o.flag, "", o.usage+envHint(o.envs))
+	cf := &configFlags{fs: fs, vals: map[string]*string{}, getenv: getenv}
+	cf.configFile = fs.String("config", getenv("COASTGUARD_CONFIG"), "YAML config file (keys: clusterID, seeds, dataDir, ...) [env COASTGUARD_CONFIG]")
+	defaults := defaultStrings()
+	for _, o := range options() {
+		cf.vals[o.flag] = fs.String(o.flag, "", o.usage+envHint(o.envs))
+		if v, ok := o.fileV(&defaults); ok && v != "" {
+			fs.Lookup(o.flag).DefValue = v
+		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
+	return cf
+}
+
+// defaultStrings renders defaultConfig() in the config file's form, so each
+// option's fileV yields its default as a string (durations as "50ms").
+func defaultStrings() fileConfig {
+	var fc fileConfig
+	d := reflect.ValueOf(defaultConfig())
+	for i := 0; i < d.NumField(); i++ {
+		tag, _, _ := strings.Cut(d.Type().Field(i).Tag.Get("json"), ",")
+		v := d.Field(i).Interface()
+		if dur, ok := v.(time.Duration); ok {
+			v = dur.String()
+		}
+		b, err := json.Marshal(map[string]any{tag: v})
+		if err != nil {
+			continue
+		}
+		_ = json.Unmarshal(b, &fc) // a field of another shape keeps no default
 	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	return fc
+}
+
+func parseConfig(name string, args []string, getenv func(string) string) (Config, error) {
+	cf := newConfigFlags(name, getenv)
+	if err := cf.fs.Parse(args); err != nil {
+		return defaultConfig(), err
+	}
+	if cf.fs.NArg() > 0 {
+		return defaultConfig(), fmt.Errorf("unexpected arguments: %q", cf.fs.Args())
 	}
 	setByFlag := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
+	cf.fs.Visit(func(f *flag.Flag) { setByFlag[f.Name] = true })
+	return cf.load(func(name string) bool { return setByFlag[name] })
+}
+
+// load resolves the configuration once the flags are parsed: defaults, then
+// the config file, then environment variables, then flags given on the
+// command line (changed reports those).
+func (cf *configFlags) load(changed func(name string) bool) (Config, error) {
+	cfg := defaultConfig()
+	opts := options()
+	getenv, configFile, flagVals := cf.getenv, cf.configFile, cf.vals
+	setByFlag := map[string]bool{}
+	for _, o := range opts {
+		setByFlag[o.flag] = changed(o.flag)
+	}
 
 	var fc fileConfig
 	if *configFile != "" {
@@ -308,6 +372,20 @@ func (c Config) Validate() error {
 		if _, _, err := splitHostPort(c.MetricsAddr, true); err != nil {
 			errs = append(errs, fmt.Errorf("metrics-addr %q: %v", c.MetricsAddr, err))
 		}
+	}
+	if c.AdminAddr != "" {
+		host, _, err := splitHostPort(c.AdminAddr, true)
+		if ip := net.ParseIP(host); err == nil && (ip == nil || !ip.IsLoopback()) && host != "localhost" {
+			err = errors.New("must be a loopback address (the admin endpoints are reachable through kubectl exec only)")
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("admin-addr %q: %v", c.AdminAddr, err))
+		}
+	}
+	switch c.MetricsAuth {
+	case "none", "kubernetes":
+	default:
+		errs = append(errs, fmt.Errorf("metrics-auth %q: must be none or kubernetes", c.MetricsAuth))
 	}
 	switch c.GlobalnetPolicy {
 	case "coarse", "drop":

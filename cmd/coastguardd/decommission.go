@@ -23,7 +23,7 @@ func init() { subcommands["decommission"] = runDecommission }
 //	kubectl -n coastguard-system exec ds/coastguard -- coastguardd decommission
 func runDecommission(args []string) int {
 	fs := flag.NewFlagSet("decommission", flag.ContinueOnError)
-	addr := fs.String("admin-addr", envOr("COASTGUARD_METRICS_ADDR", "127.0.0.1:9090"), "metrics/admin address of the running coastguardd")
+	addr := fs.String("admin-addr", envOr("COASTGUARD_ADMIN_ADDR", "127.0.0.1:9091"), "loopback admin address of the running coastguardd (its --admin-addr)")
 	timeout := fs.Duration("timeout", 90*time.Second, "how long to wait for the daemon")
 	if err := fs.Parse(args); err != nil {
 		return 2

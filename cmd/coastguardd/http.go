@@ -57,9 +57,17 @@ type adminHandler struct {
 	status       func() any
 }
 
-func newHTTPServer(addr string, reg *prometheus.Registry, h *health, admin adminHandler, log *slog.Logger) *http.Server {
+// newHTTPServer serves the network-facing endpoints: /metrics (wrapped by
+// metricsGuard, e.g. Kubernetes authn/authz, when not nil), /healthz and
+// /readyz. The operator endpoints live on the loopback admin server
+// (newAdminServer), never here.
+func newHTTPServer(addr string, reg *prometheus.Registry, h *health, metricsGuard func(http.Handler) http.Handler) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	metrics := promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})
+	if metricsGuard != nil {
+		metrics = metricsGuard(metrics)
+	}
+	mux.Handle("/metrics", metrics)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -71,7 +79,20 @@ func newHTTPServer(addr string, reg *prometheus.Registry, h *health, admin admin
 		}
 		_ = json.NewEncoder(w).Encode(detail)
 	})
-	mux.HandleFunc("/debug/state", func(w http.ResponseWriter, _ *http.Request) {
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+}
+
+// newAdminServer serves /debug/state and /admin/* on the loopback admin
+// address (Config.Validate refuses any other), so only a process inside the
+// pod (kubectl exec) reaches them. Requests from a non-loopback peer are
+// refused as well, in case the listener is ever reachable otherwise.
+func newAdminServer(addr string, admin adminHandler, log *slog.Logger) *http.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/state", func(w http.ResponseWriter, r *http.Request) {
+		if !fromLoopback(r.RemoteAddr) {
+			http.Error(w, "the admin endpoints are only served to loopback (kubectl exec into the daemon)", http.StatusForbidden)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		if admin.status == nil {
 			http.Error(w, "not available", http.StatusServiceUnavailable)
@@ -86,8 +107,7 @@ func newHTTPServer(addr string, reg *prometheus.Registry, h *health, admin admin
 		}
 		if !fromLoopback(r.RemoteAddr) {
 			// retiring a cluster is an operator action: only from inside the
-			// pod (kubectl exec ... coastguardd decommission), never over the
-			// network that can reach the metrics port
+			// pod (kubectl exec ... coastguardd decommission)
 			http.Error(w, "decommission is only accepted from loopback (kubectl exec into the daemon)", http.StatusForbidden)
 			return
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -16,22 +17,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/workqueue"
 
 	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/internal/version"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
-func init() { subcommands["run"] = runDaemon }
-
-func runDaemon(args []string) int {
-	cfg, err := parseConfig("run", args, os.Getenv)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "coastguardd: invalid configuration:\n%v\n", err)
-		return 2
-	}
+// runConfig runs the daemon with a resolved configuration (the run command,
+// main.go) and returns the exit code.
+func runConfig(cfg Config) int {
 	log := newLogger(cfg.LogLevel)
+	routeKlog(log)
 	if err := run(cfg, log); err != nil {
 		log.Error("coastguardd failed", "err", err)
 		fmt.Fprintf(os.Stderr, "coastguardd: %v\n", err)
@@ -163,8 +162,13 @@ func run(cfg Config, log *slog.Logger) error {
 		log.Warn("gossip encryption is OFF: set --gossip-key-file (see docs/OPERATIONS.md)")
 	}
 
+	gcfg.BuildVersion = version.Get()
+
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		version.BuildInfo())
+	// Before any queue exists: the provider applies to queues created later.
+	workqueue.SetProvider(newWorkqueueMetrics(reg))
 	h := newHealth("state", "enforcement")
 
 	d, err := daemon.New(daemon.Options{
@@ -179,16 +183,35 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	if cfg.MetricsAddr != "" {
-		srv := newHTTPServer(cfg.MetricsAddr, reg, h, adminHandler{decommission: d.Decommission, status: d.DebugState}, log)
+		var guard func(http.Handler) http.Handler
+		if cfg.MetricsAuth == "kubernetes" {
+			ma, err := newMetricsAuth(client, log)
+			if err != nil {
+				return fmt.Errorf("metrics-auth: %w", err)
+			}
+			guard = ma.wrap
+		}
+		srv := newHTTPServer(cfg.MetricsAddr, reg, h, guard)
 		if err := serveHTTP(srv, log); err != nil {
 			return fmt.Errorf("metrics-addr %s: %w", cfg.MetricsAddr, err)
 		}
-		defer func() {
-			sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
-			defer c()
-			_ = srv.Shutdown(sctx)
-		}()
+		defer shutdownHTTP(srv)
 	}
+	if cfg.AdminAddr != "" {
+		admin := newAdminServer(cfg.AdminAddr, adminHandler{decommission: d.Decommission,
+			status: func() any { return debugStateWithVersions(d.DebugState()) }}, log)
+		if err := serveHTTP(admin, log); err != nil {
+			return fmt.Errorf("admin-addr %s: %w", cfg.AdminAddr, err)
+		}
+		defer shutdownHTTP(admin)
+	}
+	log.Info("version", "version", version.Get(), "revision", version.GetRevision())
 	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "pid", strconv.Itoa(os.Getpid()))
 	return d.Run(ctx)
+}
+
+func shutdownHTTP(srv *http.Server) {
+	sctx, c := context.WithTimeout(context.Background(), 2*time.Second)
+	defer c()
+	_ = srv.Shutdown(sctx)
 }

@@ -74,8 +74,19 @@ type Result struct {
 	// AppBytesPerUpdatePerNode counts message bytes handed to memberlist.
 	AppBytesPerUpdatePerNode float64
 	// WireBytesPerUpdatePerNode counts UDP+TCP bytes on the wire (with
-	// memberlist headers, labels and AES-GCM overhead).
+	// memberlist headers, labels and AES-GCM overhead), minus the idle rate
+	// over the same time, clamped at 0.
 	WireBytesPerUpdatePerNode float64
+	// GrossWireBytesPerUpdatePerNode / GrossAppBytesPerUpdatePerNode: the
+	// same without subtracting the idle rate (everything sent during the
+	// update phase, including memberlist's probes).
+	GrossWireBytesPerUpdatePerNode float64
+	GrossAppBytesPerUpdatePerNode  float64
+	// IdleExceededUpdate is set when the idle rate, extrapolated over the
+	// update phase, was larger than what was actually sent then (an idle
+	// window disturbed by load, e.g. full-digest exchanges): the net figure
+	// was clamped to 0 and only the gross figure is meaningful.
+	IdleExceededUpdate bool
 	// IdleWireBytesPerSecPerNode / IdleAppBytesPerSecPerNode: with no
 	// updates, Entries stored.
 	IdleWireBytesPerSecPerNode float64
@@ -265,9 +276,10 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 	}
 	w1, a1 = totals()
 	secs := time.Since(t0).Seconds()
-	div := float64(opts.Updates * opts.N)
-	res.WireBytesPerUpdatePerNode = (float64(w1-w0) - res.IdleWireBytesPerSecPerNode*secs*float64(opts.N)) / div
-	res.AppBytesPerUpdatePerNode = (float64(a1-a0) - res.IdleAppBytesPerSecPerNode*secs*float64(opts.N)) / div
+	var cw, ca bool
+	res.WireBytesPerUpdatePerNode, res.GrossWireBytesPerUpdatePerNode, cw = NetPerUpdatePerNode(w1-w0, res.IdleWireBytesPerSecPerNode, secs, opts.N, opts.Updates)
+	res.AppBytesPerUpdatePerNode, res.GrossAppBytesPerUpdatePerNode, ca = NetPerUpdatePerNode(a1-a0, res.IdleAppBytesPerSecPerNode, secs, opts.N, opts.Updates)
+	res.IdleExceededUpdate = cw || ca
 
 	var all []time.Duration
 	for u := 0; u < opts.Updates; u++ {
@@ -291,6 +303,24 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		res.Max = all[len(all)-1]
 	}
 	return res, nil
+}
+
+// NetPerUpdatePerNode turns the bytes all n nodes sent during an update
+// phase of secs seconds into bytes per update per node: gross without and
+// net with the idle rate (per second per node) subtracted. The net figure is
+// clamped at 0 (clamped=true) when the extrapolated idle traffic exceeds
+// what was sent: a noisy idle window must not produce a negative cost.
+func NetPerUpdatePerNode(sent int64, idlePerSecPerNode, secs float64, n, updates int) (net, gross float64, clamped bool) {
+	div := float64(updates * n)
+	if div <= 0 {
+		return 0, 0, false
+	}
+	gross = float64(sent) / div
+	net = (float64(sent) - idlePerSecPerNode*secs*float64(n)) / div
+	if net < 0 {
+		return 0, gross, true
+	}
+	return net, gross, false
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
@@ -394,19 +424,14 @@ func (m *cgMember) join(a string) error {
 	_, err := m.node.Join(a)
 	return err
 }
-func (m *cgMember) numMembers() int { return len(aliveOf(m.node.Members())) }
+
+// numMembers is memberlist's alive count (a counter under its read lock):
+// polling Members() (a sorted copy of every member) for all N members every
+// 50 ms was O(N² log N) per poll and crowded out the mesh at N = 300.
+func (m *cgMember) numMembers() int { return m.node.NumAlive() }
 func (m *cgMember) wireSent() int64 { return m.node.Transport().SentBytes() }
 func (m *cgMember) appSent() int64  { return m.node.Stats().BytesOut }
 func (m *cgMember) shutdown()       { _ = m.node.Shutdown() }
-func aliveOf(ms []gossip.MemberInfo) []gossip.MemberInfo {
-	var out []gossip.MemberInfo
-	for _, m := range ms {
-		if m.Alive {
-			out = append(out, m)
-		}
-	}
-	return out
-}
 
 // ---- naive baseline ----
 

@@ -343,7 +343,7 @@ func sameSet(a, b []string) bool {
 }
 
 func showMembers(ctx context.Context, d *harness.Daemon) error {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.MetricsAddr+"/debug/state", nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.AdminAddr+"/debug/state", nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return err

@@ -56,9 +56,10 @@ func TestDeployManifests(t *testing.T) {
 	for _, o := range objs {
 		kinds[o.GetKind()]++
 	}
-	for _, k := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "DaemonSet"} {
+	for _, k := range []string{"CustomResourceDefinition", "Namespace", "ServiceAccount", "ClusterRoleBinding", "Role", "RoleBinding", "ConfigMap", "Service", "DaemonSet"} {
 		assert.Equal(t, 1, kinds[k], "kind %s in deploy/", k)
 	}
+	assert.Equal(t, 2, kinds["ClusterRole"], "the daemon's ClusterRole and coastguard-mcnp-view")
 	assert.Zero(t, kinds["Secret"], "the gossip key must never be shipped in the manifests")
 	assert.Zero(t, kinds["ServiceExport"], "the base must apply to a cluster without MCS CRDs")
 
@@ -88,7 +89,9 @@ func TestDeployManifests(t *testing.T) {
 		for _, p := range svc.Spec.Ports {
 			ports[string(p.Protocol)+"/"+p.Name] = p.Port
 		}
-		assert.Equal(t, map[string]int32{"TCP/gossip-tcp": 7946, "UDP/gossip-udp": 7946, "TCP/metrics": 9090}, ports)
+		// Gossip only: the Service is what the submariner component exports
+		// to the cluster set, and the metrics port must not be.
+		assert.Equal(t, map[string]int32{"TCP/gossip-tcp": 7946, "UDP/gossip-udp": 7946}, ports)
 	})
 
 	t.Run("service account can do what the daemon needs", func(t *testing.T) {
@@ -287,32 +290,43 @@ func TestDeployManifests(t *testing.T) {
 		checkAlertMetricsExist(t, out)
 	})
 
-	t.Run("restricted component passes Pod Security restricted", func(t *testing.T) {
-		// The base needs a hostPath; check that Pod Security admission
-		// really rejects it under "restricted" and accepts the restricted
-		// variant, using pods built from the DaemonSet templates.
+	t.Run("default passes Pod Security restricted; hostpath-state does not", func(t *testing.T) {
+		// The default install is restricted; the opt-in hostpath-state
+		// component needs a hostPath and a root init container. Check that
+		// Pod Security admission really accepts the first and rejects the
+		// second under "restricted", using pods built from the DaemonSet
+		// templates.
+		ns, err := c.Client.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "restricted", ns.Labels["pod-security.kubernetes.io/enforce"])
+
 		dir := t.TempDir()
 		rel, err := filepath.Rel(dir, repoPath("deploy"))
 		require.NoError(t, err)
 		kust := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + filepath.Join(rel, "base") +
-			"\ncomponents:\n- " + filepath.Join(rel, "components", "restricted") + "\n"
+			"\ncomponents:\n- " + filepath.Join(rel, "components", "hostpath-state") + "\n"
 		require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(kust), 0o644))
 		out, _, err := c.Kubectl(ctx, "kustomize", dir)
 		require.NoError(t, err)
-		var restricted *appsv1.DaemonSet
+		var hostpath *appsv1.DaemonSet
 		for _, o := range decodeAll(t, []byte(out)) {
 			switch o.GetKind() {
 			case "DaemonSet":
-				restricted = &appsv1.DaemonSet{}
-				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, restricted))
+				hostpath = &appsv1.DaemonSet{}
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, hostpath))
 			case "Namespace":
-				assert.Equal(t, "restricted", o.GetLabels()["pod-security.kubernetes.io/enforce"])
+				assert.Equal(t, "privileged", o.GetLabels()["pod-security.kubernetes.io/enforce"])
 			}
 		}
-		require.NotNil(t, restricted)
-		assert.Empty(t, restricted.Spec.Template.Spec.InitContainers)
-		require.NotNil(t, restricted.Spec.Template.Spec.Volumes[0].EmptyDir)
-		assert.Equal(t, "data", restricted.Spec.Template.Spec.Volumes[0].Name)
+		require.NotNil(t, hostpath)
+		require.Len(t, hostpath.Spec.Template.Spec.InitContainers, 1)
+		isc := hostpath.Spec.Template.Spec.InitContainers[0].SecurityContext
+		assert.Equal(t, []corev1.Capability{"ALL"}, isc.Capabilities.Drop)
+		assert.ElementsMatch(t, []corev1.Capability{"CHOWN", "FOWNER"}, isc.Capabilities.Add)
+		assert.False(t, *isc.AllowPrivilegeEscalation)
+		require.NotNil(t, hostpath.Spec.Template.Spec.Volumes[0].HostPath)
+		assert.Equal(t, "/var/lib/coastguard", hostpath.Spec.Template.Spec.Volumes[0].HostPath.Path)
+		assert.Equal(t, "docker.io/library/busybox:1.36.1", hostpath.Spec.Template.Spec.InitContainers[0].Image)
 
 		base, err := c.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
 		require.NoError(t, err)
@@ -322,10 +336,10 @@ func TestDeployManifests(t *testing.T) {
 		podOf := func(ds *appsv1.DaemonSet, name string) *corev1.Pod {
 			return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "psa-restricted"}, Spec: *ds.Spec.Template.Spec.DeepCopy()}
 		}
-		_, err = c.Client.CoreV1().Pods("psa-restricted").Create(ctx, podOf(restricted, "restricted"), dry)
-		assert.NoError(t, err, "the restricted variant must pass Pod Security restricted")
 		_, err = c.Client.CoreV1().Pods("psa-restricted").Create(ctx, podOf(base, "base"), dry)
-		if assert.Error(t, err, "the hostPath base must not pass restricted (docs say so)") {
+		assert.NoError(t, err, "the default install must pass Pod Security restricted")
+		_, err = c.Client.CoreV1().Pods("psa-restricted").Create(ctx, podOf(hostpath, "hostpath"), dry)
+		if assert.Error(t, err, "the hostpath-state variant must not pass restricted (docs say so)") {
 			assert.Contains(t, err.Error(), "hostPath")
 		}
 	})
@@ -371,10 +385,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	vols := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
 		vols[v.Name] = v
+		assert.Nil(t, v.HostPath, "no hostPath by default (restricted)")
 	}
-	require.NotNil(t, vols["data"].HostPath)
-	assert.Equal(t, "/var/lib/coastguard", vols["data"].HostPath.Path)
-	assert.Equal(t, corev1.HostPathDirectoryOrCreate, *vols["data"].HostPath.Type)
+	require.NotNil(t, vols["data"].EmptyDir)
 	require.NotNil(t, vols["gossip-key"].Secret)
 	assert.Equal(t, "coastguard-gossip-key", vols["gossip-key"].Secret.SecretName)
 	mounts := map[string]corev1.VolumeMount{}
@@ -385,14 +398,9 @@ func checkDaemonSet(t *testing.T, ds *appsv1.DaemonSet) {
 	assert.Equal(t, "/etc/coastguard/keys", mounts["gossip-key"].MountPath)
 	assert.True(t, mounts["gossip-key"].ReadOnly)
 
-	// The init container that hands the hostPath to the daemon's user has
-	// only the capabilities it needs.
-	require.Len(t, spec.InitContainers, 1)
-	isc := spec.InitContainers[0].SecurityContext
-	assert.Equal(t, []corev1.Capability{"ALL"}, isc.Capabilities.Drop)
-	assert.ElementsMatch(t, []corev1.Capability{"CHOWN", "FOWNER"}, isc.Capabilities.Add)
-	assert.False(t, *isc.AllowPrivilegeEscalation)
-	assert.True(t, *isc.ReadOnlyRootFilesystem)
+	assert.Empty(t, spec.InitContainers, "no root init container by default")
+	require.NotNil(t, spec.SecurityContext.SeccompProfile)
+	assert.Equal(t, corev1.SeccompProfileTypeRuntimeDefault, spec.SecurityContext.SeccompProfile.Type)
 }
 
 // checkEnvAgainstContract checks that every COASTGUARD_* setting the

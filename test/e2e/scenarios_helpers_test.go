@@ -248,7 +248,7 @@ func debugState(ctx context.Context, d *harness.Daemon) (daemonState, error) {
 	var s daemonState
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.MetricsAddr+"/debug/state", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.AdminAddr+"/debug/state", nil)
 	if err != nil {
 		return s, err
 	}

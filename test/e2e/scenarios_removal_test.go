@@ -56,7 +56,7 @@ func TestScenarioDecommission(t *testing.T) {
 	removalSetup(t, ctx, env)
 
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, "decommission", "--admin-addr", ds[2].MetricsAddr).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, "decommission", "--admin-addr", ds[2].AdminAddr).CombinedOutput()
 	require.NoError(t, err, "coastguardd decommission: %s", out)
 	require.Contains(t, string(out), "decommissioned")
 

@@ -226,7 +226,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, bin string) error 
 		"--kubeconfig=" + c.Kubeconfig,
 		"--leader-elect=false",
 		"--secure-port=0",
-		"--controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller",
+		"--controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller",
 		"--service-account-private-key-file=" + c.pki.saKeyFile,
 		"--root-ca-file=" + c.pki.caFile,
 		"--use-service-account-credentials=false",

@@ -69,7 +69,10 @@ type Daemon struct {
 	GossipAddr string
 	// MetricsAddr is 127.0.0.1:port of /metrics, /healthz and /readyz.
 	MetricsAddr string
-	DataDir     string
+	// AdminAddr is 127.0.0.1:port of the loopback admin listener
+	// (/debug/state, /admin/*).
+	AdminAddr string
+	DataDir   string
 }
 
 // StartDaemon starts a daemon for cluster c with the flags of
@@ -124,11 +127,16 @@ func (e *Env) StartDaemon(c *Cluster, opts DaemonOptions) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	adminPort, err := FreePort("127.0.0.1", false)
+	if err != nil {
+		return nil, err
+	}
 	d := &Daemon{
 		Cluster:     c,
 		NodeName:    opts.NodeName,
 		GossipAddr:  net.JoinHostPort(c.GossipIP, strconv.Itoa(port)),
 		MetricsAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(metricsPort)),
+		AdminAddr:   net.JoinHostPort("127.0.0.1", strconv.Itoa(adminPort)),
 		DataDir:     opts.DataDir,
 	}
 	args := opts.Args
@@ -150,6 +158,7 @@ func (e *Env) StartDaemon(c *Cluster, opts DaemonOptions) (*Daemon, error) {
 			"--advertise-addr=" + d.GossipAddr,
 			"--data-dir=" + opts.DataDir,
 			"--metrics-addr=" + d.MetricsAddr,
+			"--admin-addr=" + d.AdminAddr,
 			"--gossip-profile=local",
 		}
 		if !opts.NoClusterID {
@@ -255,7 +264,11 @@ func (d *Daemon) Restart() error {
 }
 
 func (d *Daemon) get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.MetricsAddr+path, nil)
+	addr := d.MetricsAddr
+	if strings.HasPrefix(path, "/debug/") || strings.HasPrefix(path, "/admin/") {
+		addr = d.AdminAddr
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+path, nil)
 	if err != nil {
 		return 0, nil, err
 	}

@@ -1,0 +1,79 @@
+// Package cli implements `kubectl coastguard` (cmd/kubectl-coastguard) and
+// the same commands mounted under `coastguardd`: cluster-set status,
+// explain, verdict, what-if, conflicts and decommission. Every command reads
+// the clusters through their apiservers (kubeconfig contexts); nothing needs
+// a port-forward. Translation reuses enforce/ (the daemon's code), verdicts
+// use cyclonus' NetworkPolicy matcher, conflicts use reach/.
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+)
+
+// Options are the flags shared by every command.
+type Options struct {
+	Kubeconfig string
+	Contexts   []string
+	Namespace  string // coastguard's namespace (Lease, DaemonSet)
+	Output     string // text, json, yaml
+	// ClusterCIDRs: trusted CIDRs per cluster (--cluster-cidrs, as on
+	// coastguardd), merged with Submariner's Cluster objects, so that
+	// computed policies match what the daemons render (pod-IP ownership).
+	ClusterCIDRs []string
+	Out        io.Writer
+	ErrOut     io.Writer
+	In         io.Reader
+}
+
+// NewCommands returns the command tree. Mount it as the root of
+// kubectl-coastguard, or add its subcommands to another root (coastguardd).
+func NewCommands() *cobra.Command {
+	o := &Options{Out: os.Stdout, ErrOut: os.Stderr, In: os.Stdin}
+	root := &cobra.Command{
+		Use:   "kubectl-coastguard",
+		Short: "Inspect and operate a coastguard cluster set through the Kubernetes API",
+		Long: `kubectl coastguard reads every cluster of a coastguard cluster set through its
+apiserver (one kubeconfig context per cluster) and answers: is the set healthy,
+where is an MCNP enforced and why, is this flow allowed, what would this change
+do, and which policies conflict.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+	root.PersistentFlags().StringSliceVar(&o.Contexts, "contexts", nil, "kubeconfig contexts of the cluster set (default: every context)")
+	root.PersistentFlags().StringVar(&o.Namespace, "coastguard-namespace", "coastguard-system", "namespace of coastguardd (Lease, pods)")
+	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
+	root.PersistentFlags().StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", nil, "trusted CIDRs per cluster, as given to coastguardd (<cluster>[:pod|:service|:global]=<cidr>,...); merged with Submariner's Cluster objects")
+	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o))
+	return root
+}
+
+// print writes v as JSON or YAML, or calls text for the text format.
+func (o *Options) print(v any, text func(w io.Writer)) error {
+	switch o.Output {
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintln(o.Out, string(b))
+		return err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return err
+		}
+		_, err = o.Out.Write(b)
+		return err
+	case "text", "":
+		text(o.Out)
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q (want text, json or yaml)", o.Output)
+}

@@ -1,0 +1,264 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
+)
+
+// ClusterRow is one cluster as one cluster sees it.
+type ClusterRow struct {
+	Cluster         string `json:"cluster"`
+	Alive           bool   `json:"alive"`
+	Stale           bool   `json:"stale"`
+	Retired         bool   `json:"retired"`
+	SanityOK        bool   `json:"sanityOK"`
+	SanityMessage   string `json:"sanityMessage,omitempty"`
+	Members         int32  `json:"aliveMembers"`
+	Leader          string `json:"leader,omitempty"`
+	Version         string `json:"version,omitempty"`
+	Lag             string `json:"lag"` // entries behind the cluster's own view, or "epoch behind"/"unknown"
+	SoftwareVersion string `json:"softwareVersion,omitempty"`
+	LastSeen        string `json:"lastSeen,omitempty"`
+}
+
+// View is one cluster's CoastguardCluster objects.
+type View struct {
+	Context  string       `json:"context"`
+	Cluster  string       `json:"cluster"`
+	Error    string       `json:"error,omitempty"`
+	Clusters []ClusterRow `json:"clusters"`
+}
+
+// PolicyRow is the enforcement of one MCNP.
+type PolicyRow struct {
+	Policy   string            `json:"policy"` // origin/namespace/name
+	Enforced string            `json:"enforced"`
+	Ready    bool              `json:"ready"`
+	Message  string            `json:"message,omitempty"`
+	Clusters map[string]string `json:"clusters"` // cluster -> "applied"/"pending"/error/degraded reason
+}
+
+// Status is the status document.
+type Status struct {
+	Healthy     bool        `json:"healthy"`
+	Problems    []string    `json:"problems,omitempty"`
+	VersionSkew []string    `json:"versionSkew,omitempty"`
+	Views       []View      `json:"views"`
+	Policies    []PolicyRow `json:"policies"`
+}
+
+func newStatusCmd(o *Options) *cobra.Command {
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Cluster-set health: clusters, members, leaders, staleness, lag, version skew, MCNP enforcement",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			deadline := time.Now().Add(timeout)
+			for {
+				st, err := o.status(ctx)
+				if err == nil && (st.Healthy || !wait) {
+					return o.printStatus(st)
+				}
+				if time.Now().After(deadline) {
+					if err != nil {
+						return err
+					}
+					_ = o.printStatus(st)
+					return fmt.Errorf("cluster set not healthy after %s: %s", timeout, strings.Join(st.Problems, "; "))
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(2 * time.Second):
+				}
+			}
+		},
+	}
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every view knows every cluster alive with a leader and no lag, and every MCNP is Ready")
+	cmd.Flags().DurationVar(&timeout, "timeout", 5*time.Minute, "how long --wait waits")
+	return cmd
+}
+
+func (o *Options) status(ctx context.Context) (*Status, error) {
+	ms, err := o.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	st := &Status{Healthy: true}
+	own := map[string]v1.CoastguardCluster{} // each cluster's own object
+	views := map[string][]v1.CoastguardCluster{}
+	for _, m := range ms {
+		ccs, err := listClusters(ctx, m)
+		if err != nil {
+			st.Views = append(st.Views, View{Context: m.Context, Cluster: m.ID, Error: err.Error()})
+			st.Problems = append(st.Problems, fmt.Sprintf("%s: cannot list coastguardclusters: %v", m.ID, err))
+			continue
+		}
+		views[m.ID] = ccs
+		for _, c := range ccs {
+			if c.Status.Local {
+				own[c.Name] = c
+			}
+		}
+	}
+	versions := map[string][]string{}
+	for _, m := range ms {
+		ccs, ok := views[m.ID]
+		if !ok {
+			continue
+		}
+		v := View{Context: m.Context, Cluster: m.ID}
+		seen := map[string]bool{}
+		for _, c := range ccs {
+			seen[c.Name] = true
+			r := ClusterRow{Cluster: c.Name, Members: c.Status.AliveMembers, Leader: c.Status.Leader, Version: c.Status.Version,
+				SoftwareVersion: c.Status.SoftwareVersion, Lag: "unknown",
+				Alive:    meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionAlive),
+				Stale:    meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionStale),
+				Retired:  meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionRetired),
+				SanityOK: !meta.IsStatusConditionFalse(c.Status.Conditions, v1.ClusterConditionSanityOK)}
+			if sc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionSanityOK); sc != nil && sc.Status == "False" {
+				r.SanityMessage = sc.Message
+			}
+			if c.Status.LastSeen != nil {
+				r.LastSeen = c.Status.LastSeen.UTC().Format(time.RFC3339)
+			}
+			if o, ok := own[c.Name]; ok {
+				switch {
+				case o.Status.Epoch == c.Status.Epoch:
+					r.Lag = fmt.Sprint(max(o.Status.Sequence-c.Status.Sequence, 0))
+				case o.Status.Epoch > c.Status.Epoch:
+					r.Lag = "epoch behind"
+				default:
+					r.Lag = "0"
+				}
+			}
+			if c.Status.Local && c.Status.SoftwareVersion != "" {
+				versions[c.Status.SoftwareVersion] = append(versions[c.Status.SoftwareVersion], c.Name)
+			}
+			if !r.Retired && (!r.Alive || r.Stale) {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s sees %s not alive", m.ID, c.Name))
+			}
+			if !r.Retired && r.Alive && r.Leader == "" {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s sees no leader for %s", m.ID, c.Name))
+			}
+			if r.Lag != "0" && r.Lag != "unknown" {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s is behind %s (lag %s)", m.ID, c.Name, r.Lag))
+			}
+			if !r.SanityOK {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s reports a sanity problem for %s: %s", m.ID, c.Name, r.SanityMessage))
+			}
+			v.Clusters = append(v.Clusters, r)
+		}
+		for _, other := range ms {
+			if !seen[other.ID] {
+				st.Problems = append(st.Problems, fmt.Sprintf("%s does not know %s yet", m.ID, other.ID))
+			}
+		}
+		st.Views = append(st.Views, v)
+	}
+	if len(versions) > 1 {
+		for ver, cs := range versions {
+			sort.Strings(cs)
+			st.VersionSkew = append(st.VersionSkew, ver+": "+strings.Join(cs, ","))
+		}
+		sort.Strings(st.VersionSkew)
+	}
+	for _, m := range ms {
+		mc, err := listMCNPs(ctx, m)
+		if err != nil {
+			st.Problems = append(st.Problems, fmt.Sprintf("%s: cannot list MCNPs: %v", m.ID, err))
+			continue
+		}
+		for _, p := range mc {
+			row := PolicyRow{Policy: m.ID + "/" + p.Namespace + "/" + p.Name, Enforced: p.Status.EnforcedSummary, Clusters: map[string]string{}}
+			if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); c != nil {
+				row.Ready = c.Status == "True" && p.Status.ObservedGeneration == p.Generation
+				row.Message = c.Message
+			}
+			for _, c := range p.Status.Clusters {
+				s := "applied"
+				switch {
+				case c.Error != "":
+					s = "error: " + c.Error
+				case c.ObservedGeneration < p.Generation:
+					s = "pending"
+				case c.Degraded != "":
+					s = "degraded: " + c.Degraded
+				}
+				row.Clusters[c.Cluster] = s
+			}
+			if !row.Ready {
+				st.Problems = append(st.Problems, fmt.Sprintf("MCNP %s not Ready (%s)", row.Policy, row.Enforced))
+			}
+			st.Policies = append(st.Policies, row)
+		}
+	}
+	st.Healthy = len(st.Problems) == 0
+	return st, nil
+}
+
+func yn(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func (o *Options) printStatus(st *Status) error {
+	return o.print(st, func(w io.Writer) {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, v := range st.Views {
+			fmt.Fprintf(tw, "VIEW FROM %s (context %s)\n", v.Cluster, v.Context)
+			if v.Error != "" {
+				fmt.Fprintf(tw, "  error: %s\n", v.Error)
+				continue
+			}
+			fmt.Fprintln(tw, "  CLUSTER\tALIVE\tSTALE\tRETIRED\tSANITY\tMEMBERS\tLEADER\tVERSION\tLAG\tSOFTWARE")
+			for _, r := range v.Clusters {
+				sw := r.SoftwareVersion
+				if sw == "" {
+					sw = "-"
+				}
+				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Cluster, yn(r.Alive), yn(r.Stale), yn(r.Retired),
+					map[bool]string{true: "ok", false: "PROBLEM"}[r.SanityOK], r.Members, r.Leader, r.Version, r.Lag, sw)
+			}
+		}
+		if len(st.Policies) > 0 {
+			fmt.Fprintln(tw, "\nMCNP\tENFORCED\tREADY\tPER CLUSTER")
+			for _, p := range st.Policies {
+				var cs []string
+				for c, s := range p.Clusters {
+					cs = append(cs, c+"="+s)
+				}
+				sort.Strings(cs)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Policy, p.Enforced, yn(p.Ready), strings.Join(cs, " "))
+			}
+		}
+		_ = tw.Flush()
+		if len(st.VersionSkew) > 0 {
+			fmt.Fprintf(w, "\nversion skew: %s\n", strings.Join(st.VersionSkew, "; "))
+		}
+		if st.Healthy {
+			fmt.Fprintln(w, "\ncluster set healthy")
+		} else {
+			fmt.Fprintf(w, "\n%d problem(s):\n", len(st.Problems))
+			for _, p := range st.Problems {
+				fmt.Fprintf(w, "  - %s\n", p)
+			}
+		}
+	})
+}

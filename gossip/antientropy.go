@@ -1,0 +1,55 @@
+package gossip
+
+import (
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"golang.org/x/time/rate"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// Anti-entropy must not amplify under load. A digest-sum mismatch (or a
+// digest showing the sender lacks something) costs a full digest, O(clusters)
+// bytes. Under CPU starvation sums mismatch all the time (deltas still in
+// flight, pulls timing out), and every full digest triggers pulls that add
+// more load: congestion collapse. So the full-digest bytes a node sends are
+// bounded by a token bucket, whatever the load: FullDigestBytesPerSec on
+// average, FullDigestBurst at once. What the bucket refuses is counted
+// (coastguard_gossip_syncs_total{role="digest",result="suppressed"}) and
+// simply not sent: the next digest-sum round (every AntiEntropyInterval)
+// asks again, and the fast path (heads and pulls) keeps working meanwhile.
+const (
+	FullDigestBytesPerSec = 32 << 10
+	FullDigestBurst       = 64 << 10
+)
+
+func newDigestLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(FullDigestBytesPerSec), FullDigestBurst)
+}
+
+// allowDigest is the limiter decision for one full digest of size bytes at
+// now. A digest larger than the whole burst (very many clusters) takes the
+// full bucket, so it still goes out, at most once per burst/rate seconds.
+func allowDigest(lim *rate.Limiter, now time.Time, size int) bool {
+	return lim.AllowN(now, min(size, lim.Burst()))
+}
+
+// sendFullDigest sends our full digest to a peer if the full-digest budget
+// allows it; reply marks an answer to a digest (no further answer expected).
+func (n *Node) sendFullDigest(to *memberlist.Node, reply bool, local crdt.Digest) {
+	msg := encodeDigestMsg(n.cfg.NodeName, reply, local)
+	n.mu.Lock()
+	if n.digestLim == nil {
+		n.digestLim = newDigestLimiter()
+	}
+	ok := allowDigest(n.digestLim, n.cfg.Now(), len(msg))
+	n.mu.Unlock()
+	if !ok {
+		n.m.syncs.WithLabelValues("digest", "suppressed").Inc()
+		return
+	}
+	if n.send(to, msg, msgDigest) {
+		n.m.syncs.WithLabelValues("digest", "sent").Inc()
+	}
+}

@@ -1,0 +1,274 @@
+package reach
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+)
+
+// HalfOpen is a group of flows one side explicitly allows and the other
+// side denies, for one port class and one (source, destination) namespace
+// pair.
+type HalfOpen struct {
+	// Kind is "ingress-allowed-egress-denied" (the destination's ingress
+	// rules admit the source, the source's own egress policies deny it) or
+	// "egress-allowed-ingress-denied".
+	Kind      string    `json:"kind"`
+	From      string    `json:"from"` // cluster/namespace
+	To        string    `json:"to"`
+	Port      string    `json:"port"`
+	Flows     int       `json:"flows"`
+	Example   [2]string `json:"example"` // source pod, destination pod
+	AllowedBy []string  `json:"allowedBy"`
+	DeniedBy  []string  `json:"deniedBy"` // the isolating policies on the denying side
+}
+
+// Redundant is a rule group every flow of which another group also allows.
+type Redundant struct {
+	Group      string   `json:"rule"`
+	Owner      string   `json:"owner"`
+	ShadowedBy []string `json:"shadowedBy"`
+}
+
+// Report is the outcome of Conflicts.
+type Report struct {
+	HalfOpen      []HalfOpen  `json:"halfOpen"`
+	Redundant     []Redundant `json:"redundant"`
+	EmptyRules    []string    `json:"rulesSelectingNothing"`
+	EmptyPolicies []string    `json:"policiesSelectingNothing"`
+	IsolatedPods  []string    `json:"isolatedPods"`
+	Pods          int         `json:"pods"`
+	Policies      int         `json:"policies"`
+}
+
+// ownersOf lists the owners of rules allowing s->t in a direction, and the
+// isolating policies of the pod.
+func (e *Engine) decisive(pod int, other int, egress bool, q Probe) (allow, isolating []string) {
+	ps := e.pods[pod]
+	for _, p := range e.byNS[nsKey(ps.Cluster, ps.Namespace)] {
+		if !p.targets.has(pod) || (egress && !p.egressIso) || (!egress && !p.ingressIso) {
+			continue
+		}
+		isolating = append(isolating, p.owner)
+		for _, r := range p.rules {
+			if r.egress == egress && r.matches(q) && r.bits.has(other) {
+				allow = append(allow, r.group)
+			}
+		}
+	}
+	sort.Strings(allow)
+	sort.Strings(isolating)
+	return slices.Compact(allow), slices.Compact(isolating)
+}
+
+// Conflicts computes the conflict report over every port class.
+func (e *Engine) Conflicts() Report {
+	rep := Report{Pods: len(e.byKey), Policies: len(e.policies)}
+	type hk struct{ kind, from, to, port string }
+	groups := map[hk]*HalfOpen{}
+	a := newBitset(e.words * 64)
+	b := newBitset(e.words * 64)
+	reachOut := newBitset(e.words * 64)
+	reachIn := newBitset(e.words * 64)
+	rowAny := newBitset(e.words * 64)
+	add := func(kind string, q Probe, s, t int, allowSideEgress bool) {
+		sp, tp := e.pods[s], e.pods[t]
+		k := hk{kind, sp.Cluster + "/" + sp.Namespace, tp.Cluster + "/" + tp.Namespace, q.String()}
+		g := groups[k]
+		ex := [2]string{sp.Key(), tp.Key()}
+		if g == nil || ex[0] < g.Example[0] || (ex[0] == g.Example[0] && ex[1] < g.Example[1]) {
+			if g == nil {
+				g = &HalfOpen{Kind: kind, From: k.from, To: k.to, Port: k.port}
+				groups[k] = g
+			}
+			g.Example = ex
+			if allowSideEgress {
+				g.AllowedBy, _ = e.decisive(s, t, true, q)
+				_, g.DeniedBy = e.decisive(t, s, false, q)
+			} else {
+				g.AllowedBy, _ = e.decisive(t, s, false, q)
+				_, g.DeniedBy = e.decisive(s, t, true, q)
+			}
+		}
+		g.Flows++
+	}
+	live := e.liveProbes()
+	for qi, l := range e.layers {
+		q := e.probes[qi]
+		if !live[q] {
+			continue
+		}
+		e.alive.each(func(s int) {
+			// ingress explicitly admits s at t, s's egress denies t
+			if e.egrIso.has(s) {
+				a.copyFrom(l.inAllow[s])
+				a.and(e.ingIso)
+				a.andNot(l.egress[s])
+				a.and(e.alive)
+				a.clear(s)
+				a.each(func(t int) { add("ingress-allowed-egress-denied", q, s, t, false) })
+				// s's egress explicitly admits t, t's ingress denies s
+				b.copyFrom(l.egress[s])
+				b.andNot(l.inAllow[s])
+				b.and(e.alive)
+				b.clear(s)
+				b.each(func(t int) { add("egress-allowed-ingress-denied", q, s, t, true) })
+			}
+			rowAny.copyFrom(l.egress[s])
+			rowAny.and(l.inAllow[s])
+			rowAny.and(e.alive)
+			rowAny.clear(s)
+			if !rowAny.empty() {
+				reachOut.set(s)
+				reachIn.or(rowAny)
+			}
+		})
+	}
+	for _, g := range groups {
+		rep.HalfOpen = append(rep.HalfOpen, *g)
+	}
+	sort.Slice(rep.HalfOpen, func(i, j int) bool {
+		x, y := rep.HalfOpen[i], rep.HalfOpen[j]
+		return fmt.Sprint(x.From, x.To, x.Port, x.Kind) < fmt.Sprint(y.From, y.To, y.Port, y.Kind)
+	})
+	e.alive.each(func(s int) {
+		if !reachOut.has(s) && !reachIn.has(s) {
+			rep.IsolatedPods = append(rep.IsolatedPods, e.pods[s].Key())
+		}
+	})
+	sort.Strings(rep.IsolatedPods)
+
+	// rules and policies selecting nothing; redundant groups
+	ownerTargets := map[string]bool{}
+	byGroup := map[string][]*rule{}
+	for _, p := range e.policies {
+		ownerTargets[p.owner] = ownerTargets[p.owner] || !p.targets.empty()
+		for _, r := range p.rules {
+			byGroup[r.group] = append(byGroup[r.group], r)
+		}
+	}
+	for o, any := range ownerTargets {
+		if !any {
+			rep.EmptyPolicies = append(rep.EmptyPolicies, o)
+		}
+	}
+	sort.Strings(rep.EmptyPolicies)
+	for g, rules := range byGroup {
+		empty := true
+		for _, r := range rules {
+			if r.allPeers || r.hasIP || !r.bits.empty() {
+				empty = false
+			}
+		}
+		if empty {
+			rep.EmptyRules = append(rep.EmptyRules, g)
+			continue
+		}
+		if red, by := e.redundant(g, rules, live); red {
+			rep.Redundant = append(rep.Redundant, Redundant{Group: g, Owner: rules[0].pol.owner, ShadowedBy: by})
+		}
+	}
+	sort.Strings(rep.EmptyRules)
+	sort.Slice(rep.Redundant, func(i, j int) bool { return rep.Redundant[i].Group < rep.Redundant[j].Group })
+	return rep
+}
+
+// podsOnly: every address the rule admits is a known pod (no peer-less
+// rule, no ipBlock other than a /32 of a pod, as coastguard renders remote
+// pods).
+func (e *Engine) podsOnly(r *rule) bool {
+	if r.allPeers {
+		return false
+	}
+	for _, p := range r.peers {
+		if p.cidr != nil && (!p.cidr.IsSingleIP() || len(e.byIP[p.cidr.Addr()]) == 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// redundant: every (target, peer, port class) the group's rules admit is
+// admitted by rules of other groups. Rules that may admit addresses outside
+// the pods (ipBlocks) are never redundant; neither are
+// groups whose policies select no pod (reported as selecting nothing).
+func (e *Engine) redundant(g string, rules []*rule, live map[Probe]bool) (bool, []string) {
+	by := map[string]bool{}
+	cover := newBitset(e.words * 64)
+	anyTarget := false
+	for _, r := range rules {
+		if !e.podsOnly(r) {
+			return false, nil
+		}
+		var ok = true
+		r.pol.targets.each(func(t int) {
+			if !ok {
+				return
+			}
+			anyTarget = true
+			ps := e.pods[t]
+			for _, q := range e.probes {
+				if !live[q] || !r.matches(q) {
+					continue
+				}
+				cover.reset()
+				var contrib []string
+				for _, p := range e.byNS[nsKey(ps.Cluster, ps.Namespace)] {
+					if !p.targets.has(t) {
+						continue
+					}
+					for _, o := range p.rules {
+						if o.group != g && o.egress == r.egress && o.matches(q) {
+							cover.or(o.bits)
+							if o.bits.intersects(r.bits) {
+								contrib = append(contrib, o.group)
+							}
+						}
+					}
+				}
+				if !r.bits.subsetOf(cover) {
+					ok = false
+					return
+				}
+				for _, c := range contrib {
+					by[c] = true
+				}
+			}
+		})
+		if !ok {
+			return false, nil
+		}
+	}
+	if !anyTarget {
+		return false, nil
+	}
+	out := make([]string, 0, len(by))
+	for k := range by {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return true, out
+}
+
+// Summary renders a short human-readable count line.
+func (r Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d pods, %d network policies (one per MCNP rule and cluster, plus user policies): %d half-open flow groups, %d redundant rules, %d rules and %d policies selecting nothing, %d isolated pods",
+		r.Pods, r.Policies, len(r.HalfOpen), len(r.Redundant), len(r.EmptyRules), len(r.EmptyPolicies), len(r.IsolatedPods))
+	return b.String()
+}
+
+// liveProbes: the port classes named by current rules (classes of removed
+// policies stay in the matrix but are not reported).
+func (e *Engine) liveProbes() map[Probe]bool {
+	live := map[Probe]bool{{Protocol: "TCP"}: true}
+	for _, p := range e.policies {
+		for _, r := range p.rules {
+			for _, q := range probesOf(r.ports) {
+				live[q] = true
+			}
+		}
+	}
+	return live
+}
