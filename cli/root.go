@@ -26,9 +26,9 @@ type Options struct {
 	// coastguardd), merged with Submariner's Cluster objects, so that
 	// computed policies match what the daemons render (pod-IP ownership).
 	ClusterCIDRs []string
-	Out        io.Writer
-	ErrOut     io.Writer
-	In         io.Reader
+	Out          io.Writer
+	ErrOut       io.Writer
+	In           io.Reader
 }
 
 // NewCommands returns the command tree. Mount it as the root of
