@@ -57,6 +57,9 @@ func fixture(t *testing.T) *live {
 		Ingress: []v1.MultiClusterNetworkPolicyIngressRule{{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
 			From: []v1.MultiClusterNetworkPolicyPeer{{ClusterSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"role": "api"}}}}}}}
 	l.mcnps["a"] = []v1.MultiClusterNetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"}, Spec: spec}}
+	nets, err := enforce.ParseClusterCIDRs([]string{"a=10.1.0.0/16", "b=10.2.0.0/16"})
+	require.NoError(t, err)
+	l.inv.SetNetworks(nets) // pod-IP ownership: the CIDRs the daemons trust
 	for _, c := range []string{"a", "b"} {
 		l.inv.SetCluster(enforce.Cluster{ID: c})
 		l.ns[c] = map[string]map[string]string{"shop": nil}

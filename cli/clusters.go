@@ -170,6 +170,23 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 	l := &live{members: ms, inv: enforce.NewInventory(), pods: map[string][]corev1.Pod{},
 		ns: map[string]map[string]map[string]string{}, netpols: map[string][]networkingv1.NetworkPolicy{},
 		mcnps: map[string][]v1.MultiClusterNetworkPolicy{}, byIP: map[netip.Addr]string{}, clusters: map[string][]v1.CoastguardCluster{}}
+	// Trusted CIDRs (pod-IP ownership), as the daemons learn them:
+	// Submariner's Cluster objects (the broker syncs them everywhere) and
+	// --cluster-cidrs.
+	cfgNets, err := enforce.ParseClusterCIDRs(o.ClusterCIDRs)
+	if err != nil {
+		return nil, fmt.Errorf("--cluster-cidrs: %w", err)
+	}
+	var subClusters []kube.SubmarinerCluster
+	for _, m := range ms {
+		if sl, err := m.Dynamic.Resource(kube.SubmarinerClusterResource).Namespace("submariner-operator").List(ctx, metav1.ListOptions{}); err == nil {
+			for i := range sl.Items {
+				subClusters = append(subClusters, kube.SubmarinerClusterFrom(&sl.Items[i]))
+			}
+		}
+	}
+	subNets, _ := kube.SubmarinerNetworks(subClusters)
+	l.inv.SetNetworks(enforce.MergeNetworks(subNets, cfgNets))
 	for _, m := range ms {
 		var props []kube.ClusterProperty
 		pl, err := m.Dynamic.Resource(kube.ClusterPropertyResource).List(ctx, metav1.ListOptions{})

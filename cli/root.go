@@ -22,9 +22,13 @@ type Options struct {
 	Contexts   []string
 	Namespace  string // coastguard's namespace (Lease, DaemonSet)
 	Output     string // text, json, yaml
-	Out        io.Writer
-	ErrOut     io.Writer
-	In         io.Reader
+	// ClusterCIDRs: trusted CIDRs per cluster (--cluster-cidrs, as on
+	// coastguardd), merged with Submariner's Cluster objects, so that
+	// computed policies match what the daemons render (pod-IP ownership).
+	ClusterCIDRs []string
+	Out          io.Writer
+	ErrOut       io.Writer
+	In           io.Reader
 }
 
 // NewCommands returns the command tree. Mount it as the root of
@@ -45,6 +49,7 @@ do, and which policies conflict.`,
 	root.PersistentFlags().StringSliceVar(&o.Contexts, "contexts", nil, "kubeconfig contexts of the cluster set (default: every context)")
 	root.PersistentFlags().StringVar(&o.Namespace, "coastguard-namespace", "coastguard-system", "namespace of coastguardd (Lease, pods)")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
+	root.PersistentFlags().StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", nil, "trusted CIDRs per cluster, as given to coastguardd (<cluster>[:pod|:service|:global]=<cidr>,...); merged with Submariner's Cluster objects")
 	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o))
 	return root
 }

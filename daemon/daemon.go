@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
@@ -59,6 +60,9 @@ type Options struct {
 	// GlobalnetPolicy: render (coarse) or drop peers of Globalnet clusters
 	// that only have cluster-wide egress IPs.
 	GlobalnetPolicy enforce.GlobalnetPolicy
+	// ClusterCIDRs is the operator's --cluster-cidrs: trusted networks
+	// merged with the Submariner Cluster objects' (pod-IP ownership).
+	ClusterCIDRs enforce.Networks
 
 	// GossipKeyFile, when set, is re-read every KeyReloadInterval (default
 	// 10s): new keys are installed, the first line becomes primary, keys no
@@ -91,6 +95,7 @@ type Daemon struct {
 	m    *metrics
 
 	sanity *sanity
+	podIPs *podIPReport
 
 	rep     *store.Replica
 	node    *gossip.Node
@@ -116,6 +121,10 @@ type Daemon struct {
 }
 
 const allPolicies = "*"
+
+// SubmarinerSyncTimeout bounds how long the daemon waits at start for the
+// Submariner Cluster objects (the trusted pod CIDRs) before it enforces.
+var SubmarinerSyncTimeout = 30 * time.Second
 
 type reportWrite struct {
 	key string
@@ -154,11 +163,16 @@ func New(opts Options) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	podIPs, err := newPodIPReport(opts.Registry)
+	if err != nil {
+		return nil, err
+	}
 	d := &Daemon{
 		opts:         opts,
 		log:          opts.Logger,
 		m:            m,
 		sanity:       san,
+		podIPs:       podIPs,
 		mirror:       NewMirror(opts.ClusterID),
 		outputs:      NewOutputs(opts.ClusterID),
 		needFullSync: make(chan struct{}, 1),
@@ -168,6 +182,7 @@ func New(opts Options) (*Daemon, error) {
 	if err := d.initSafety(); err != nil {
 		return nil, err
 	}
+	d.mirror.SetNetworks(enforce.MergeNetworks(opts.ClusterCIDRs))
 	return d, nil
 }
 
@@ -318,8 +333,23 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	goRun(func() { d.sanityLoop(ctx, d.sanity, recorder) })
 	if o.Submariner != nil {
 		o.Submariner.OnChange(d.inv.ClusterChanged)
+		o.Submariner.OnChange(d.refreshNetworks)
 		o.Submariner.OnPodEgressChange(d.inv.NamespacePodsChanged)
 		o.Submariner.Start(ctx.Done())
+		// The trusted pod CIDRs come from Submariner's Cluster objects:
+		// enforce (and lead) only once they are listed, so that a restart
+		// does not apply a view that drops every remote pod. If listing
+		// hangs (RBAC, apiserver), go on after a while: unknown CIDRs drop
+		// peers (fail closed) and the informer catches up level-triggered.
+		syncCtx, syncCancel := context.WithTimeout(ctx, SubmarinerSyncTimeout)
+		if !cache.WaitForCacheSync(syncCtx.Done(), o.Submariner.HasSynced) && ctx.Err() == nil {
+			d.log.Warn("Submariner objects not listed yet; remote pods of clusters without --cluster-cidrs are left out until they are",
+				"waited", SubmarinerSyncTimeout)
+		}
+		syncCancel()
+		if ctx.Err() == nil {
+			d.refreshNetworks()
+		}
 	}
 	if o.GossipKeyFile != "" {
 		goRun(func() { d.keyringLoop(ctx) })

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"sort"
+	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -109,8 +110,18 @@ func reportOf(r enforce.Result, generation int64) crdt.ReportValue {
 		RemotePeers:        int32(r.RemotePeers),
 		Error:              r.Error,
 		SkippedNoNamespace: r.SkippedNoNamespace,
-		Degraded:           r.Degraded,
+		Degraded:           degradedText(r),
 	}
+}
+
+// degradedText is the report's Degraded: the most severe reason with the
+// clusters it concerns ("PodCIDRsUnknown: eu-2 (...)"), so that the MCNP's
+// Degraded condition names them; the bare reason when there are no details.
+func degradedText(r enforce.Result) string {
+	if r.Degraded == "" || len(r.DegradedDetails) == 0 || !strings.HasPrefix(r.DegradedDetails[0], r.Degraded+":") {
+		return r.Degraded
+	}
+	return r.DegradedDetails[0]
 }
 
 // report is reportOf plus the applier's failure for this policy, the

@@ -25,6 +25,15 @@ type world struct {
 	observer *crdt.State
 	mirror   *Mirror
 	outputs  *Outputs
+	nets     enforce.Networks // trusted networks (pod-IP ownership)
+}
+
+// setNetworks gives the observer its trusted networks, as the daemon does
+// from Submariner's Cluster objects, and recomputes everything.
+func (w *world) setNetworks(n enforce.Networks) {
+	w.nets = n
+	w.mirror.SetNetworks(n)
+	w.outputs.Recompute(w.mirror.Inventory(), nil, true)
 }
 
 func newWorld(t *testing.T, self string, clusters ...string) *world {
@@ -75,6 +84,7 @@ func names(nps []networkingv1.NetworkPolicy) []string {
 // translates everything: the reference the incremental path must match.
 func (w *world) fromScratch(self string) []networkingv1.NetworkPolicy {
 	m := NewMirror(self)
+	m.SetNetworks(w.nets)
 	require.Empty(w.t, m.Load(w.observer))
 	return enforce.Translate(self, m.Inventory())
 }
@@ -85,6 +95,10 @@ func TestIncrementalMatchesFullTranslation(t *testing.T) {
 		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
 			rng := rand.New(rand.NewSource(seed))
 			w := newWorld(t, "a", clusters...)
+			// pods get 10.0-2.x IPs: some inside their cluster's CIDR
+			nets, err := enforce.ParseClusterCIDRs([]string{"a=10.0.0.0/16", "b=10.1.0.0/16", "c=10.2.0.0/16"})
+			require.NoError(t, err)
+			w.setNetworks(nets)
 			for _, c := range clusters {
 				w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": []string{"eu", "us"}[rng.Intn(2)]}})
 				w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{Labels: map[string]string{"team": "x"}})

@@ -122,7 +122,11 @@ func (d *Daemon) sanityRound(s *sanity, rec record.EventRecorder) {
 	}
 	d.mu.Lock()
 	found := s.evaluate(members, enforce.Findings(d.mirror.Inventory()))
+	drops := enforce.PodIPDrops(d.mirror.Inventory(), d.opts.ClusterID)
 	d.mu.Unlock()
+	if d.podIPs != nil {
+		d.podIPs.update(d.log, drops, time.Now())
+	}
 
 	counts := map[string]int{CheckDuplicateClusterID: 0, CheckOverlappingPodCIDRs: 0, CheckPodIPOutsideCIDR: 0}
 	dup := ""

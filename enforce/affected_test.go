@@ -78,6 +78,9 @@ func snapshot(inv *Inventory, c string) map[PolicyRef]string {
 func TestAffectedIsSuperset(t *testing.T) {
 	r := rand.New(rand.NewSource(42))
 	inv := NewInventory()
+	// Pods get random 10.0-3.x.x IPs: some are inside their cluster's pod
+	// CIDR, others outside or inside the enforcing cluster's (dropped).
+	inv.SetNetworks(nets(t, "c1=10.0.0.0/16", "c2=10.1.0.0/16", "c3=10.2.0.0/16", "c4=10.3.0.0/16"))
 	for _, c := range fuzzClusters {
 		lb := map[string]string{}
 		if r.Intn(2) == 0 {

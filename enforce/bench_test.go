@@ -18,6 +18,11 @@ import (
 // with nApps = 200 selectors are diverse.
 func benchInventory(b *testing.B, nClusters, podsPerCluster, nNS, nPolicies, nApps int) *Inventory {
 	inv := NewInventory()
+	var cidrs []string
+	for c := 0; c < nClusters; c++ {
+		cidrs = append(cidrs, fmt.Sprintf("c%03d=10.%d.0.0/16", c, c))
+	}
+	inv.SetNetworks(nets(b, cidrs...))
 	for c := 0; c < nClusters; c++ {
 		id := fmt.Sprintf("c%03d", c)
 		inv.SetCluster(Cluster{ID: id, Labels: l("region", fmt.Sprintf("r%d", c%4))})

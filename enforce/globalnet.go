@@ -25,8 +25,9 @@ const (
 	// and its pod CIDRs overlap another such cluster's: a /32 may name a
 	// different pod there.
 	ReasonOverlappingPodCIDRs = "OverlappingPodCIDRs"
-	// ReasonPodIPOutsideClusterCIDR: a remote peer's IP lies outside its
-	// cluster's advertised pod CIDRs (stale CIDRs or hostNetwork-like IPs).
+	// ReasonPodIPOutsideClusterCIDR: a remote peer's address lies outside
+	// its cluster's pod CIDRs (global CIDRs with Globalnet) as this cluster
+	// knows them independently of gossip; it was left out (ownership.go).
 	ReasonPodIPOutsideClusterCIDR = "PodIPOutsideClusterCIDR"
 	// ReasonGlobalnetCoarseIdentity: some remote peers are rendered by
 	// addresses every pod of their cluster shares (the cluster-wide
@@ -83,6 +84,9 @@ type clusterView struct {
 	// overlapsWith lists the other non-Globalnet clusters whose pod CIDRs
 	// overlap this one's (only set when this cluster has no Globalnet).
 	overlapsWith []string
+	// trusted are the cluster's networks as known independently of
+	// gossip (nil: unknown); every rendered address must lie inside them.
+	trusted *ClusterNetworks
 }
 
 // parseAddrs parses IPs ("10.0.0.1" -> /32) and CIDRs; invalid entries are
@@ -121,6 +125,7 @@ func newClusterViews(inv *Inventory) map[string]*clusterView {
 			podCIDRs:      parseAddrs(c.PodCIDRs),
 			globalCIDRs:   parseAddrs(c.GlobalCIDRs),
 			clusterEgress: parseAddrs(c.ClusterEgressIPs),
+			trusted:       inv.networksOf(id),
 		}
 		if len(c.NamespaceEgressIPs) > 0 {
 			v.nsEgress = make(map[string][]netip.Prefix, len(c.NamespaceEgressIPs))
@@ -159,7 +164,27 @@ func (ec *evalCache) view(inv *Inventory, id string) *clusterView {
 	if v := ec.views[id]; v != nil {
 		return v
 	}
-	return &clusterView{}
+	return &clusterView{trusted: inv.networksOf(id)}
+}
+
+// local returns the enforcing cluster's own trusted networks (nil when
+// unknown).
+func (ec *evalCache) local(inv *Inventory) *ClusterNetworks {
+	if !ec.localSet {
+		ec.localNets, ec.localSet = inv.networksOf(ec.enforcing), true
+	}
+	return ec.localNets
+}
+
+// owned renders address a of a pod of cluster c if the ownership check
+// allows it, else records why not.
+func (b *remoteBuilder) owned(c string, v *clusterView, global bool, a netip.Prefix, pod *podEntry, shared bool) bool {
+	if r := CheckRemoteAddr(b.ec.local(b.inv), v.trusted, global, a); r != DropNone {
+		b.set.problems.add(r.degradedReason(), c)
+		return false
+	}
+	b.put(a, pod, shared)
+	return true
 }
 
 // renderedAddr is one remote address and the pods it stands for: exactly
@@ -229,11 +254,23 @@ func (p *problems) merge(o *problems) {
 // reasonOrder is by severity: peers left out first, then wrong-pod risks,
 // then coarse identity.
 var reasonOrder = []string{
+	ReasonPodCIDRsUnknown,
+	ReasonPodIPInLocalCIDR,
+	ReasonPodIPReserved,
+	ReasonPodIPOutsideClusterCIDR,
 	ReasonGlobalnetNoEgressIPs,
 	ReasonGlobalnetPeersDropped,
 	ReasonOverlappingPodCIDRs,
-	ReasonPodIPOutsideClusterCIDR,
 	ReasonGlobalnetCoarseIdentity,
+}
+
+// reasonHint explains the ownership reasons in Degraded details (the
+// condition message names the clusters and says what happened).
+var reasonHint = map[string]string{
+	ReasonPodCIDRsUnknown:         " (pod CIDRs unknown here; their pods are left out)",
+	ReasonPodIPInLocalCIDR:        " (pod IPs inside this cluster's own CIDRs left out)",
+	ReasonPodIPReserved:           " (loopback, link-local, unspecified or multicast pod IPs left out)",
+	ReasonPodIPOutsideClusterCIDR: " (pod IPs outside their cluster's CIDRs left out)",
 }
 
 // summary returns the most severe reason and one detail line per reason.
@@ -251,7 +288,7 @@ func (p problems) summary() (string, []string) {
 		if reason == "" {
 			reason = r
 		}
-		details = append(details, r+": "+strings.Join(slices.Sorted(maps.Keys(cs)), ","))
+		details = append(details, r+": "+strings.Join(slices.Sorted(maps.Keys(cs)), ",")+reasonHint[r])
 	}
 	return reason, details
 }
@@ -294,10 +331,7 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 			b.set.problems.add(ReasonOverlappingPodCIDRs, c)
 		}
 		for _, a := range pod.addrs {
-			if len(v.podCIDRs) > 0 && !slices.ContainsFunc(v.podCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
-				b.set.problems.add(ReasonPodIPOutsideClusterCIDR, c)
-			}
-			b.put(netip.PrefixFrom(a, a.BitLen()), pod, false)
+			b.owned(c, v, false, netip.PrefixFrom(a, a.BitLen()), pod, false)
 		}
 		return
 	}
@@ -314,16 +348,19 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 	switch {
 	case len(exact) > 0:
 		for _, a := range exact {
-			b.put(a, pod, true)
+			b.owned(c, v, true, a, pod, true)
 		}
 	case len(coarse) == 0:
 		b.set.problems.add(ReasonGlobalnetNoEgressIPs, c)
 	case b.inv.globalnet == GlobalnetDrop:
 		b.set.problems.add(ReasonGlobalnetPeersDropped, c)
 	default:
-		b.set.problems.add(ReasonGlobalnetCoarseIdentity, c)
+		rendered := false
 		for _, a := range coarse {
-			b.put(a, pod, true)
+			rendered = b.owned(c, v, true, a, pod, true) || rendered
+		}
+		if rendered {
+			b.set.problems.add(ReasonGlobalnetCoarseIdentity, c)
 		}
 	}
 }

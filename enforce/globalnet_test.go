@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"fmt"
+	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,6 +23,7 @@ func globalnetInv(t *testing.T) *Inventory {
 	inv.SetCluster(Cluster{ID: "us-1", Labels: l("region", "us"), PodCIDRs: []string{"10.3.0.0/16"}})
 	inv.SetNamespace("eu-2", Namespace{Name: "billing"})
 	inv.SetNamespace("eu-1", Namespace{Name: "billing"})
+	inv.SetNetworks(nets(t, "eu-1=10.1.0.0/16", "eu-2=10.1.0.0/16", "eu-2:global=242.0.0.0/16", "us-1=10.3.0.0/16"))
 	return inv
 }
 
@@ -137,11 +139,15 @@ func TestOverlappingPodCIDRsAndOutsideIPsDegrade(t *testing.T) {
 	inv.SetCluster(Cluster{ID: "us-1", Labels: l("region", "us"), PodCIDRs: []string{"10.3.0.0/16"}})
 	inv.SetPod("eu-2", pod("shop", "w", l("app", "web"), "10.0.200.1"))
 	inv.SetPod("us-1", pod("shop", "w", l("app", "web"), "192.168.1.1"))
+	inv.SetPod("us-1", pod("shop", "w2", l("app", "web"), "10.3.0.9"))
+	inv.SetNetworks(nets(t, "eu-1=10.0.0.0/16", "eu-2=10.0.128.0/17", "us-1=10.3.0.0/16"))
 	mustSet(t, inv, pol(t, "eu-1", "shop", "p", fromEveryWeb))
 	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
-	require.Equal(t, []string{"10.0.200.1/32", "192.168.1.1/32"}, ingressCIDRs(t, res), "still rendered")
-	require.Equal(t, ReasonOverlappingPodCIDRs, res.Degraded)
-	require.Equal(t, []string{"OverlappingPodCIDRs: eu-2", "PodIPOutsideClusterCIDR: us-1"}, res.DegradedDetails)
+	require.Equal(t, []string{"10.3.0.9/32"}, ingressCIDRs(t, res),
+		"eu-2's pod is inside eu-1's own pod CIDR and us-1's stray pod outside us-1's: both left out")
+	require.Equal(t, ReasonPodIPInLocalCIDR, res.Degraded)
+	require.Equal(t, []string{"PodIPInLocalCIDR: eu-2" + reasonHint[ReasonPodIPInLocalCIDR],
+		"PodIPOutsideClusterCIDR: us-1" + reasonHint[ReasonPodIPOutsideClusterCIDR], "OverlappingPodCIDRs: eu-2"}, res.DegradedDetails)
 
 	f := Findings(inv)
 	require.Len(t, f, 2)
@@ -185,6 +191,14 @@ func TestGlobalnetBadAddressesNeverPanic(t *testing.T) {
 // namespaces, per-pod egress IPs for every 10th pod).
 func globalnetBench(b *testing.B) *Inventory {
 	inv := benchInventory(b, 100, 1000, 20, 1000, 200)
+	n := inv.Networks()
+	for c := 1; c < 100; c += 2 {
+		id := fmt.Sprintf("c%03d", c)
+		cn := n[id]
+		cn.GlobalCIDRs = []netip.Prefix{netip.MustParsePrefix(fmt.Sprintf("242.%d.0.0/16", c))}
+		n[id] = cn
+	}
+	inv.SetNetworks(n)
 	for c := 1; c < 100; c += 2 {
 		id := fmt.Sprintf("c%03d", c)
 		ns := map[string][]string{}

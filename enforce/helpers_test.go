@@ -44,7 +44,18 @@ func base(t testing.TB) *Inventory {
 	for _, c := range []string{"eu-1", "eu-2", "us-1"} {
 		inv.SetNamespace(c, Namespace{Name: "shop"})
 	}
+	inv.SetNetworks(nets(t, "eu-1=10.1.0.0/16", "eu-1=fd01::/64", "eu-1:service=10.96.0.0/16",
+		"eu-2=10.2.0.0/16", "eu-2=fd00::/64", "eu-2:service=10.96.0.0/16",
+		"us-1=10.3.0.0/16", "us-1=fd03::/64", "us-1:service=10.96.0.0/16"))
 	return inv
+}
+
+// nets parses --cluster-cidrs style entries.
+func nets(t testing.TB, entries ...string) Networks {
+	t.Helper()
+	n, err := ParseClusterCIDRs(entries)
+	require.NoError(t, err)
+	return n
 }
 
 func mustSet(t testing.TB, inv *Inventory, p Policy) {

@@ -143,6 +143,9 @@ type Inventory struct {
 	// globalnet says how pods of Globalnet clusters that only have the
 	// cluster-wide egress IPs are rendered (SetGlobalnetPolicy).
 	globalnet GlobalnetPolicy
+	// networks is the trusted (not gossiped) network knowledge the pod-IP
+	// ownership check uses (SetNetworks, ownership.go).
+	networks Networks
 	// sorted caches, rebuilt lazily
 	clusterIDs []string
 	policyRefs []PolicyRef

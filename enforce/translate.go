@@ -350,6 +350,9 @@ type evalCache struct {
 	enforcing string
 	sets      map[string]*remoteSet
 	views     map[string]*clusterView // per cluster addressing, lazily built
+	// localNets: the enforcing cluster's trusted networks (ownership.go)
+	localNets *ClusterNetworks
+	localSet  bool
 }
 
 func newEvalCache(enforcing string) *evalCache {

@@ -451,6 +451,7 @@ func TestSplittingBySize(t *testing.T) {
 func TestDeterminism(t *testing.T) {
 	build := func(reverse bool) *Inventory {
 		inv := NewInventory()
+		inv.SetNetworks(nets(t, "a=10.97.0.0/16", "a=fd00::61:0/112", "b=10.98.0.0/16", "b=fd00::62:0/112", "c=10.99.0.0/16", "c=fd00::63:0/112"))
 		clusters := []string{"a", "b", "c"}
 		if reverse {
 			clusters = []string{"c", "b", "a"}

@@ -101,7 +101,9 @@ func Aggregate(in AggregateInput) v1.MultiClusterNetworkPolicyStatus {
 				enforced++
 				if r.Degraded != "" {
 					degraded = append(degraded, c+": "+r.Degraded)
-					degradedReasons[r.Degraded] = true
+					// "Reason: details" -> Reason
+					reason, _, _ := strings.Cut(r.Degraded, ":")
+					degradedReasons[reason] = true
 				}
 			}
 		}

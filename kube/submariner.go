@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // Submariner resources coastguard reads (submariner.io/v1).
@@ -252,6 +254,19 @@ func (w *SubmarinerWatcher) Info() ClusterInfo {
 	return info
 }
 
+// Clusters returns every Submariner Cluster object in the namespace: this
+// cluster's own and the other clusters' (Submariner syncs them from the
+// broker). Sorted by cluster ID; objects with the same cluster ID keep the
+// order of their names.
+func (w *SubmarinerWatcher) Clusters() []SubmarinerCluster {
+	var out []SubmarinerCluster
+	for _, u := range list(w.clusters, w.cfg.Namespace) {
+		out = append(out, SubmarinerClusterFrom(u))
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].ClusterID < out[j].ClusterID })
+	return out
+}
+
 // PodEgressIPs returns the egress IPs of the GlobalEgressIPs whose
 // spec.podSelector selects a pod with these labels in namespace ns.
 func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string) []string {
@@ -384,4 +399,26 @@ func (w *SubmarinerWatcher) KnownClusters() []string {
 		out = append(out, id)
 	}
 	return out
+}
+
+// SubmarinerNetworks turns Submariner Cluster objects into trusted network
+// knowledge for pod-IP ownership (enforce.CheckRemoteAddr). Invalid CIDRs
+// are skipped and returned as errors; several objects of one cluster ID
+// are merged.
+func SubmarinerNetworks(cs []SubmarinerCluster) (enforce.Networks, []error) {
+	var parts []enforce.Networks
+	var errs []error
+	for _, c := range cs {
+		var n enforce.ClusterNetworks
+		var e1, e2, e3 []error
+		n.PodCIDRs, e1 = enforce.ParseCIDRs(c.PodCIDRs)
+		n.ServiceCIDRs, e2 = enforce.ParseCIDRs(c.ServiceCIDRs)
+		n.GlobalCIDRs, e3 = enforce.ParseCIDRs(c.GlobalCIDRs)
+		for _, e := range append(append(e1, e2...), e3...) {
+			errs = append(errs, fmt.Errorf("Submariner Cluster %s: %w", c.ClusterID, e))
+		}
+		n.Sources = []string{"submariner"}
+		parts = append(parts, enforce.Networks{c.ClusterID: n})
+	}
+	return enforce.MergeNetworks(parts...), errs
 }

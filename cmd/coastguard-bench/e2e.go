@@ -241,8 +241,11 @@ func startE2E(ctx context.Context) (*e2eEnv, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Pod-IP ownership: the workload gives cluster A's pods IPs from all of
+	// 10.0.0.0/8 (10.1.x, 10.50.x, 10.100.x), so A's trusted pod CIDR says so.
+	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.0.0.0/8")
 	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin})
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: cidrs})
 		if err != nil {
 			return nil, err
 		}

@@ -164,6 +164,16 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 	}
 	self := origin(0)
 	mirror := daemon.NewMirror(self)
+	// Pod-IP ownership: cluster c's pods are in 10.c.0.0/16.
+	var cidrs []string
+	for c := 0; c < sc.clusters; c++ {
+		cidrs = append(cidrs, fmt.Sprintf("%s=10.%d.0.0/16", origin(c), c))
+	}
+	nets, err := enforce.ParseClusterCIDRs(cidrs)
+	if err != nil {
+		return err
+	}
+	mirror.SetNetworks(nets)
 	var loadDur time.Duration
 	loadDur = timeIt(func() { mirror.Apply(changes) })
 	changes = nil

@@ -14,6 +14,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // Config is the daemon configuration. Every field can be set by a flag, an
@@ -41,6 +43,7 @@ type Config struct {
 	LeaseDuration    time.Duration `json:"leaseDuration"`
 	TombstoneGCAfter time.Duration `json:"tombstoneGCAfter"`
 	LogLevel         string        `json:"logLevel"`
+	ClusterCIDRs     []string      `json:"clusterCIDRs"`
 	AdminAddr        string        `json:"adminAddr"`
 	MetricsAuth      string        `json:"metricsAuth"`
 	// Enforcement safety (issue 13).
@@ -75,6 +78,7 @@ type fileConfig struct {
 	LeaseDuration    *string   `json:"leaseDuration"`
 	TombstoneGCAfter *string   `json:"tombstoneGCAfter"`
 	LogLevel         *string   `json:"logLevel"`
+	ClusterCIDRs     *[]string `json:"clusterCIDRs"`
 	AdminAddr        *string   `json:"adminAddr"`
 	MetricsAuth      *string   `json:"metricsAuth"`
 
@@ -241,6 +245,14 @@ func options() []option {
 			durSetter("tombstone-gc-after", func(c *Config) *time.Duration { return &c.TombstoneGCAfter }), func(f *fileConfig) (string, bool) { return sp(f.TombstoneGCAfter) }},
 		{false, "log-level", []string{"COASTGUARD_LOG_LEVEL"}, "debug, info, warn or error",
 			strSetter(func(c *Config) *string { return &c.LogLevel }), func(f *fileConfig) (string, bool) { return sp(f.LogLevel) }},
+		{false, "cluster-cidrs", []string{"COASTGUARD_CLUSTER_CIDRS"}, "trusted CIDRs per cluster, added to Submariner's Cluster objects; remote pod IPs outside them are never allowed: comma-separated <cluster>[:pod|:service|:global]=<cidr>, e.g. eu-2=10.2.0.0/16,eu-2:service=100.2.0.0/16",
+			func(c *Config, v string) error { c.ClusterCIDRs = splitList(v); return nil },
+			func(f *fileConfig) (string, bool) {
+				if f.ClusterCIDRs == nil {
+					return "", false
+				}
+				return strings.Join(*f.ClusterCIDRs, ","), true
+			}},
 		{false, "admin-addr", []string{"COASTGUARD_ADMIN_ADDR"}, "loopback address serving /debug/state and /admin/* (kubectl exec only; \"\" disables)",
 			strSetter(func(c *Config) *string { return &c.AdminAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdminAddr) }},
 		{false, "metrics-auth", []string{"COASTGUARD_METRICS_AUTH"}, "none, or kubernetes: /metrics requires a bearer token that TokenReview accepts and SubjectAccessReview allows to get /metrics",
@@ -522,6 +534,9 @@ func (c Config) Validate() error {
 	case "coarse", "drop":
 	default:
 		errs = append(errs, fmt.Errorf("globalnet-policy %q: must be coarse or drop", c.GlobalnetPolicy))
+	}
+	if _, err := enforce.ParseClusterCIDRs(c.ClusterCIDRs); err != nil {
+		errs = append(errs, fmt.Errorf("cluster-cidrs: %w", err))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

@@ -87,6 +87,7 @@ func TestParseConfigRejectsNonsense(t *testing.T) {
 		"bad seed":             {[]string{"--seeds", "a b"}, "seeds"},
 		"bad namespace":        {[]string{"--namespace", "NS"}, "namespace"},
 		"gc horizon too small": {[]string{"--tombstone-gc-after", "5s"}, "tombstone-gc-after"},
+		"cluster cidrs":        {[]string{"--cluster-cidrs", "eu-2=10.2.1.0/16"}, "cluster-cidrs: \"eu-2=10.2.1.0/16\": \"10.2.1.0/16\" has host bits set"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -107,4 +108,11 @@ func TestParseConfigFileErrors(t *testing.T) {
 
 	_, err = parseConfig("run", []string{"--config", filepath.Join(dir, "missing.yaml")}, envMap(nil))
 	require.ErrorContains(t, err, "config file")
+}
+
+func TestParseConfigClusterCIDRs(t *testing.T) {
+	cfg, err := parseConfig("run", []string{"--node-name", "n", "--cluster-cidrs", "eu-1=10.1.0.0/16, eu-2:global=242.2.0.0/16"},
+		envMap(map[string]string{"COASTGUARD_CLUSTER_CIDRS": "us-1=10.3.0.0/16"}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"eu-1=10.1.0.0/16", "eu-2:global=242.2.0.0/16"}, cfg.ClusterCIDRs, "the flag wins over the env")
 }

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -25,6 +24,7 @@ import (
 
 	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -39,8 +39,12 @@ cluster ID, containing YAML or JSON files (multi-document allowed) of kinds
 Namespace, Pod, NetworkPolicy (user-authored, left alone),
 MultiClusterNetworkPolicy and ClusterProperty, and Submariner's Cluster,
 ClusterGlobalEgressIP and GlobalEgressIP (submariner.io/v1: pod CIDRs,
-Globalnet and its allocated egress IPs; a Cluster object of another
-cluster ID is ignored, as the daemon does). For every cluster it writes
+Globalnet and its allocated egress IPs). As in a real Submariner install,
+each cluster directory holds the Cluster objects of every cluster (the
+broker syncs them): they are the trusted pod/service/global CIDRs that
+cluster checks remote pod IPs against, together with --cluster-cidrs.
+Remote pods of a cluster whose CIDRs are unknown there are left out (see
+docs/SEMANTICS.md "Pod-IP ownership"). For every cluster it writes
 OUT/<clusterID>/networkpolicies.yaml with the NetworkPolicies coastguard
 would apply there (empty when none). Objects without metadata.namespace
 are in "default", as with kubectl; a v1 List (kubectl get -o yaml) is read
@@ -58,6 +62,7 @@ func runRender(args []string) int {
 	in := fset.String("input", "", "input directory: one subdirectory per cluster")
 	out := fset.String("output", "", "output directory")
 	gpFlag := fset.String("globalnet-policy", "coarse", "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed); as coastguardd run")
+	cidrFlag := fset.String("cluster-cidrs", "", "trusted CIDRs per cluster for every cluster, added to the Submariner Cluster objects; as coastguardd run")
 	if err := fset.Parse(args); err != nil {
 		return 2
 	}
@@ -70,7 +75,12 @@ func runRender(args []string) int {
 		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
 		return 2
 	}
-	if err := renderWith(*in, *out, os.Stderr, gp); err != nil {
+	cidrs, err := enforce.ParseClusterCIDRs(splitList(*cidrFlag))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "coastguardd render: --cluster-cidrs: %v\n", err)
+		return 2
+	}
+	if err := renderWith(*in, *out, os.Stderr, gp, cidrs); err != nil {
 		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
 		return 1
 	}
@@ -83,9 +93,10 @@ func render(in, out string, log io.Writer) error {
 	return renderWith(in, out, log, enforce.GlobalnetCoarse)
 }
 
-// renderWith is render with a Globalnet policy (--globalnet-policy).
-func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy) error {
-	inv, clusters, err := loadRenderInput(in, log)
+// renderWith is render with a Globalnet policy (--globalnet-policy) and
+// operator-supplied trusted CIDRs (--cluster-cidrs) for every cluster.
+func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs ...enforce.Networks) error {
+	inv, clusters, trusted, err := loadRenderInput(in, log)
 	if err != nil {
 		return err
 	}
@@ -94,6 +105,12 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy) error
 		fmt.Fprintf(log, "warning: %s\n", f.Message)
 	}
 	for _, c := range clusters {
+		// What c knows of every cluster's CIDRs: the Submariner Cluster
+		// objects in its directory, plus --cluster-cidrs.
+		inv.SetNetworks(enforce.MergeNetworks(append([]enforce.Networks{trusted[c]}, cidrs...)...))
+		for _, d := range enforce.PodIPDrops(inv, c) {
+			fmt.Fprintf(log, "warning: %s: %d address(es) of cluster %s never allowed (%s), e.g. %s\n", c, d.Count, d.Cluster, d.Reason, d.Example)
+		}
 		var buf bytes.Buffer
 		nps := enforce.Translate(c, inv)
 		if err := checkCollisions(c, nps); err != nil {
@@ -180,14 +197,15 @@ type renderLoader struct {
 // renderSubmariner is what a cluster directory says about Submariner.
 type renderSubmariner struct {
 	cluster       *kube.SubmarinerCluster
+	known         []kube.SubmarinerCluster // every Cluster object, any cluster ID
 	clusterEgress []string
 	egress        []kube.GlobalEgressIP
 }
 
-func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, error) {
+func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, map[string]enforce.Networks, error) {
 	entries, err := os.ReadDir(in)
 	if err != nil {
-		return nil, nil, fmt.Errorf("reading input: %w", err)
+		return nil, nil, nil, fmt.Errorf("reading input: %w", err)
 	}
 	l := &renderLoader{inv: enforce.NewInventory(), log: log, seen: map[string]string{}, props: map[string]map[string]string{},
 		sub: map[string]*renderSubmariner{}, pods: map[string][]enforce.Pod{}}
@@ -211,7 +229,13 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, er
 		l.loadCluster(id, filepath.Join(in, id))
 	}
 	if len(clusters) == 0 && len(l.errs) == 0 {
-		return nil, nil, fmt.Errorf("%s: no cluster subdirectories", in)
+		return nil, nil, nil, fmt.Errorf("%s: no cluster subdirectories", in)
+	}
+	trusted := map[string]enforce.Networks{}
+	for _, id := range clusters {
+		n, errs := daemon.NetworksFromSubmariner(l.sub[id].known)
+		l.errs = append(l.errs, errs...)
+		trusted[id] = n
 	}
 	for _, id := range clusters {
 		l.inv.SetCluster(l.sub[id].apply(enforce.Cluster{ID: id, Labels: l.props[id]}))
@@ -221,10 +245,10 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, er
 		}
 	}
 	if len(l.errs) > 0 {
-		return nil, nil, errors.Join(l.errs...)
+		return nil, nil, nil, errors.Join(l.errs...)
 	}
 	sort.Strings(clusters)
-	return l.inv, clusters, nil
+	return l.inv, clusters, trusted, nil
 }
 
 func (l *renderLoader) loadCluster(id, dir string) {
@@ -516,17 +540,17 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 	switch kind {
 	case "Cluster":
 		c := kube.SubmarinerClusterFrom(&u)
-		if c.ClusterID != cluster {
-			fmt.Fprintf(l.log, "warning: %s: %s describes cluster %q, not %q; ignored (as the daemon does)\n", where, what, c.ClusterID, cluster)
-			return
-		}
 		for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
-			for _, x := range cidrs {
-				if _, err := netip.ParsePrefix(x); err != nil {
-					l.fail(where, what, fmt.Errorf("%q is not a CIDR", x))
-					return
-				}
+			if _, errs := enforce.ParseCIDRs(cidrs); len(errs) > 0 {
+				l.fail(where, what, errs[0])
+				return
 			}
+		}
+		// Every Cluster object is what this cluster knows of that
+		// cluster's CIDRs (broker-synced); its own one also describes it.
+		sub.known = append(sub.known, c)
+		if c.ClusterID != cluster {
+			return
 		}
 		if sub.cluster != nil {
 			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))

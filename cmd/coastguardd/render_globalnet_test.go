@@ -90,7 +90,7 @@ func TestRenderGlobalnet(t *testing.T) {
 	}
 	require.NotContains(t, string(a), "cidr: 10.1.0.", "Globalnet pods are never rendered by pod IP")
 	require.Contains(t, log.String(), "a: MultiClusterNetworkPolicy a/shop/p degraded: GlobalnetCoarseIdentity: b")
-	require.Contains(t, log.String(), `describes cluster "b", not "a"; ignored`)
+	require.NotContains(t, log.String(), "never allowed", "a trusts b's global CIDR from the Cluster object in its directory")
 	require.NotContains(t, log.String(), "overlapping", "b has Globalnet: same pod CIDR is fine")
 
 	out2 := t.TempDir()

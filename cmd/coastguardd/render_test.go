@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -98,6 +99,17 @@ items:
 	require.NoError(t, err)
 	require.Empty(t, c)
 	b, err := os.ReadFile(filepath.Join(out, "b", "networkpolicies.yaml"))
+	require.NoError(t, err)
+	require.NotContains(t, string(b), "cidr:", "no CIDRs known for a and c: their pods are left out")
+	require.Contains(t, log.String(), "b: 1 address(es) of cluster a never allowed (cidrs_unknown), e.g. shop/p fd00::1/128")
+	require.Contains(t, log.String(), "b: MultiClusterNetworkPolicy b/shop/p degraded: PodCIDRsUnknown: a,c")
+
+	// With the operator's CIDRs (--cluster-cidrs) they are allowed.
+	nets, err := enforce.ParseClusterCIDRs([]string{"a=fd00::/64", "c=10.9.0.0/16"})
+	require.NoError(t, err)
+	out = t.TempDir()
+	require.NoError(t, renderWith(in, out, &log, enforce.GlobalnetCoarse, nets))
+	b, err = os.ReadFile(filepath.Join(out, "b", "networkpolicies.yaml"))
 	require.NoError(t, err)
 	require.Contains(t, string(b), "cidr: fd00::1/128")
 	require.Contains(t, string(b), "cidr: 10.9.0.1/32", "pods from a v1 List are read")

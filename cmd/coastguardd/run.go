@@ -129,6 +129,10 @@ func run(cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	clusterCIDRs, err := enforce.ParseClusterCIDRs(cfg.ClusterCIDRs)
+	if err != nil {
+		return fmt.Errorf("cluster-cidrs: %w", err)
+	}
 	subNS := envOr("COASTGUARD_SUBMARINER_NAMESPACE", "submariner-operator")
 	idCtx, idCancel := context.WithTimeout(ctx, 30*time.Second)
 	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, subNS)
@@ -178,7 +182,7 @@ func run(cfg Config, log *slog.Logger) error {
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
-		Submariner: watcher, GlobalnetPolicy: gp,
+		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg),
 	})

@@ -102,10 +102,13 @@ func up(root, dir string) error {
 		return err
 	}
 
-	step("creating the shop workload from examples/ (namespaces, pods, ClusterProperty region labels)")
+	step("creating the shop workload from examples/ (namespaces, pods, ClusterProperty region labels,\n    and Submariner's Cluster objects of every cluster, as the broker syncs them: the trusted pod CIDRs)")
 	ipIndex := map[string]string{}
 	for _, c := range env.Clusters {
-		for _, f := range []string{"namespaces.yaml", "cluster.yaml"} {
+		if err := c.EnsureNamespace(ctx, "submariner-operator", nil); err != nil {
+			return err
+		}
+		for _, f := range []string{"namespaces.yaml", "cluster.yaml", "submariner-clusters.yaml"} {
 			if _, se, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(root, "examples", c.Name, f)); err != nil {
 				return fmt.Errorf("%s: kubectl apply %s: %v: %s", c.Name, f, err, se)
 			}
@@ -136,7 +139,9 @@ func up(root, dir string) error {
 	step("starting a coastguardd per cluster (gossip on 127.0.0.x loopback aliases)")
 	var ds []*harness.Daemon
 	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin})
+		// No --cluster-cidrs: the daemons learn every cluster's CIDRs from
+		// the Submariner Cluster objects, as in a real install.
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: []string{}})
 		if err != nil {
 			return err
 		}

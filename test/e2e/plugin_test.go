@@ -149,6 +149,9 @@ func TestKubectlPlugin(t *testing.T) {
 	}
 	coastguard := func(args ...string) string {
 		t.Helper()
+		// the daemons' --cluster-cidrs (harness default), so the plugin
+		// computes what they render
+		args = append(args, "--cluster-cidrs="+strings.Join(env.ClusterCIDRs(), ","))
 		out, err := kubectl("", append([]string{"coastguard"}, args...)...)
 		require.NoError(t, err)
 		return out

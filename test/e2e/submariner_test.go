@@ -219,9 +219,13 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 	a, g, o := env.Clusters[0], env.Clusters[1], env.Clusters[2]
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	applyYAML(t, ctx, a, submarinerCluster(a.Name, "10.1.0.0/16", ""))
-	applyYAML(t, ctx, g, submarinerCluster(g.Name, "10.1.0.0/16", "242.2.0.0/16"))
-	applyYAML(t, ctx, o, submarinerCluster(o.Name, "10.1.128.0/17", ""))
+	// The broker syncs every cluster's Cluster object into every cluster:
+	// the only source of CIDRs here (the daemons get no --cluster-cidrs).
+	for _, c := range env.Clusters {
+		applyYAML(t, ctx, c, submarinerCluster(a.Name, "10.1.0.0/16", ""))
+		applyYAML(t, ctx, c, submarinerCluster(g.Name, "10.1.0.0/16", "242.2.0.0/16"))
+		applyYAML(t, ctx, c, submarinerCluster(o.Name, "10.1.128.0/17", ""))
+	}
 	setAllocated(t, ctx, g, clusterGlobalEgressIPs, submarinerNS, "cluster-egress.submariner.io", map[string]any{"numberOfIPs": int64(2)}, "242.2.0.1", "242.2.0.2")
 	for _, c := range env.Clusters {
 		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
@@ -232,7 +236,7 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 
 	var ds []*harness.Daemon
 	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, T: t})
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, T: t, ClusterCIDRs: []string{}})
 		require.NoError(t, err)
 		ds = append(ds, d)
 	}
@@ -263,12 +267,23 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 		waitCondition(t, ctx, a, "from-globalnet", "Degraded", "False", "AsExpected")
 	})
 
-	t.Run("overlapping pod CIDRs without Globalnet: metric and Degraded OverlappingPodCIDRs", func(t *testing.T) {
+	t.Run("overlapping pod CIDRs without Globalnet: metric, and a pod IP inside the local CIDR is dropped", func(t *testing.T) {
+		// o's pod 10.1.200.9 is inside o's pod CIDR, but also inside a's
+		// own: a /32 would name a local pod, so it is left out (fail closed).
+		msg := waitCondition(t, ctx, a, "from-overlap", "Degraded", "True", "PodIPInLocalCIDR")
+		require.Contains(t, msg, a.Name+": PodIPInLocalCIDR: "+o.Name)
 		waitNPs(t, ctx, a, originSel(a.Name), 60*time.Second, func(b []string, _ []networkingv1.NetworkPolicy) bool {
-			return containsAll(b, "10.1.200.9/32")
-		}, "the overlapping cluster's pod is still rendered")
-		msg := waitCondition(t, ctx, a, "from-overlap", "Degraded", "True", "OverlappingPodCIDRs")
-		require.Contains(t, msg, a.Name+": OverlappingPodCIDRs")
+			return containsNone(b, "10.1.200.9/32")
+		}, "the overlapping cluster's pod is not rendered")
+		err := harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			m, err := ds[0].Metrics(ctx)
+			if err != nil {
+				return false, err
+			}
+			v, ok := harness.MetricValue(m, "coastguard_pod_ips_dropped", map[string]string{"remote_cluster": o.Name, "reason": "inside_local_cidrs"})
+			return ok && v == 1, nil
+		})
+		require.NoError(t, err, "coastguard_pod_ips_dropped{remote_cluster=%s,reason=inside_local_cidrs} in %s", o.Name, a.Name)
 		for _, d := range ds {
 			err := harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 				m, err := d.Metrics(ctx)
@@ -328,7 +343,7 @@ func TestSubmarinerGlobalnetAndOverlaps(t *testing.T) {
 			return containsAll(b, "242.2.0.1/32", "242.2.5.5/32") && containsNone(b, "242.2.4.4/32")
 		}, "coarse again")
 		require.NoError(t, ds[0].Stop())
-		d, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin, NodeName: a.Name + "-drop", T: t, Args: []string{"--globalnet-policy=drop"}})
+		d, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin, NodeName: a.Name + "-drop", T: t, ClusterCIDRs: []string{}, Args: []string{"--globalnet-policy=drop"}})
 		require.NoError(t, err)
 		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
 		waitNPs(t, ctx, a, originSel(a.Name), 60*time.Second, func(b []string, _ []networkingv1.NetworkPolicy) bool {

@@ -33,6 +33,11 @@ type Cluster struct {
 	Server string
 	// ServiceCIDR is the --service-cluster-ip-range of this cluster.
 	ServiceCIDR string
+	// PodCIDR is the pod CIDR this simulated cluster's pods take their IPs
+	// from by convention (10.<Index+1>.0.0/16). There is no CNI: tests set
+	// pod IPs themselves. Daemons learn it through --cluster-cidrs (see
+	// Env.ClusterCIDRs), as an operator would configure it.
+	PodCIDR string
 	// EtcdPrefix is the --etcd-prefix of this cluster.
 	EtcdPrefix string
 	// GossipIP is the loopback alias this cluster's daemons gossip on.
@@ -71,6 +76,7 @@ func newCluster(env *Env, i int, name string) (*Cluster, error) {
 		Dir:         dir,
 		Kubeconfig:  filepath.Join(dir, "kubeconfig"),
 		ServiceCIDR: fmt.Sprintf("10.%d.0.0/16", 96+i),
+		PodCIDR:     fmt.Sprintf("10.%d.0.0/16", i+1),
 		EtcdPrefix:  "/coastguard-e2e/" + name,
 		GossipIP:    ip,
 		GossipGID:   env.gidBase + uint32(i),

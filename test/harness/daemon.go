@@ -42,6 +42,12 @@ type DaemonOptions struct {
 	GossipPort int
 	// DataDir (default: a fresh directory per daemon).
 	DataDir string
+	// ClusterCIDRs passed as --cluster-cidrs (the trusted pod/service CIDRs
+	// of every cluster, see docs/SEMANTICS.md "Pod-IP ownership"). nil
+	// means Env.ClusterCIDRs(): every cluster of the Env. Use an empty
+	// non-nil slice for none (CIDRs then come from Submariner's Cluster
+	// objects only).
+	ClusterCIDRs []string
 	// Args are appended after the default flags.
 	Args []string
 	// Env is appended to this process's environment.
@@ -174,6 +180,13 @@ func (e *Env) StartDaemon(c *Cluster, opts DaemonOptions) (*Daemon, error) {
 			return nil, err
 		}
 		args = append(args, keys...)
+		cidrs := opts.ClusterCIDRs
+		if cidrs == nil {
+			cidrs = e.ClusterCIDRs()
+		}
+		if len(cidrs) > 0 {
+			args = append(args, "--cluster-cidrs="+strings.Join(cidrs, ","))
+		}
 		args = append(args, opts.Args...)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = c.EnsureNamespace(ctx, DaemonNamespace, nil)
@@ -211,6 +224,17 @@ func (e *Env) StartDaemon(c *Cluster, opts DaemonOptions) (*Daemon, error) {
 		})
 	}
 	return d, nil
+}
+
+// ClusterCIDRs returns the --cluster-cidrs entries describing every
+// cluster of the Env: its PodCIDR and ServiceCIDR, as an operator would
+// configure them on every daemon of the cluster set.
+func (e *Env) ClusterCIDRs() []string {
+	var out []string
+	for _, c := range e.Clusters {
+		out = append(out, c.Name+"="+c.PodCIDR, c.Name+":service="+c.ServiceCIDR)
+	}
+	return out
 }
 
 // Daemons returns the daemons started so far (running or not).
