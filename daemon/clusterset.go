@@ -104,7 +104,8 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 
 	out := make([]kube.ClusterObservation, 0, len(ids))
 	for id := range ids {
-		o := kube.ClusterObservation{ID: id, Local: id == d.opts.ClusterID, SanityProblems: problems[id]}
+		o := kube.ClusterObservation{ID: id, Local: id == d.opts.ClusterID, SanityProblems: problems[id],
+			SigningKeyFingerprint: d.keyFingerprint(id)}
 		if cs, ok := live[id]; ok {
 			o.Alive, o.AliveMembers, o.LastSeen = cs.Alive, cs.AliveMembers, cs.LastAlive
 		}

@@ -331,6 +331,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	goRun(func() { d.stat.Run(ctx) })
 	goRun(func() { d.statsLoop(ctx) })
 	goRun(func() { d.sanityLoop(ctx, d.sanity, recorder) })
+	goRun(func() { d.keyEventLoop(ctx, recorder) }) // SigningKeyMismatch Events (trust.go)
 	if o.Submariner != nil {
 		o.Submariner.OnChange(d.inv.ClusterChanged)
 		o.Submariner.OnChange(d.refreshNetworks)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -34,7 +35,32 @@ type Trust struct {
 	persist func(origin string, key []byte) error
 	log     *slog.Logger
 	warned  map[string]time.Time
+	// mismatches carries rate-limited key mismatches to whoever reports
+	// them as Kubernetes Events (daemon); full means dropped (the metric
+	// and the log line still count every one).
+	mismatches chan KeyMismatch
 }
+
+// KeyMismatch is a peer presenting, for a cluster ID, another key than the
+// one this node trusts for it (reported at most once a minute per cluster).
+type KeyMismatch struct {
+	Cluster   string
+	Trusted   []byte
+	Presented []byte
+}
+
+// KeyFingerprint is the printable fingerprint of a public key:
+// "SHA256:" and the unpadded base64 of its SHA-256 (as ssh-keygen -l).
+func KeyFingerprint(key []byte) string {
+	if len(key) == 0 {
+		return ""
+	}
+	h := sha256.Sum256(key)
+	return "SHA256:" + base64.RawStdEncoding.EncodeToString(h[:])
+}
+
+// Mismatches delivers key mismatches (rate-limited, see KeyMismatch).
+func (t *Trust) Mismatches() <-chan KeyMismatch { return t.mismatches }
 
 // NewTrust builds the policy. pins are the persisted TOFU pins, or the trust
 // bundle with strict set. self/selfKey pin the local cluster's own key.
@@ -43,7 +69,8 @@ func NewTrust(pins map[string][]byte, strict bool, self string, selfKey []byte,
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{}}
+	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{},
+		mismatches: make(chan KeyMismatch, 64)}
 	for o, k := range pins {
 		if len(k) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("gossip: key of cluster %q has %d bytes, want %d", o, len(k), ed25519.PublicKeySize)
@@ -82,9 +109,17 @@ func (t *Trust) loud(origin, reason string, key []byte) {
 		return
 	}
 	t.warned[origin] = now
+	trusted := t.pins[origin]
 	t.mu.Unlock()
 	t.log.Error("REFUSING data for a cluster signed with a key that is not its trusted key: a rogue or mis-keyed cluster claims this ID",
-		"cluster", origin, "reason", reason, "presented_key", base64.StdEncoding.EncodeToString(key))
+		"cluster", origin, "reason", reason, "presented_key", base64.StdEncoding.EncodeToString(key),
+		"presented_fingerprint", KeyFingerprint(key), "trusted_fingerprint", KeyFingerprint(trusted))
+	if reason == crdt.ReasonKeyMismatch {
+		select {
+		case t.mismatches <- KeyMismatch{Cluster: origin, Trusted: bytes.Clone(trusted), Presented: bytes.Clone(key)}:
+		default:
+		}
+	}
 }
 
 // Verify implements crdt.Verifier.
@@ -249,3 +284,18 @@ func (n *Node) mayRetire(c string) bool {
 	}
 	return n.cfg.Now().Sub(last) >= n.cfg.ReconnectTimeout
 }
+
+// Trust returns the node's origin-key policy (nil when unsigned).
+func (n *Node) Trust() *Trust { return n.cfg.Trust }
+
+// Key returns the trusted key of origin; a nil Trust trusts none.
+func (t *Trust) keyOrNil(origin string) []byte {
+	if t == nil {
+		return nil
+	}
+	return t.Key(origin)
+}
+
+// Fingerprint is the fingerprint of the key trusted for origin ("" when
+// none is pinned or listed, or t is nil).
+func (t *Trust) Fingerprint(origin string) string { return KeyFingerprint(t.keyOrNil(origin)) }
