@@ -221,7 +221,7 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.GossipKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.GossipKeyFile) }},
 		{true, "insecure-gossip", []string{"COASTGUARD_INSECURE_GOSSIP"}, "run gossip WITHOUT encryption and without origin signatures (testing only; required to start without --gossip-key-file)",
 			boolSetter("insecure-gossip", func(c *Config) *bool { return &c.InsecureGossip }), func(f *fileConfig) (string, bool) { return bp(f.InsecureGossip) }},
-		{false, "signing-key-file", []string{"COASTGUARD_SIGNING_KEY_FILE"}, "this cluster's Ed25519 signing key (base64 32-byte seed; Secret coastguard-signing-key; see coastguardd keys generate)",
+		{false, "signing-key-file", []string{"COASTGUARD_SIGNING_KEY_FILE"}, "this cluster's Ed25519 signing key (base64 32-byte seed; Secret coastguard-signing-key; see coastguardd keys generate). When absent, the key is read through the API from Secret coastguard-signing-key in --namespace, which is created if missing",
 			strSetter(func(c *Config) *string { return &c.SigningKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.SigningKeyFile) }},
 		{false, "trust-bundle-file", []string{"COASTGUARD_TRUST_BUNDLE_FILE"}, "strict mode: file of \"<cluster-id> <base64 Ed25519 public key>\" lines; only these keys are trusted (default: trust on first use, pinned in the store)",
 			strSetter(func(c *Config) *string { return &c.TrustBundleFile }), func(f *fileConfig) (string, bool) { return sp(f.TrustBundleFile) }},
@@ -478,11 +478,10 @@ func (c Config) Validate() error {
 	if c.GossipKeyFile == "" && !c.InsecureGossip {
 		errs = append(errs, errors.New("gossip-key-file is required: without it gossip is unencrypted and any host that reaches the gossip port can join (pass --insecure-gossip to run without encryption, for tests only)"))
 	}
-	if c.SigningKeyFile == "" && !c.InsecureGossip {
-		errs = append(errs, errors.New("signing-key-file is required: it is this cluster's Ed25519 identity (coastguardd keys generate; pass --insecure-gossip to run unsigned, for tests only)"))
-	}
+	// signing-key-file may be absent: the key is then read (or created)
+	// through the API in Secret coastguard-signing-key (keys.go loadTrust).
 	for _, f := range []struct{ name, path string }{
-		{"gossip-key-file", c.GossipKeyFile}, {"signing-key-file", c.SigningKeyFile}, {"trust-bundle-file", c.TrustBundleFile},
+		{"gossip-key-file", c.GossipKeyFile}, {"trust-bundle-file", c.TrustBundleFile},
 	} {
 		if f.path == "" {
 			continue

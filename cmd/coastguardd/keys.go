@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
@@ -8,9 +10,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
 // Signing-key management (docs/SECURITY.md). The logic is plain functions
@@ -80,17 +86,55 @@ func runKeys(args []string) int {
 	return 2
 }
 
-// loadTrust reads --signing-key-file and --trust-bundle-file.
-func loadTrust(cfg Config) (ed25519.PrivateKey, map[string][]byte, error) {
-	if cfg.SigningKeyFile == "" {
+// loadTrust reads this cluster's signing key and --trust-bundle-file.
+//
+// The key comes from --signing-key-file when that file exists (the
+// DaemonSet mounts Secret coastguard-signing-key there, optional: true).
+// Otherwise (no flag, or the Secret not mounted yet) it is read through the
+// API from the same Secret, which is created with a fresh key when absent
+// (kube.EnsureSigningKey: creation is atomic, so concurrently starting pods
+// agree on one key). A daemon therefore never runs unsigned because the
+// Secret was missing. Only --insecure-gossip without --signing-key-file
+// runs unsigned (tests).
+func loadTrust(ctx context.Context, cfg Config, client kubernetes.Interface, log *slog.Logger) (ed25519.PrivateKey, map[string][]byte, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	var key ed25519.PrivateKey
+	switch _, statErr := os.Stat(cfg.SigningKeyFile); {
+	case cfg.SigningKeyFile == "" && cfg.InsecureGossip:
 		if cfg.TrustBundleFile != "" {
-			return nil, nil, errors.New("trust-bundle-file needs signing-key-file")
+			return nil, nil, errors.New("trust-bundle-file needs a signing key (--insecure-gossip without --signing-key-file runs unsigned)")
 		}
 		return nil, nil, nil
-	}
-	key, err := gossip.LoadSigningKeyFile(cfg.SigningKeyFile)
-	if err != nil {
-		return nil, nil, fmt.Errorf("signing-key-file: %w", err)
+	case cfg.SigningKeyFile != "" && statErr == nil:
+		k, err := gossip.LoadSigningKeyFile(cfg.SigningKeyFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("signing-key-file: %w", err)
+		}
+		key = k
+	default:
+		if client == nil {
+			return nil, nil, errors.New("signing-key-file is absent and no Kubernetes client to read Secret " + kube.SigningKeySecret)
+		}
+		log.Info("signing key file absent; reading this cluster's signing key through the API (creating it if absent)",
+			"signing_key_file", cfg.SigningKeyFile, "namespace", cfg.Namespace, "secret", kube.SigningKeySecret)
+		gen := func() ([]byte, error) {
+			var b bytes.Buffer
+			err := generateKey(&b, rand.Reader)
+			return b.Bytes(), err
+		}
+		data, created, err := kube.EnsureSigningKey(ctx, client, cfg.Namespace, gen, log)
+		if err != nil {
+			return nil, nil, fmt.Errorf("signing key: %w (give --signing-key-file, or grant get/create on Secret %s)", err, kube.SigningKeySecret)
+		}
+		k, err := gossip.ParseSigningKey(data)
+		if err != nil {
+			return nil, nil, fmt.Errorf("Secret %s/%s: %w", cfg.Namespace, kube.SigningKeySecret, err)
+		}
+		key = k
+		log.Info("using the signing key of Secret "+kube.SigningKeySecret, "created", created,
+			"fingerprint", gossip.KeyFingerprint(k.Public().(ed25519.PublicKey)))
 	}
 	if cfg.TrustBundleFile == "" {
 		return key, nil, nil

@@ -172,7 +172,7 @@ func run(cfg Config, log *slog.Logger) error {
 	workqueue.SetProvider(newWorkqueueMetrics(reg))
 	h := newHealth("state", "enforcement")
 
-	signingKey, bundle, err := loadTrust(cfg)
+	signingKey, bundle, err := loadTrust(ctx, cfg, client, log)
 	if err != nil {
 		return err
 	}

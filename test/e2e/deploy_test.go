@@ -124,6 +124,9 @@ func TestDeployManifests(t *testing.T) {
 		for _, v := range []string{"get", "create", "update"} {
 			allowed = append(allowed, check{v, "leases.coordination.k8s.io", deployNS, ""})
 		}
+		// the signing key Secret: read it, create it when absent (#15)
+		allowed = append(allowed, check{"get", "secrets/coastguard-signing-key", deployNS, ""},
+			check{"create", "secrets", deployNS, ""})
 		denied := []check{
 			{"delete", "pods", "shop", ""},
 			{"create", "pods", "shop", ""},
@@ -132,6 +135,10 @@ func TestDeployManifests(t *testing.T) {
 			{"get", "secrets", "*", ""},
 			{"list", "secrets", "*", ""},
 			{"get", "secrets", deployNS, ""},
+			{"get", "secrets/coastguard-gossip-key", deployNS, ""},
+			{"update", "secrets/coastguard-signing-key", deployNS, ""},
+			{"delete", "secrets/coastguard-signing-key", deployNS, ""},
+			{"create", "secrets", "default", ""},
 			{"get", "configmaps", "kube-system", ""},
 			{"create", "leases.coordination.k8s.io", "kube-system", ""},
 			{"update", "leases.coordination.k8s.io", "default", ""},
