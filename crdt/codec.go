@@ -64,13 +64,16 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	if d.Gap {
 		flags |= flagGap
 	}
-	signed := d.HeadSig != nil || d.GCSig != nil || d.RetiredSig != nil || d.Key != nil || d.Head != 0
+	signed := d.HeadSig != nil || d.GCSig != nil || d.RetiredSig != nil || d.Key != nil || d.Head != 0 || d.Endorse != nil
 	for i := range d.Entries {
 		signed = signed || d.Entries[i].Sig != nil
 	}
 	n := 8
 	if signed {
 		n = 13
+	}
+	if d.Endorse != nil {
+		n = 14
 	}
 	err := firstErr(
 		enc.EncodeArrayLen(n),
@@ -117,6 +120,11 @@ func EncodeDelta(d Delta) ([]byte, error) {
 			enc.EncodeBytes(d.RetiredSig),
 			enc.EncodeBytes(d.Key),
 		); err != nil {
+			return nil, err
+		}
+	}
+	if n == 14 {
+		if err := enc.EncodeBytes(d.Endorse); err != nil {
 			return nil, err
 		}
 	}
@@ -345,9 +353,9 @@ func DecodeDelta(b []byte) (Delta, error) {
 		return Delta{}, fmt.Errorf("%w: delta of %d bytes exceeds %d", ErrInvalid, len(b), MaxDeltaBytes)
 	}
 	w := newWireDecoder(b)
-	dn := w.arrayLen(8, 13)
-	if w.err == nil && dn != 8 && dn != 13 {
-		w.err = fmt.Errorf("delta of %d elements, want 8 or 13", dn)
+	dn := w.arrayLen(8, 14)
+	if w.err == nil && dn != 8 && dn != 13 && dn != 14 {
+		w.err = fmt.Errorf("delta of %d elements, want 8, 13 or 14", dn)
 	}
 	w.format()
 	var d Delta
@@ -382,12 +390,15 @@ func DecodeDelta(b []byte) (Delta, error) {
 		}
 		d.Entries = append(d.Entries, e)
 	}
-	if dn == 13 {
+	if dn >= 13 {
 		d.Head = Version(w.u64())
 		d.HeadSig = w.bin(SigSize)
 		d.GCSig = w.bin(SigSize)
 		d.RetiredSig = w.bin(SigSize)
 		d.Key = w.bin(KeySize)
+	}
+	if dn == 14 {
+		d.Endorse = w.bin(EndorseSize)
 	}
 	if err := w.finish(); err != nil {
 		return Delta{}, wireErr("delta", err)

@@ -103,9 +103,44 @@ const (
 )
 
 const (
-	domainEntry = "coastguard/entry/v1\x00"
-	domainMark  = "coastguard/mark/v1\x00"
+	domainEntry   = "coastguard/entry/v1\x00"
+	domainMark    = "coastguard/mark/v1\x00"
+	domainEndorse = "coastguard/endorse/v1\x00"
 )
+
+// EndorseSize is the size of a key endorsement: the previous public key and
+// its signature of EndorseMessage.
+const EndorseSize = KeySize + SigSize
+
+// EndorseMessage is what an origin's previous key signs to hand its
+// authority over to newKey (key rotation, docs/SECURITY.md).
+func EndorseMessage(origin string, newKey []byte) []byte {
+	b := make([]byte, 0, len(domainEndorse)+len(origin)+2+len(newKey))
+	b = append(b, domainEndorse...)
+	b = appendLenString(b, origin)
+	return append(b, newKey...)
+}
+
+// EndorsingSigner is a Signer whose key was rotated: it carries the
+// endorsement of its key by the previous one, sent with the origin's
+// deltas so that receivers trusting the previous key re-pin.
+type EndorsingSigner interface {
+	Endorsement() []byte
+}
+
+// Rotator is a Verifier that accepts endorsed key rotations.
+type Rotator interface {
+	// Endorse checks that endorsement (EndorseSize bytes) is origin's
+	// trusted key signing newKey over, and if so trusts newKey from now on.
+	Endorse(origin string, newKey, endorsement []byte) error
+	// Endorsement is the endorsement of origin's trusted key, if it was
+	// rotated in (nil otherwise), to forward with relayed deltas.
+	Endorsement(origin string) []byte
+	// Predecessor reports whether key is origin's previous key, replaced
+	// by an endorsed rotation: records it signed stay valid, so relays that
+	// have not re-pinned yet are not refused.
+	Predecessor(origin string, key []byte) bool
+}
 
 func appendLenString(b []byte, s string) []byte {
 	b = binary.BigEndian.AppendUint16(b, uint16(len(s)))
@@ -216,8 +251,14 @@ func (s *State) attachProof(o *originState, d *Delta) {
 	switch {
 	case s.signer != nil && o.name == s.self:
 		d.Key = s.signer.PublicKey()
+		if es, ok := s.signer.(EndorsingSigner); ok {
+			d.Endorse = es.Endorsement()
+		}
 	case s.verifier != nil:
 		d.Key = s.verifier.Key(o.name)
+		if r, ok := s.verifier.(Rotator); ok && d.Key != nil {
+			d.Endorse = r.Endorsement(o.name)
+		}
 	}
 }
 
@@ -232,13 +273,21 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 	v := s.verifier
 	if len(d.Key) > 0 {
 		if k := v.Key(d.Origin); k != nil && !bytes.Equal(k, d.Key) {
-			// A sender presenting another key for a pinned cluster is
-			// refused (and reported) even when its data would be ignored
-			// anyway: that is how a rogue claiming an ID is noticed.
-			if err := v.Verify(d.Origin, d.Key, nil, nil); err != nil {
-				return p, err
+			rot, _ := v.(Rotator)
+			switch {
+			case rot != nil && len(d.Endorse) > 0 && rot.Endorse(d.Origin, d.Key, d.Endorse) == nil:
+				// an endorsed rotation: d.Key is trusted from now on
+			case rot != nil && rot.Predecessor(d.Origin, d.Key):
+				// a relay that has not seen the rotation yet
+			default:
+				// A sender presenting another key for a pinned cluster is
+				// refused (and reported) even when its data would be ignored
+				// anyway: that is how a rogue claiming an ID is noticed.
+				if err := v.Verify(d.Origin, d.Key, nil, nil); err != nil {
+					return p, err
+				}
+				return p, trustErr(ReasonKeyMismatch, d.Origin, "presented key differs from the trusted key")
 			}
-			return p, trustErr(ReasonKeyMismatch, d.Origin, "presented key differs from the trusted key")
 		}
 	}
 	bound := o.seen

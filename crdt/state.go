@@ -496,6 +496,9 @@ func ValidateDelta(d *Delta) error {
 	if d.Gap && d.Reset {
 		return invalidf("delta %s: gap and reset together", d.Origin)
 	}
+	if len(d.Endorse) != 0 && (len(d.Endorse) != EndorseSize || len(d.Key) != KeySize) {
+		return invalidf("delta %s: endorsement of %d bytes (want %d, with a key)", d.Origin, len(d.Endorse), EndorseSize)
+	}
 	if len(d.Entries) > MaxDeltaEntries {
 		return invalidf("delta %s: %d entries (max %d)", d.Origin, len(d.Entries), MaxDeltaEntries)
 	}

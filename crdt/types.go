@@ -178,6 +178,11 @@ type Delta struct {
 	GCSig      []byte
 	RetiredSig []byte
 	Key        []byte
+	// Endorse, when set, proves a key rotation of Origin: the origin's
+	// previous public key followed by its signature of
+	// EndorseMessage(Origin, Key) (EndorseSize bytes). A receiver that
+	// trusts the previous key re-pins Key (docs/SECURITY.md).
+	Endorse []byte
 }
 
 // Change is one effect of applying a delta or a local write, as seen by the

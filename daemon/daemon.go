@@ -77,6 +77,8 @@ type Options struct {
 	// first use in the store. nil (--insecure-gossip only) trusts peers.
 	SigningKey  ed25519.PrivateKey
 	TrustBundle map[string][]byte
+	// SigningKeyEndorsement: SigningKey endorsed by the previous key (keys rotate; trust.go).
+	SigningKeyEndorsement []byte
 	// EmptyViewTimeout bounds the empty-view gate (see gate.go); 0 = no bound.
 	EmptyViewTimeout time.Duration
 	// Guards are the guard rails (protected namespaces, caps).

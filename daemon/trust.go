@@ -1,34 +1,73 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"fmt"
 	"log/slog"
+	"maps"
 
 	"k8s.io/client-go/tools/record"
 
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
 // trustFor builds the signer and the origin-key policy: strict with a trust
-// bundle, else trust-on-first-use pins persisted in the store.
-func trustFor(o Options, rep *store.Replica, log *slog.Logger) (*gossip.Signer, *gossip.Trust, error) {
-	sg := gossip.NewSigner(o.SigningKey)
+// bundle, else trust-on-first-use pins persisted in the store. A rotated
+// key (coastguardd keys rotate) carries its endorsement by the previous
+// key: it is sent with every own delta, and the own pin moves to the new
+// key when the old one endorsed it.
+func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *gossip.Trust, error) {
+	var sg crdt.Signer = gossip.NewSigner(o.SigningKey)
+	if o.SigningKeyEndorsement != nil {
+		sg = gossip.NewEndorsedSigner(o.SigningKey, o.SigningKeyEndorsement)
+	}
+	self := []byte(o.SigningKey.Public().(ed25519.PublicKey))
+	// ownRotation moves the own pin from the endorsing key to ours.
+	ownRotation := func(pins map[string][]byte, persist func(origin string, old, key []byte) error) error {
+		old, ok := pins[o.ClusterID]
+		if !ok || bytes.Equal(old, self) || o.SigningKeyEndorsement == nil {
+			return nil
+		}
+		if err := gossip.CheckEndorsement(o.ClusterID, old, self, o.SigningKeyEndorsement); err != nil {
+			return fmt.Errorf("this cluster %q is pinned to another key and the signing key's endorsement does not prove a rotation from it: %w", o.ClusterID, err)
+		}
+		if persist != nil {
+			if err := persist(o.ClusterID, old, self); err != nil {
+				return fmt.Errorf("re-pin own rotated key: %w", err)
+			}
+		}
+		log.Warn("this cluster's signing key was rotated: own pin moved to the endorsed new key",
+			"old_fingerprint", gossip.KeyFingerprint(old), "new_fingerprint", gossip.KeyFingerprint(self))
+		pins[o.ClusterID] = self
+		return nil
+	}
 	if o.TrustBundle != nil {
 		if _, ok := o.TrustBundle[o.ClusterID]; !ok {
 			return nil, nil, fmt.Errorf("trust bundle does not list this cluster %q", o.ClusterID)
 		}
-		t, err := gossip.NewTrust(o.TrustBundle, true, o.ClusterID, sg.PublicKey(), nil, log)
+		bundle := maps.Clone(o.TrustBundle)
+		if err := ownRotation(bundle, nil); err != nil {
+			return nil, nil, err
+		}
+		t, err := gossip.NewTrust(bundle, true, o.ClusterID, self, nil, log)
 		return sg, t, err
 	}
 	pins, err := rep.Store().Pins()
 	if err != nil {
 		return nil, nil, fmt.Errorf("load key pins: %w", err)
 	}
-	t, err := gossip.NewTrust(pins, false, o.ClusterID, sg.PublicKey(), rep.Store().PutPin, log)
+	if err := ownRotation(pins, rep.Store().ReplacePin); err != nil {
+		return nil, nil, err
+	}
+	t, err := gossip.NewTrust(pins, false, o.ClusterID, self, rep.Store().PutPin, log)
+	if err == nil {
+		t.Repin = rep.Store().ReplacePin
+	}
 	return sg, t, err
 }
 

@@ -39,6 +39,14 @@ type Trust struct {
 	// them as Kubernetes Events (daemon); full means dropped (the metric
 	// and the log line still count every one).
 	mismatches chan KeyMismatch
+	// Key rotations accepted (docs/SECURITY.md): the endorsement of the
+	// current pin by the previous key, and that previous key, whose
+	// signatures stay valid so relays not yet re-pinned are not refused.
+	endorsed map[string][]byte
+	prev     map[string][]byte
+	// Repin persists a rotated pin (nil: memory only, e.g. strict mode
+	// where the trust bundle stays the root on restart).
+	Repin func(origin string, old, key []byte) error
 }
 
 // KeyMismatch is a peer presenting, for a cluster ID, another key than the
@@ -70,7 +78,7 @@ func NewTrust(pins map[string][]byte, strict bool, self string, selfKey []byte,
 		log = slog.Default()
 	}
 	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{},
-		mismatches: make(chan KeyMismatch, 64)}
+		mismatches: make(chan KeyMismatch, 64), endorsed: map[string][]byte{}, prev: map[string][]byte{}}
 	for o, k := range pins {
 		if len(k) != ed25519.PublicKeySize {
 			return nil, fmt.Errorf("gossip: key of cluster %q has %d bytes, want %d", o, len(k), ed25519.PublicKeySize)
@@ -128,6 +136,13 @@ func (t *Trust) Verify(origin string, key, msg, sig []byte) error {
 	pin, pinned := t.pins[origin]
 	t.mu.Unlock()
 	if pinned {
+		t.mu.Lock()
+		prev := t.prev[origin]
+		t.mu.Unlock()
+		if prev != nil && (bytes.Equal(key, prev) || (key == nil && len(sig) == ed25519.SignatureSize && !ed25519.Verify(pin, msg, sig))) {
+			// signed by the key the current one replaced (endorsed rotation)
+			pin, key = prev, prev
+		}
 		if key != nil && !bytes.Equal(key, pin) {
 			t.loud(origin, crdt.ReasonKeyMismatch, key)
 			return &crdt.TrustError{Reason: crdt.ReasonKeyMismatch, Origin: origin, Detail: "presented key differs from the pinned key"}
@@ -183,28 +198,48 @@ func (s *Signer) Sign(msg []byte) []byte { return ed25519.Sign(s.priv, msg) }
 
 // ParseSigningKey parses a signing key file: the base64 of a 32-byte
 // Ed25519 seed (as written by `coastguardd keys generate`) or of a 64-byte
-// private key; blank lines and # comments are ignored.
+// private key; blank lines and # comments are ignored. A rotated key file
+// (`coastguardd keys rotate`) also has an "endorsement <base64>" line,
+// returned by ParseSigningKeyFile.
 func ParseSigningKey(b []byte) (ed25519.PrivateKey, error) {
+	k, _, err := ParseSigningKeyFile(b)
+	return k, err
+}
+
+// ParseSigningKeyFile parses a signing key file and its optional
+// endorsement line (nil when absent).
+func ParseSigningKeyFile(b []byte) (ed25519.PrivateKey, []byte, error) {
 	var lines []string
+	var endorsement []byte
 	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" && !strings.HasPrefix(l, "#") {
-			lines = append(lines, l)
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
 		}
+		if rest, ok := strings.CutPrefix(l, "endorsement "); ok {
+			e, err := base64.StdEncoding.DecodeString(strings.TrimSpace(rest))
+			if err != nil || len(e) != crdt.EndorseSize || endorsement != nil {
+				return nil, nil, fmt.Errorf("endorsement line: want one base64 %d-byte endorsement", crdt.EndorseSize)
+			}
+			endorsement = e
+			continue
+		}
+		lines = append(lines, l)
 	}
 	if len(lines) != 1 {
-		return nil, fmt.Errorf("want exactly one base64 key line, got %d", len(lines))
+		return nil, nil, fmt.Errorf("want exactly one base64 key line, got %d", len(lines))
 	}
 	raw, err := base64.StdEncoding.DecodeString(lines[0])
 	if err != nil {
-		return nil, fmt.Errorf("not base64: %w", err)
+		return nil, nil, fmt.Errorf("not base64: %w", err)
 	}
 	switch len(raw) {
 	case ed25519.SeedSize:
-		return ed25519.NewKeyFromSeed(raw), nil
+		return ed25519.NewKeyFromSeed(raw), endorsement, nil
 	case ed25519.PrivateKeySize:
-		return ed25519.PrivateKey(raw), nil
+		return ed25519.PrivateKey(raw), endorsement, nil
 	}
-	return nil, fmt.Errorf("key of %d bytes, want %d (seed) or %d", len(raw), ed25519.SeedSize, ed25519.PrivateKeySize)
+	return nil, nil, fmt.Errorf("key of %d bytes, want %d (seed) or %d", len(raw), ed25519.SeedSize, ed25519.PrivateKeySize)
 }
 
 // LoadSigningKeyFile reads a signing key file (see ParseSigningKey).
@@ -299,3 +334,92 @@ func (t *Trust) keyOrNil(origin string) []byte {
 // Fingerprint is the fingerprint of the key trusted for origin ("" when
 // none is pinned or listed, or t is nil).
 func (t *Trust) Fingerprint(origin string) string { return KeyFingerprint(t.keyOrNil(origin)) }
+
+// CheckEndorsement verifies that endorsement is oldKey signing newKey over
+// for origin (crdt.EndorseMessage).
+func CheckEndorsement(origin string, oldKey, newKey, endorsement []byte) error {
+	if len(endorsement) != crdt.EndorseSize || len(newKey) != ed25519.PublicKeySize {
+		return &crdt.TrustError{Reason: crdt.ReasonBadSignature, Origin: origin, Detail: "malformed key endorsement"}
+	}
+	if !bytes.Equal(endorsement[:crdt.KeySize], oldKey) {
+		return &crdt.TrustError{Reason: crdt.ReasonKeyMismatch, Origin: origin,
+			Detail: "key endorsed by " + KeyFingerprint(endorsement[:crdt.KeySize]) + ", not by the trusted key " + KeyFingerprint(oldKey)}
+	}
+	if !ed25519.Verify(oldKey, crdt.EndorseMessage(origin, newKey), endorsement[crdt.KeySize:]) {
+		return &crdt.TrustError{Reason: crdt.ReasonBadSignature, Origin: origin, Detail: "key endorsement does not verify"}
+	}
+	return nil
+}
+
+// Endorse implements crdt.Rotator: when endorsement is the trusted key of
+// origin signing newKey over, newKey becomes the trusted key (persisted by
+// Repin) and the old one stays valid for what it signed.
+func (t *Trust) Endorse(origin string, newKey, endorsement []byte) error {
+	t.mu.Lock()
+	pin, ok := t.pins[origin]
+	t.mu.Unlock()
+	if !ok {
+		return &crdt.TrustError{Reason: crdt.ReasonUnknownKey, Origin: origin, Detail: "no trusted key to endorse a rotation"}
+	}
+	if bytes.Equal(pin, newKey) {
+		return nil
+	}
+	if err := CheckEndorsement(origin, pin, newKey, endorsement); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	if !bytes.Equal(t.pins[origin], pin) { // raced with another rotation
+		t.mu.Unlock()
+		return &crdt.TrustError{Reason: crdt.ReasonKeyMismatch, Origin: origin, Detail: "trusted key changed concurrently"}
+	}
+	t.prev[origin] = pin
+	t.pins[origin] = bytes.Clone(newKey)
+	t.endorsed[origin] = bytes.Clone(endorsement)
+	t.mu.Unlock()
+	t.log.Warn("a cluster rotated its signing key: trusting the new key, endorsed by the old one",
+		"cluster", origin, "old_fingerprint", KeyFingerprint(pin), "new_fingerprint", KeyFingerprint(newKey))
+	if t.Repin != nil {
+		if err := t.Repin(origin, pin, newKey); err != nil {
+			t.log.Error("could not persist a rotated key pin; it holds until restart", "cluster", origin, "err", err)
+		}
+	}
+	return nil
+}
+
+// Endorsement implements crdt.Rotator.
+func (t *Trust) Endorsement(origin string) []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.endorsed[origin]
+}
+
+// Predecessor implements crdt.Rotator.
+func (t *Trust) Predecessor(origin string, key []byte) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.prev[origin]
+	return p != nil && bytes.Equal(p, key)
+}
+
+// EndorsedSigner is a Signer whose key was endorsed by the cluster's
+// previous key (coastguardd keys rotate): the endorsement travels with
+// every delta of the origin (crdt.EndorsingSigner).
+type EndorsedSigner struct {
+	Signer
+	endorsement []byte
+}
+
+// NewEndorsedSigner wraps a rotated key and its endorsement.
+func NewEndorsedSigner(priv ed25519.PrivateKey, endorsement []byte) *EndorsedSigner {
+	return &EndorsedSigner{Signer: Signer{priv: priv}, endorsement: bytes.Clone(endorsement)}
+}
+
+// Endorsement implements crdt.EndorsingSigner.
+func (s *EndorsedSigner) Endorsement() []byte { return s.endorsement }
+
+// Endorse signs newKey over as origin's successor key with priv (the key
+// being retired): the endorsement line of a rotated key file.
+func Endorse(origin string, priv ed25519.PrivateKey, newKey []byte) []byte {
+	e := append([]byte(nil), priv.Public().(ed25519.PublicKey)...)
+	return append(e, ed25519.Sign(priv, crdt.EndorseMessage(origin, newKey))...)
+}

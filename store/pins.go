@@ -57,3 +57,20 @@ func (s *Store) DeletePin(origin string) error {
 		return b.Delete(encodeKey(origin))
 	})
 }
+
+// ReplacePin swaps the pin of cluster origin from old to key (an endorsed
+// key rotation, verified by the caller): it fails if origin is pinned to
+// anything but old or key.
+func (s *Store) ReplacePin(origin string, old, key []byte) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucketIfNotExists(bucketPins)
+		if err != nil {
+			return err
+		}
+		k := encodeKey(origin)
+		if cur := b.Get(k); cur != nil && !bytes.Equal(cur, old) && !bytes.Equal(cur, key) {
+			return fmt.Errorf("store: cluster %q is pinned to neither the old nor the new key", origin)
+		}
+		return b.Put(k, bytes.Clone(key))
+	})
+}

@@ -34,13 +34,13 @@ func TestKeysGenerateShowAndBundle(t *testing.T) {
 
 	bundlePath := filepath.Join(t.TempDir(), "bundle")
 	require.NoError(t, os.WriteFile(bundlePath, []byte("# clusters\n"+line.String()), 0o600))
-	k, b, err := loadTrust(context.Background(), Config{SigningKeyFile: path, TrustBundleFile: bundlePath}, nil, nil)
+	k, _, b, err := loadTrust(context.Background(), Config{SigningKeyFile: path, TrustBundleFile: bundlePath}, nil, nil)
 	require.NoError(t, err)
 	require.Equal(t, priv, k)
 	require.Len(t, b, 1)
 
 	require.NoError(t, os.WriteFile(path, []byte("not base64!\n"), 0o600))
-	_, _, err = loadTrust(context.Background(), Config{SigningKeyFile: path}, nil, nil)
+	_, _, _, err = loadTrust(context.Background(), Config{SigningKeyFile: path}, nil, nil)
 	require.ErrorContains(t, err, "signing-key-file")
 	_, err = gossip.ParseTrustBundle([]byte("eu-1 " + strings.Repeat("A", 10) + "\n"))
 	require.Error(t, err)
@@ -52,7 +52,7 @@ func TestKeysGenerateShowAndBundle(t *testing.T) {
 func TestLoadTrustFromSecret(t *testing.T) {
 	c := fake.NewSimpleClientset()
 	cfg := Config{Namespace: "coastguard-system", SigningKeyFile: filepath.Join(t.TempDir(), "absent")}
-	k1, _, err := loadTrust(context.Background(), cfg, c, nil)
+	k1, _, _, err := loadTrust(context.Background(), cfg, c, nil)
 	require.NoError(t, err)
 	require.NotNil(t, k1, "never unsigned for want of a Secret")
 	s, err := c.CoreV1().Secrets("coastguard-system").Get(context.Background(), kube.SigningKeySecret, metav1.GetOptions{})
@@ -61,13 +61,13 @@ func TestLoadTrustFromSecret(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, k1, fromSecret)
 
-	k2, _, err := loadTrust(context.Background(), Config{Namespace: "coastguard-system"}, c, nil)
+	k2, _, _, err := loadTrust(context.Background(), Config{Namespace: "coastguard-system"}, c, nil)
 	require.NoError(t, err)
 	require.Equal(t, k1, k2, "a second pod uses the same key")
 
-	k3, _, err := loadTrust(context.Background(), Config{InsecureGossip: true}, c, nil)
+	k3, _, _, err := loadTrust(context.Background(), Config{InsecureGossip: true}, c, nil)
 	require.NoError(t, err)
 	require.Nil(t, k3)
-	_, _, err = loadTrust(context.Background(), Config{Namespace: "x"}, nil, nil)
+	_, _, _, err = loadTrust(context.Background(), Config{Namespace: "x"}, nil, nil)
 	require.Error(t, err)
 }

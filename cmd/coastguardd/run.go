@@ -172,12 +172,12 @@ func run(cfg Config, log *slog.Logger) error {
 	workqueue.SetProvider(newWorkqueueMetrics(reg))
 	h := newHealth("state", "enforcement")
 
-	signingKey, bundle, err := loadTrust(ctx, cfg, client, log)
+	signingKey, endorsement, bundle, err := loadTrust(ctx, cfg, client, log)
 	if err != nil {
 		return err
 	}
 	d, err := daemon.New(daemon.Options{
-		SigningKey: signingKey, TrustBundle: bundle,
+		SigningKey: signingKey, SigningKeyEndorsement: endorsement, TrustBundle: bundle,
 		ClusterID: clusterID, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
