@@ -182,7 +182,7 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
 	cfg := &config{out: *out, quick: *quick, seed: *seed, log: logger, only: map[string]bool{}}
-	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true}
+	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true, "sign": true}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			if !known[s] {
@@ -239,6 +239,7 @@ func main() {
 		{"heal", runHeal},
 		{"e2e", runE2E},
 		{"reach", runReach}, // kubectl coastguard conflicts engine (reach.go)
+		{"sign", runSign},   // origin signature cost (sign.go)
 	}
 	for _, s := range sections {
 		if !cfg.want(s.name) {
