@@ -22,11 +22,15 @@ import (
 // key: it is sent with every own delta, and the own pin moves to the new
 // key when the old one endorsed it.
 func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *gossip.Trust, error) {
+	if log == nil {
+		log = slog.Default()
+	}
 	var sg crdt.Signer = gossip.NewSigner(o.SigningKey)
 	if o.SigningKeyEndorsement != nil {
 		sg = gossip.NewEndorsedSigner(o.SigningKey, o.SigningKeyEndorsement)
 	}
 	self := []byte(o.SigningKey.Public().(ed25519.PublicKey))
+	var rotatedFrom []byte
 	// ownRotation moves the own pin from the endorsing key to ours.
 	ownRotation := func(pins map[string][]byte, persist func(origin string, old, key []byte) error) error {
 		old, ok := pins[o.ClusterID]
@@ -44,7 +48,19 @@ func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *go
 		log.Warn("this cluster's signing key was rotated: own pin moved to the endorsed new key",
 			"old_fingerprint", gossip.KeyFingerprint(old), "new_fingerprint", gossip.KeyFingerprint(self))
 		pins[o.ClusterID] = self
+		rotatedFrom = old
 		return nil
+	}
+	// After a restart the own pin is already the new key: the endorsement
+	// still names the predecessor, whose records relays may still carry.
+	predecessor := func(t *gossip.Trust) {
+		if rotatedFrom == nil && len(o.SigningKeyEndorsement) == crdt.EndorseSize &&
+			gossip.CheckEndorsement(o.ClusterID, o.SigningKeyEndorsement[:crdt.KeySize], self, o.SigningKeyEndorsement) == nil {
+			rotatedFrom = o.SigningKeyEndorsement[:crdt.KeySize]
+		}
+		if rotatedFrom != nil {
+			t.SetRotated(o.ClusterID, rotatedFrom, o.SigningKeyEndorsement)
+		}
 	}
 	if o.TrustBundle != nil {
 		if _, ok := o.TrustBundle[o.ClusterID]; !ok {
@@ -55,6 +71,9 @@ func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *go
 			return nil, nil, err
 		}
 		t, err := gossip.NewTrust(bundle, true, o.ClusterID, self, nil, log)
+		if err == nil {
+			predecessor(t)
+		}
 		return sg, t, err
 	}
 	pins, err := rep.Store().Pins()
@@ -67,6 +86,7 @@ func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *go
 	t, err := gossip.NewTrust(pins, false, o.ClusterID, self, rep.Store().PutPin, log)
 	if err == nil {
 		t.Repin = rep.Store().ReplacePin
+		predecessor(t)
 	}
 	return sg, t, err
 }

@@ -423,3 +423,13 @@ func Endorse(origin string, priv ed25519.PrivateKey, newKey []byte) []byte {
 	e := append([]byte(nil), priv.Public().(ed25519.PublicKey)...)
 	return append(e, ed25519.Sign(priv, crdt.EndorseMessage(origin, newKey))...)
 }
+
+// SetRotated records that origin's trusted key was endorsed by prev
+// (the own cluster after `keys rotate`): prev's records stay valid and the
+// endorsement is forwarded, as if Endorse had accepted it.
+func (t *Trust) SetRotated(origin string, prev, endorsement []byte) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.prev[origin] = bytes.Clone(prev)
+	t.endorsed[origin] = bytes.Clone(endorsement)
+}

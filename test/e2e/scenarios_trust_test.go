@@ -9,6 +9,7 @@ import (
 	"encoding/base64"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -70,6 +71,16 @@ func TestScenarioRogueClusterID(t *testing.T) {
 		log, err := d.TailLog(5000)
 		require.NoError(t, err)
 		require.Contains(t, log, "REFUSING data for a cluster signed with a key that is not its trusted key")
+	}
+	// ... and as a Warning Event on A's CoastguardCluster, naming both keys.
+	for _, cl := range []*harness.Cluster{b, c} {
+		err := harness.Eventually(ctx, 90*time.Second, 500*time.Millisecond, func(ctx context.Context) (bool, error) {
+			out, _, err := cl.Kubectl(ctx, "get", "events", "-A", "--field-selector",
+				"reason=SigningKeyMismatch,involvedObject.kind=CoastguardCluster,involvedObject.name="+a.Name,
+				"-o", "jsonpath={.items[*].message}")
+			return err == nil && strings.Count(out, "SHA256:") >= 2, err
+		})
+		require.NoError(t, err, "%s: Warning Event SigningKeyMismatch on CoastguardCluster %s", cl.Name, a.Name)
 	}
 
 	// For the rest of the scenario, no NetworkPolicy ever holds a rogue IP,
