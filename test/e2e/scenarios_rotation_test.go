@@ -146,6 +146,10 @@ func TestScenarioSigningKeyRotation(t *testing.T) {
 		require.Empty(t, strings.TrimSpace(evs), "%s: a rotation is not a mismatch", cl.Name)
 	}
 	require.Equal(t, newFP, clusterFingerprint(t, ctx, a, a.Name), "A reports its own new key")
+	m, err := ds[0].Metrics(ctx)
+	require.NoError(t, err)
+	v, _ := harness.MetricValue(m, "coastguard_gossip_dropped_total", map[string]string{"reason": "key_mismatch"})
+	require.Zero(t, v, "A refused its own old-key records relayed back as a key mismatch")
 	t.Logf("rotation: %d pods churned across the key rotation; B and C re-pinned %s -> %s", len(churned), oldFP, newFP)
 }
 
