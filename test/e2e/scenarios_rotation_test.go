@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/test/harness"
@@ -162,4 +163,53 @@ func clusterFingerprint(t *testing.T, ctx context.Context, cl *harness.Cluster, 
 		return ""
 	}
 	return strings.TrimSpace(out)
+}
+
+// TestScenarioSigningKeySecretCreated (issue 15): B's daemons start
+// without a signing key file (the DaemonSet's optional mount is empty).
+// Two of them start at once: exactly one creates Secret
+// coastguard-signing-key, both sign with that key (never unsigned), and A
+// pins it: A reports B's fingerprint as the Secret's key.
+func TestScenarioSigningKeySecretCreated(t *testing.T) {
+	env, bin, ds := startMesh(t, 2, meshOpts{Deferred: []int{1}})
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	a, b := env.Clusters[0], env.Clusters[1]
+	absent := "--signing-key-file=" + t.TempDir() + "/absent.key"
+	var bs []*harness.Daemon
+	for _, n := range []string{"b-x", "b-y"} {
+		d, err := env.StartDaemon(b, harness.DaemonOptions{Binary: bin, NodeName: n, Args: []string{absent}, T: t})
+		require.NoError(t, err)
+		bs = append(bs, d)
+	}
+	for _, d := range bs {
+		require.NoError(t, d.WaitReady(ctx, 90*time.Second))
+	}
+	sec, err := b.Client.CoreV1().Secrets(harness.DaemonNamespace).Get(ctx, "coastguard-signing-key", metav1.GetOptions{})
+	require.NoError(t, err, "the first daemon created the signing key Secret")
+	key, err := gossip.ParseSigningKey(sec.Data["signing.key"])
+	require.NoError(t, err)
+	fp := gossip.KeyFingerprint(key.Public().(ed25519.PublicKey))
+
+	created := 0
+	for _, d := range bs {
+		log, err := d.TailLog(20000)
+		require.NoError(t, err)
+		if strings.Contains(log, "created this cluster's signing key") {
+			created++
+		}
+		require.Contains(t, log, "using the signing key of Secret coastguard-signing-key")
+		require.Contains(t, log, fp, "%s signs with the Secret's key", d.NodeName)
+	}
+	require.Equal(t, 1, created, "exactly one daemon created the key")
+
+	// A pins B's key (it verified B's signed data) and reports it.
+	err = harness.Eventually(ctx, 90*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		return clusterFingerprint(t, ctx, a, b.Name) == fp, nil
+	})
+	require.NoError(t, err, "A reports B's key fingerprint %s", fp)
+	m, err := ds[0].Metrics(ctx)
+	require.NoError(t, err)
+	v, _ := harness.MetricValue(m, "coastguard_gossip_dropped_total", map[string]string{"reason": "unsigned"})
+	require.Zero(t, v, "nothing of B arrived unsigned")
 }
