@@ -113,7 +113,7 @@ type Daemon struct {
 
 	leader         atomic.Bool
 	decommissioned atomic.Bool
-	needFullSync   chan struct{}
+	w              *writer
 	stop           context.CancelFunc
 	maxStamp       atomic.Int64 // newest origin stamp not yet enforced
 
@@ -175,7 +175,6 @@ func New(opts Options) (*Daemon, error) {
 		podIPs:       podIPs,
 		mirror:       NewMirror(opts.ClusterID),
 		outputs:      NewOutputs(opts.ClusterID),
-		needFullSync: make(chan struct{}, 1),
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)
@@ -280,6 +279,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
+	d.w = newWriter(rep, d.node, &d.decommissioned, d.log)
 	defer func() {
 		if !d.decommissioned.Load() {
 			_ = d.node.Leave(5 * time.Second)
@@ -301,7 +301,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	}
 	d.inv, err = kube.NewInventory(kube.InventoryConfig{
 		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
-		Writer:       d.elector.Fenced(daemonWriter{d}),
+		Writer:       d.elector.Fenced(d.w),
 		Persisted:    d.persistedOwn,
 		PodEgressIPs: o.Submariner.PodEgressIPsFunc(),
 		ClusterInfo: func() kube.ClusterInfo {
@@ -437,7 +437,7 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-d.needFullSync:
+			case <-d.w.FullSyncRequests():
 				if err := d.inv.FullSync(); err != nil && ctx.Err() == nil {
 					d.log.Warn("full sync after epoch bump failed", "err", err)
 				}
@@ -450,32 +450,6 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 		d.log.Error("inventory writer stopped", "err", err)
 	}
 	wg.Wait()
-}
-
-// write is the leader's local write path: replica (durable) then gossip.
-func (d *Daemon) write(kind crdt.Kind, name string, value []byte, deleted bool) error {
-	if d.decommissioned.Load() {
-		return errors.New("cluster is decommissioned")
-	}
-	delta, err := d.rep.Write(kind, name, value, deleted)
-	if errors.Is(err, crdt.ErrNeedsEpochBump) {
-		// our own origin was retired or a newer writer epoch was seen:
-		// move to a fresh epoch and re-publish everything we own.
-		ep, berr := d.rep.BumpEpoch()
-		if berr != nil {
-			return berr
-		}
-		d.log.Warn("writer epoch bumped; re-publishing own entries", "epoch", ep)
-		d.requestFullSync()
-		delta, err = d.rep.Write(kind, name, value, deleted)
-	}
-	if err != nil {
-		return err
-	}
-	if err := d.node.Publish(delta); err != nil && !errors.Is(err, gossip.ErrNotWriter) {
-		d.log.Warn("publish failed; anti-entropy will carry it", "err", err)
-	}
-	return nil
 }
 
 // leaseIdentity returns the identity persisted in dataDir for this node name,
@@ -495,56 +469,6 @@ func leaseIdentity(dataDir, node string) (string, error) {
 		return "", fmt.Errorf("lease identity: %w", err)
 	}
 	return id, nil
-}
-
-// daemonWriter is the inventory's writer: single writes and, for full syncs,
-// batches made durable in one transaction.
-type daemonWriter struct{ d *Daemon }
-
-func (w daemonWriter) Write(kind crdt.Kind, name string, value []byte, deleted bool) error {
-	return w.d.write(kind, name, value, deleted)
-}
-
-func (w daemonWriter) WriteBatch(ws []kube.Write) []error {
-	d := w.d
-	errs := make([]error, len(ws))
-	if d.decommissioned.Load() {
-		for i := range errs {
-			errs[i] = errors.New("cluster is decommissioned")
-		}
-		return errs
-	}
-	ops := make([]store.WriteOp, len(ws))
-	for i, x := range ws {
-		ops[i] = store.WriteOp{Kind: x.Kind, Name: x.Name, Value: x.Value, Deleted: x.Deleted}
-	}
-	deltas, err := d.rep.WriteMany(ops)
-	if errors.Is(err, crdt.ErrNeedsEpochBump) && len(deltas) == 0 {
-		if _, berr := d.rep.BumpEpoch(); berr == nil {
-			d.requestFullSync()
-			deltas, err = d.rep.WriteMany(ops)
-		}
-	}
-	if len(deltas) > 0 {
-		if perr := d.node.Publish(deltas...); perr != nil && !errors.Is(perr, gossip.ErrNotWriter) {
-			d.log.Warn("publish failed; anti-entropy will carry it", "err", perr)
-		}
-	}
-	if err != nil {
-		// WriteMany stops at the first failing op: the ones before it are
-		// durable, the rest are reported failed and retried individually.
-		for i := len(deltas); i < len(errs); i++ {
-			errs[i] = err
-		}
-	}
-	return errs
-}
-
-func (d *Daemon) requestFullSync() {
-	select {
-	case d.needFullSync <- struct{}{}:
-	default:
-	}
 }
 
 // persistedOwn lists this cluster's own live entries for the inventory diff.
@@ -590,13 +514,8 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 	if len(res.StatusDirty) > 0 {
 		d.stat.Mark(res.StatusDirty...)
 	}
-	if ownRemoved && d.leader.Load() && !d.decommissioned.Load() {
-		// someone retired our live entries (e.g. after a long partition):
-		// come back at a higher epoch.
-		if _, err := d.rep.BumpEpoch(); err == nil {
-			d.log.Warn("own entries were retired by a peer; re-publishing at a new epoch")
-			d.requestFullSync()
-		}
+	if ownRemoved && d.leader.Load() {
+		d.w.OwnRetired()
 	}
 }
 
@@ -701,7 +620,7 @@ func (d *Daemon) writeReport(key string, v crdt.ReportValue, present bool) {
 		if !have || cur.Deleted {
 			return
 		}
-		if err := d.write(crdt.KindReport, key, nil, true); err != nil {
+		if err := d.w.Write(crdt.KindReport, key, nil, true); err != nil {
 			d.log.Warn("report tombstone failed", "policy", key, "err", err)
 		}
 		return
@@ -714,7 +633,7 @@ func (d *Daemon) writeReport(key string, v crdt.ReportValue, present bool) {
 	if have && !cur.Deleted && string(cur.Value) == string(b) {
 		return
 	}
-	if err := d.write(crdt.KindReport, key, b, false); err != nil {
+	if err := d.w.Write(crdt.KindReport, key, b, false); err != nil {
 		d.log.Warn("report write failed", "policy", key, "err", err)
 	}
 }
