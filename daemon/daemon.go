@@ -168,13 +168,13 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{
-		opts:         opts,
-		log:          opts.Logger,
-		m:            m,
-		sanity:       san,
-		podIPs:       podIPs,
-		mirror:       NewMirror(opts.ClusterID),
-		outputs:      NewOutputs(opts.ClusterID),
+		opts:    opts,
+		log:     opts.Logger,
+		m:       m,
+		sanity:  san,
+		podIPs:  podIPs,
+		mirror:  NewMirror(opts.ClusterID),
+		outputs: NewOutputs(opts.ClusterID),
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)
