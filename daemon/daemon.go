@@ -352,7 +352,8 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 		}
 	}
 	if o.GossipKeyFile != "" {
-		goRun(func() { d.keyringLoop(ctx) })
+		kr := newKeyring(o.GossipKeyFile, o.KeyReloadInterval, d.node, d.log)
+		goRun(func() { kr.Run(ctx) })
 	}
 	goRun(func() {
 		if err := d.elector.Run(ctx); err != nil && ctx.Err() == nil {
@@ -807,69 +808,6 @@ func (d *Daemon) DebugState() any {
 		s.PendingInv = d.inv.Pending()
 	}
 	return s
-}
-
-// keyringLoop follows the mounted gossip key file (a Kubernetes Secret
-// volume is updated in place) and rotates the live keyring to match it.
-func (d *Daemon) keyringLoop(ctx context.Context) {
-	interval := d.opts.KeyReloadInterval
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	every(ctx, interval, func(time.Time) {
-		keys, err := gossip.LoadKeyringFile(d.opts.GossipKeyFile)
-		if err != nil {
-			d.log.Warn("gossip key file unreadable; keeping the current keyring", "file", d.opts.GossipKeyFile, "err", err)
-			return
-		}
-		if err := syncKeyring(d.node, keys); err != nil {
-			d.log.Warn("keyring rotation step failed", "err", err)
-		}
-	})
-}
-
-// keyringNode is what syncKeyring needs of a gossip node.
-type keyringNode interface {
-	Keys() [][]byte
-	InstallKey([]byte) error
-	UseKey([]byte) error
-	RemoveKey([]byte) error
-}
-
-// syncKeyring makes the node's keyring equal to want (want[0] primary).
-func syncKeyring(n keyringNode, want [][]byte) error {
-	if len(want) == 0 {
-		return errors.New("empty keyring file")
-	}
-	have := n.Keys()
-	has := func(set [][]byte, k []byte) bool {
-		for _, x := range set {
-			if string(x) == string(k) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, k := range want {
-		if !has(have, k) {
-			if err := n.InstallKey(k); err != nil {
-				return fmt.Errorf("install: %w", err)
-			}
-		}
-	}
-	if cur := n.Keys(); len(cur) == 0 || string(cur[0]) != string(want[0]) {
-		if err := n.UseKey(want[0]); err != nil {
-			return fmt.Errorf("use: %w", err)
-		}
-	}
-	for _, k := range n.Keys() {
-		if !has(want, k) {
-			if err := n.RemoveKey(k); err != nil {
-				return fmt.Errorf("remove: %w", err)
-			}
-		}
-	}
-	return nil
 }
 
 func (d *Daemon) statsLoop(ctx context.Context) {
