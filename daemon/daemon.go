@@ -431,7 +431,7 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 			d.log.Error("applier stopped", "err", err)
 		}
 	}()
-	go func() { defer wg.Done(); d.gcLoop(ctx) }()
+	go func() { defer wg.Done(); newCollector(d.opts.ClusterID, d.opts.TombstoneGCAfter, d.rep, d.node, d.log).Run(ctx) }()
 	go func() {
 		defer wg.Done()
 		for {
@@ -686,56 +686,6 @@ func (d *Daemon) fireStatus(ctx context.Context, keys []string) {
 			d.stat.Mark(k)
 		} else if err == nil {
 			d.m.statusUpdates.Inc()
-		}
-	}
-}
-
-// gcLoop garbage-collects this cluster's own tombstones older than the
-// horizon: it samples the own version over time and collects up to the
-// newest sample older than TombstoneGCAfter.
-func (d *Daemon) gcLoop(ctx context.Context) {
-	horizon := d.opts.TombstoneGCAfter
-	if horizon <= 0 {
-		return
-	}
-	every := horizon / 4
-	if every < time.Second {
-		every = time.Second
-	}
-	type sample struct {
-		at time.Time
-		v  crdt.Version
-	}
-	var samples []sample
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			samples = append(samples, sample{now, d.rep.Digest()[d.opts.ClusterID].Max})
-			var upTo crdt.Version
-			i := 0
-			for i < len(samples) && now.Sub(samples[i].at) >= horizon {
-				upTo = samples[i].v
-				i++
-			}
-			if i > 1 {
-				samples = samples[i-1:]
-			}
-			if upTo == 0 || upTo <= d.rep.Digest()[d.opts.ClusterID].GC {
-				continue
-			}
-			delta, changes, err := d.rep.CollectGarbage(upTo)
-			if err != nil {
-				d.log.Warn("tombstone GC failed", "err", err)
-				continue
-			}
-			d.log.Debug("collected tombstones", "upTo", upTo.String(), "removed", len(changes))
-			if err := d.node.Publish(delta); err != nil && !errors.Is(err, gossip.ErrNotWriter) {
-				d.log.Debug("publishing GC watermark", "err", err)
-			}
 		}
 	}
 }
