@@ -431,7 +431,10 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 			d.log.Error("applier stopped", "err", err)
 		}
 	}()
-	go func() { defer wg.Done(); newCollector(d.opts.ClusterID, d.opts.TombstoneGCAfter, d.rep, d.node, d.log).Run(ctx) }()
+	go func() {
+		defer wg.Done()
+		newCollector(d.opts.ClusterID, d.opts.TombstoneGCAfter, d.rep, d.node, d.log).Run(ctx)
+	}()
 	go func() {
 		defer wg.Done()
 		for {
