@@ -114,6 +114,7 @@ type Daemon struct {
 	leader         atomic.Bool
 	decommissioned atomic.Bool
 	w              *writer
+	reports        *reporter
 	stop           context.CancelFunc
 	maxStamp       atomic.Int64 // newest origin stamp not yet enforced
 
@@ -125,12 +126,6 @@ const allPolicies = "*"
 // SubmarinerSyncTimeout bounds how long the daemon waits at start for the
 // Submariner Cluster objects (the trusted pod CIDRs) before it enforces.
 var SubmarinerSyncTimeout = 30 * time.Second
-
-type reportWrite struct {
-	key string
-	val crdt.ReportValue
-	ok  bool
-}
 
 // New validates options; Run does the work.
 func New(opts Options) (*Daemon, error) {
@@ -280,6 +275,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 		return fmt.Errorf("gossip: %w", err)
 	}
 	d.w = newWriter(rep, d.node, &d.decommissioned, d.log)
+	d.reports = newReporter(replicaReports{rep, o.ClusterID}, d.w.Write, d.reporting, d.log)
 	defer func() {
 		if !d.decommissioned.Load() {
 			_ = d.node.Leave(5 * time.Second)
@@ -578,69 +574,11 @@ func (d *Daemon) fireEnforce(ctx context.Context, keys []string) {
 			d.m.enforceLag.Observe(lag.Seconds())
 		}
 	}
-	if all {
-		d.reconcileReports(reports)
-		return
-	}
-	for _, r := range reports {
-		d.writeReport(r.key, r.val, r.ok)
-	}
+	d.reports.Publish(reports, all)
 }
 
-// reconcileReports writes the given reports and tombstones every other own
-// report whose policy no longer selects this cluster or no longer exists.
-func (d *Daemon) reconcileReports(reports []reportWrite) {
-	want := map[string]bool{}
-	for _, r := range reports {
-		want[r.key] = r.ok
-		d.writeReport(r.key, r.val, r.ok)
-	}
-	var stale []string
-	d.rep.View(func(st *crdt.State) {
-		st.Range(d.opts.ClusterID, crdt.KindReport, func(e crdt.Entry) bool {
-			if !e.Deleted && !want[e.Name] {
-				stale = append(stale, e.Name)
-			}
-			return true
-		})
-	})
-	for _, k := range stale {
-		d.writeReport(k, crdt.ReportValue{}, false)
-	}
-}
-
-// writeReport publishes (or tombstones) this cluster's report on a policy,
-// skipping no-op writes.
-func (d *Daemon) writeReport(key string, v crdt.ReportValue, present bool) {
-	if !d.leader.Load() || d.decommissioned.Load() {
-		return
-	}
-	var cur crdt.Entry
-	var have bool
-	d.rep.View(func(st *crdt.State) {
-		cur, have = st.Get(crdt.Key{Origin: d.opts.ClusterID, Kind: crdt.KindReport, Name: key})
-	})
-	if !present {
-		if !have || cur.Deleted {
-			return
-		}
-		if err := d.w.Write(crdt.KindReport, key, nil, true); err != nil {
-			d.log.Warn("report tombstone failed", "policy", key, "err", err)
-		}
-		return
-	}
-	b, err := crdt.EncodeValue(&v)
-	if err != nil {
-		d.log.Error("encoding report", "err", err)
-		return
-	}
-	if have && !cur.Deleted && string(cur.Value) == string(b) {
-		return
-	}
-	if err := d.w.Write(crdt.KindReport, key, b, false); err != nil {
-		d.log.Warn("report write failed", "policy", key, "err", err)
-	}
-}
+// reporting: only the leader of a cluster still in the set writes reports.
+func (d *Daemon) reporting() bool { return d.leader.Load() && !d.decommissioned.Load() }
 
 func (d *Daemon) markAllStatus() {
 	d.mu.Lock()
