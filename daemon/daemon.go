@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -104,24 +103,19 @@ type Daemon struct {
 	applier *kube.Applier
 	status  *kube.StatusWriter
 
-	mu      sync.Mutex // guards mirror and outputs
-	mirror  *Mirror
-	outputs *Outputs
+	view  // mirror and outputs
+	roles // leader, decommissioned
+	enf   *enforcer
+	st    *statusLoop
 
 	enforce *kube.Debouncer[string]
 	stat    *kube.Debouncer[string]
 
-	leader         atomic.Bool
-	decommissioned atomic.Bool
-	w              *writer
-	reports        *reporter
-	stop           context.CancelFunc
-	maxStamp       atomic.Int64 // newest origin stamp not yet enforced
+	w    *writer
+	stop context.CancelFunc
 
 	safety // gate, store failure, liveness (safety.go)
 }
-
-const allPolicies = "*"
 
 // SubmarinerSyncTimeout bounds how long the daemon waits at start for the
 // Submariner Cluster objects (the trusted pod CIDRs) before it enforces.
@@ -163,13 +157,12 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{
-		opts:    opts,
-		log:     opts.Logger,
-		m:       m,
-		sanity:  san,
-		podIPs:  podIPs,
-		mirror:  NewMirror(opts.ClusterID),
-		outputs: NewOutputs(opts.ClusterID),
+		opts:   opts,
+		log:    opts.Logger,
+		m:      m,
+		sanity: san,
+		podIPs: podIPs,
+		view:   view{mirror: NewMirror(opts.ClusterID), outputs: NewOutputs(opts.ClusterID)},
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)
@@ -225,8 +218,11 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	o.Ready("state", nil)
 
 	// 2. enforcer and status debouncers; the change feed marks them
-	d.enforce = kube.NewDebouncer(o.Debounce, o.MaxDelay, nil, d.fireEnforce)
-	d.stat = kube.NewDebouncer(2*o.Debounce, 4*o.MaxDelay, nil, d.fireStatus)
+	d.enf = &enforcer{view: &d.view, roles: &d.roles, m: d.m, log: d.log, lastRun: &d.lastEnforce}
+	d.enforce = kube.NewDebouncer(o.Debounce, o.MaxDelay, nil, d.enf.Fire)
+	d.st = &statusLoop{self: o.ClusterID, view: &d.view, roles: &d.roles, m: d.m, log: d.log}
+	d.stat = kube.NewDebouncer(2*o.Debounce, 4*o.MaxDelay, nil, d.st.Fire)
+	d.st.mark = d.stat.Mark
 	rep.Subscribe(d.onChanges)
 
 	// 3. leader election (needed by gossip's writer gate and the inventory).
@@ -275,7 +271,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 		return fmt.Errorf("gossip: %w", err)
 	}
 	d.w = newWriter(rep, d.node, &d.decommissioned, d.log)
-	d.reports = newReporter(replicaReports{rep, o.ClusterID}, d.w.Write, d.reporting, d.log)
+	d.enf.reports = newReporter(replicaReports{rep, o.ClusterID}, d.w.Write, d.acting, d.log)
 	defer func() {
 		if !d.decommissioned.Load() {
 			_ = d.node.Leave(5 * time.Second)
@@ -295,6 +291,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	d.enf.applier = d.applier
 	d.inv, err = kube.NewInventory(kube.InventoryConfig{
 		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
 		Writer:       d.elector.Fenced(d.w),
@@ -318,6 +315,7 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	if err != nil {
 		return err
 	}
+	d.st.store = d.status
 
 	var wg sync.WaitGroup
 	goRun := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
@@ -445,7 +443,7 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 		}
 	}()
 	d.enforce.Mark(allPolicies) // re-apply everything and reconcile reports
-	d.markAllStatus()
+	d.st.MarkAll()
 	if err := d.inv.RunWriter(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, kube.ErrNotLeader) {
 		d.log.Error("inventory writer stopped", "err", err)
 	}
@@ -497,14 +495,7 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 		d.m.decodeErrors.Inc()
 		d.log.Warn("skipping undecodable entry", "err", e)
 	}
-	if newest > 0 {
-		for {
-			cur := d.maxStamp.Load()
-			if newest <= cur || d.maxStamp.CompareAndSwap(cur, newest) {
-				break
-			}
-		}
-	}
+	d.enf.NoteStamp(newest)
 	switch {
 	case res.All:
 		d.enforce.Mark(allPolicies)
@@ -516,118 +507,6 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 	}
 	if ownRemoved && d.leader.Load() {
 		d.w.OwnRetired()
-	}
-}
-
-// fireEnforce recomputes the affected policies and applies the result.
-func (d *Daemon) fireEnforce(ctx context.Context, keys []string) {
-	start := time.Now()
-	all := false
-	for _, k := range keys {
-		if k == allPolicies {
-			all = true
-		}
-	}
-	stamp := d.maxStamp.Swap(0)
-	d.lastEnforce.Store(start.UnixNano())
-	failures := d.applier.Failures()
-	d.mu.Lock()
-	failChanged := d.outputs.SetFailures(failures)
-	changed := d.outputs.Recompute(d.mirror.Inventory(), keys, all)
-	changed = appendMissing(changed, failChanged)
-	desired := d.outputs.Desired()
-	var reports []reportWrite
-	if all {
-		changed = nil
-		for _, r := range d.mirror.Inventory().Policies() {
-			changed = append(changed, PolicyKey(r))
-		}
-	}
-	for _, k := range changed {
-		res, ok := d.outputs.Result(k)
-		if ok && res.Selected {
-			ref, _ := ParsePolicyKey(k)
-			p, _ := d.mirror.Inventory().Policy(ref)
-			reports = append(reports, reportWrite{k, d.outputs.report(res, p.Generation), true})
-		} else {
-			reports = append(reports, reportWrite{k, crdt.ReportValue{}, false})
-		}
-	}
-	npolicies := d.outputs.Len()
-	d.mu.Unlock()
-	if d.decommissioned.Load() {
-		desired = nil
-	}
-	d.m.enforceRuns.Inc()
-	d.m.enforceDuration.Observe(time.Since(start).Seconds())
-	d.m.policies.Set(float64(npolicies))
-	d.m.generated.Set(float64(len(desired)))
-	if !d.leader.Load() {
-		return // standby: results stay warm for a quick failover
-	}
-	if err := d.applier.SetDesired(desired); err != nil {
-		d.m.enforceErrors.Inc()
-		d.log.Error("some generated NetworkPolicies were refused; only their MCNPs are affected", "err", err)
-	}
-	if stamp > 0 {
-		if lag := time.Since(time.Unix(0, stamp)); lag >= 0 && lag < time.Hour {
-			d.m.enforceLag.Observe(lag.Seconds())
-		}
-	}
-	d.reports.Publish(reports, all)
-}
-
-// reporting: only the leader of a cluster still in the set writes reports.
-func (d *Daemon) reporting() bool { return d.leader.Load() && !d.decommissioned.Load() }
-
-func (d *Daemon) markAllStatus() {
-	d.mu.Lock()
-	var keys []string
-	for _, r := range d.mirror.Inventory().Policies() {
-		if r.Origin == d.opts.ClusterID {
-			keys = append(keys, PolicyKey(r))
-		}
-	}
-	d.mu.Unlock()
-	if len(keys) > 0 {
-		d.stat.Mark(keys...)
-	}
-}
-
-// fireStatus aggregates reports into the status of this cluster's MCNPs.
-func (d *Daemon) fireStatus(ctx context.Context, keys []string) {
-	if !d.leader.Load() || d.decommissioned.Load() {
-		return
-	}
-	for _, k := range keys {
-		ref, ok := ParsePolicyKey(k)
-		if !ok || ref.Origin != d.opts.ClusterID {
-			continue
-		}
-		d.mu.Lock()
-		p, exists := d.mirror.Inventory().Policy(ref)
-		reports := d.mirror.Reports(k)
-		labels := d.mirror.ClusterLabels()
-		d.mu.Unlock()
-		if !exists {
-			continue
-		}
-		enforcing, err := EnforcingClusters(p, labels)
-		if err != nil {
-			enforcing = nil
-		}
-		_, prev, err := d.status.Policy(ref.Namespace, ref.Name)
-		if err != nil {
-			continue // not in the local cache (yet, or deleted)
-		}
-		st := kube.Aggregate(kube.AggregateInput{Generation: p.Generation, Reports: reports,
-			Enforcing: enforcing, Previous: prev.Conditions, Now: time.Now()})
-		if _, err := d.status.Update(ctx, ref.Namespace, ref.Name, st); err != nil && !errors.Is(err, kube.ErrNotLeader) {
-			d.log.Warn("status update failed; will retry", "policy", k, "err", err)
-			d.stat.Mark(k)
-		} else if err == nil {
-			d.m.statusUpdates.Inc()
-		}
 	}
 }
 
