@@ -29,10 +29,6 @@ import (
 // StateFile is the bbolt file name inside the data dir.
 const StateFile = "state.db"
 
-// DecommissionedMarker is written into the data dir after a decommission; a
-// daemon refuses to start while it exists (delete it to rejoin on purpose).
-const DecommissionedMarker = "DECOMMISSIONED"
-
 // Options configure a Daemon.
 type Options struct {
 	ClusterID string
@@ -107,6 +103,7 @@ type Daemon struct {
 	roles // leader, decommissioned
 	enf   *enforcer
 	st    *statusLoop
+	dec   *decommissioner
 
 	enforce *kube.Debouncer[string]
 	stat    *kube.Debouncer[string]
@@ -184,9 +181,8 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(o.DataDir, DecommissionedMarker)); err == nil {
-		return fmt.Errorf("cluster %s was decommissioned from this data dir (%s exists); remove the file to rejoin the cluster set",
-			o.ClusterID, filepath.Join(o.DataDir, DecommissionedMarker))
+	if err := checkNotDecommissioned(o.DataDir, o.ClusterID); err != nil {
+		return err
 	}
 
 	// 1. durable state, loaded before anything talks to peers
@@ -292,6 +288,8 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 		return err
 	}
 	d.enf.applier = d.applier
+	d.dec = &decommissioner{roles: &d.roles, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
+		dataDir: o.DataDir, stop: cancel, log: d.log, settle: 30 * time.Second, poll: 100 * time.Millisecond}
 	d.inv, err = kube.NewInventory(kube.InventoryConfig{
 		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
 		Writer:       d.elector.Fenced(d.w),
@@ -510,36 +508,13 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 	}
 }
 
-// Decommission retires this cluster from the cluster set (the proposal's
-// "cluster removed" flow) and stops the daemon. Only the leader can.
+// Decommission retires this cluster from the cluster set and stops the
+// daemon (see decommissioner). Only the leader can.
 func (d *Daemon) Decommission(ctx context.Context) error {
-	if d.node == nil || !d.leader.Load() {
-		return errors.New("this daemon is not its cluster's leader; run decommission on the Lease holder")
+	if !d.leader.Load() || d.dec == nil {
+		return errNotLeaderDecommission
 	}
-	if !d.decommissioned.CompareAndSwap(false, true) {
-		return errors.New("already decommissioned")
-	}
-	d.log.Warn("decommissioning cluster: retiring its entries everywhere")
-	if err := d.node.Decommission(ctx); err != nil {
-		return fmt.Errorf("gossiping retirement: %w", err)
-	}
-	// remove the NetworkPolicies we generated here: an explicit
-	// decommission releases the empty-view gate
-	d.releaseGate("decommission")
-	if err := d.applier.SetDesired(nil); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !d.applier.Settled() && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := os.WriteFile(filepath.Join(d.opts.DataDir, DecommissionedMarker),
-		[]byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
-		return err
-	}
-	d.log.Warn("cluster decommissioned; stopping")
-	go func() { time.Sleep(200 * time.Millisecond); d.stop() }()
-	return nil
+	return d.dec.Decommission(ctx)
 }
 
 // State is the /debug/state document.
