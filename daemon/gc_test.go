@@ -37,7 +37,7 @@ func TestCollectorHorizon(t *testing.T) {
 	rep, pub := &fakeGCReplica{}, &fakePublisher{}
 	c := newCollector("a", time.Hour, rep, pub, discard)
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	at := t0.Add
 
 	rep.max = 10
 	require.Zero(t, c.step(at(0)), "nothing is old enough yet")

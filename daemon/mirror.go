@@ -346,7 +346,7 @@ func (m *Mirror) oldLabels(old *crdt.Entry, mk func() any) map[string]string {
 		}
 		return x.Labels
 	case *crdt.NamespaceValue:
-		return withNameLabel(x.Labels, old.Key.Name)
+		return withNameLabel(x.Labels, old.Name)
 	}
 	return nil
 }
