@@ -29,6 +29,7 @@ type Daemon struct {
 	sanity *sanity
 	podIPs *podIPReport
 
+	// infrastructure, built by Run's phases (wiring.go)
 	rep     *store.Replica
 	node    *gossip.Node
 	elector *kube.Elector
@@ -38,14 +39,15 @@ type Daemon struct {
 
 	view  // mirror and outputs
 	roles // leader, decommissioned
-	enf   *enforcer
-	st    *statusLoop
-	dec   *decommissioner
 
-	enforce *kube.Debouncer[string]
-	stat    *kube.Debouncer[string]
+	// the parts (see docs/ARCHITECTURE.md, "The daemon")
+	w       *writer
+	enf     *enforcer
+	enforce *kube.Debouncer[string] // fires enf
+	st      *statusLoop
+	stat    *kube.Debouncer[string] // fires st
+	dec     *decommissioner
 
-	w    *writer
 	stop context.CancelFunc
 
 	safety // gate, store failure, liveness (safety.go)
