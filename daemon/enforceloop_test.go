@@ -31,7 +31,9 @@ type fakeReportSink struct {
 	calls   int
 }
 
-func (f *fakeReportSink) Publish(r []reportWrite, all bool) { f.reports, f.all, f.calls = r, all, f.calls+1 }
+func (f *fakeReportSink) Publish(r []reportWrite, all bool) {
+	f.reports, f.all, f.calls = r, all, f.calls+1
+}
 
 // The enforcer computes on standbys too (warm for failover) but only the
 // leader applies and reports; a decommissioned cluster applies nothing.
