@@ -410,7 +410,7 @@ func PodIPDrops(inv *Inventory, enforcing string) []PodIPDrop {
 				}
 				name := func() string { return nsName + "/" + podName }
 				if v.globalnet {
-					for _, p := range parseAddrs(pod.EgressIPs) {
+					for _, p := range pod.egress {
 						note(func() string { return name() + " egress IP" }, p)
 					}
 					continue
