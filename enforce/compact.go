@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"hash/maphash"
+	"iter"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -32,32 +33,39 @@ import (
 // forgotten, so churn (new pod-template-hashes on every rollout) does not
 // grow the tables.
 
-// labelPair is one label.
-type labelPair struct{ key, val string }
+// labelShape is the sorted key list shared by every label set with the
+// same keys (the pods of a workload, across its rollouts).
+type labelShape struct {
+	keys []string
+	id   string // keys joined by NUL: the shape's intern key
+	refs int32
+}
 
-// labelSet is an interned, immutable label set, sorted by key.
+// labelSet is an interned, immutable label set: a shape and the value of
+// each of its keys.
 type labelSet struct {
-	pairs []labelPair
-	hash  uint64
+	shape *labelShape
+	vals  []string
 	refs  int32
 	next  *labelSet // same-hash chain
 }
 
 // emptyLabels is shared by every pod without labels; it is never released.
-var emptyLabels = &labelSet{}
+var emptyLabels = &labelSet{shape: &labelShape{}}
 
 var _ labels.Labels = (*labelSet)(nil)
 
 func (s *labelSet) find(key string) int {
-	if len(s.pairs) <= 8 {
-		for i := range s.pairs {
-			if s.pairs[i].key == key {
+	keys := s.shape.keys
+	if len(keys) <= 8 {
+		for i := range keys {
+			if keys[i] == key {
 				return i
 			}
 		}
 		return -1
 	}
-	i, ok := slices.BinarySearchFunc(s.pairs, key, func(p labelPair, k string) int { return strings.Compare(p.key, k) })
+	i, ok := slices.BinarySearch(keys, key)
 	if !ok {
 		return -1
 	}
@@ -70,7 +78,7 @@ func (s *labelSet) Has(key string) bool { return s.find(key) >= 0 }
 // Get implements labels.Labels.
 func (s *labelSet) Get(key string) string {
 	if i := s.find(key); i >= 0 {
-		return s.pairs[i].val
+		return s.vals[i]
 	}
 	return ""
 }
@@ -79,47 +87,42 @@ func (s *labelSet) Get(key string) string {
 // separated); used only in log and error messages.
 func (s *labelSet) String() string {
 	var b strings.Builder
-	for i, p := range s.pairs {
+	for i, k := range s.shape.keys {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(p.key)
+		b.WriteString(k)
 		b.WriteByte('=')
-		b.WriteString(p.val)
+		b.WriteString(s.vals[i])
 	}
 	return b.String()
 }
 
-// interner holds the interned label sets, label keys and port lists of
-// one inventory.
+// interner holds the interned label sets, label shapes and pod auxiliary
+// data (ports, extra addresses) of one inventory.
 type interner struct {
-	seed  maphash.Seed
-	sets  map[uint64]*labelSet
-	keys  map[string]*internedString
-	ports map[string]*portList
-}
-
-type internedString struct {
-	s    string
-	refs int32
+	seed   maphash.Seed
+	sets   map[uint64]*labelSet
+	shapes map[string]*labelShape
+	aux    map[string]*podAux
 }
 
 func newInterner() *interner {
 	return &interner{
-		seed:  maphash.MakeSeed(),
-		sets:  map[uint64]*labelSet{},
-		keys:  map[string]*internedString{},
-		ports: map[string]*portList{},
+		seed:   maphash.MakeSeed(),
+		sets:   map[uint64]*labelSet{},
+		shapes: map[string]*labelShape{},
+		aux:    map[string]*podAux{},
 	}
 }
 
-func (in *interner) hashPairs(pairs []labelPair) uint64 {
+func (in *interner) hash(keys []string, val func(i int) string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(in.seed)
-	for _, p := range pairs {
-		h.WriteString(p.key)
+	for i, k := range keys {
+		h.WriteString(k)
 		h.WriteByte(0)
-		h.WriteString(p.val)
+		h.WriteString(val(i))
 		h.WriteByte(0)
 	}
 	return h.Sum64()
@@ -130,42 +133,44 @@ func (in *interner) labels(m map[string]string) *labelSet {
 	if len(m) == 0 {
 		return emptyLabels
 	}
-	pairs := make([]labelPair, 0, len(m))
-	for k, v := range m {
-		pairs = append(pairs, labelPair{k, v})
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
 	}
-	slices.SortFunc(pairs, func(a, b labelPair) int { return strings.Compare(a.key, b.key) })
-	h := in.hashPairs(pairs)
+	slices.Sort(keys)
+	h := in.hash(keys, func(i int) string { return m[keys[i]] })
 	for s := in.sets[h]; s != nil; s = s.next {
-		if slices.Equal(s.pairs, pairs) {
+		if slices.Equal(s.shape.keys, keys) && s.valsEqual(m) {
 			s.refs++
 			return s
 		}
 	}
-	for i := range pairs {
-		pairs[i].key = in.key(pairs[i].key)
+	s := &labelSet{shape: in.shape(keys), vals: make([]string, len(keys)), refs: 1, next: in.sets[h]}
+	for i, k := range keys {
+		s.vals[i] = m[k]
 	}
-	s := &labelSet{pairs: pairs, hash: h, refs: 1, next: in.sets[h]}
 	in.sets[h] = s
 	return s
 }
 
-func (in *interner) key(k string) string {
-	if e := in.keys[k]; e != nil {
-		e.refs++
-		return e.s
-	}
-	e := &internedString{s: strings.Clone(k), refs: 1}
-	in.keys[e.s] = e
-	return e.s
-}
-
-func (in *interner) releaseKey(k string) {
-	if e := in.keys[k]; e != nil {
-		if e.refs--; e.refs <= 0 {
-			delete(in.keys, k)
+func (s *labelSet) valsEqual(m map[string]string) bool {
+	for i, k := range s.shape.keys {
+		if m[k] != s.vals[i] {
+			return false
 		}
 	}
+	return true
+}
+
+func (in *interner) shape(keys []string) *labelShape {
+	id := strings.Join(keys, "\x00")
+	if sh := in.shapes[id]; sh != nil {
+		sh.refs++
+		return sh
+	}
+	sh := &labelShape{keys: keys, id: id, refs: 1}
+	in.shapes[id] = sh
+	return sh
 }
 
 // releaseLabels drops a reference to s.
@@ -176,12 +181,13 @@ func (in *interner) releaseLabels(s *labelSet) {
 	if s.refs--; s.refs > 0 {
 		return
 	}
-	head := in.sets[s.hash]
+	h := in.hash(s.shape.keys, func(i int) string { return s.vals[i] })
+	head := in.sets[h]
 	switch {
 	case head == s && s.next == nil:
-		delete(in.sets, s.hash)
+		delete(in.sets, h)
 	case head == s:
-		in.sets[s.hash] = s.next
+		in.sets[h] = s.next
 	default:
 		for p := head; p != nil; p = p.next {
 			if p.next == s {
@@ -190,21 +196,27 @@ func (in *interner) releaseLabels(s *labelSet) {
 			}
 		}
 	}
-	for _, p := range s.pairs {
-		in.releaseKey(p.key)
+	if sh := s.shape; sh != nil {
+		if sh.refs--; sh.refs <= 0 {
+			delete(in.shapes, sh.id)
+		}
 	}
 }
 
-// portList is an interned, immutable list of container ports.
-type portList struct {
-	ports []Port
-	key   string
-	refs  int32
+// podAux is what few pods differ in, interned by content: container ports
+// (shared by the pods of a workload), addresses after the first
+// (dual-stack) and Globalnet egress IPs.
+type podAux struct {
+	ports  []Port
+	more   []netip.Addr
+	egress []netip.Prefix // parseAddrs(EgressIPs)
+	key    string
+	refs   int32
 }
 
-var noPorts = &portList{}
+var noAux = &podAux{}
 
-func portListKey(ports []Port) string {
+func auxKey(ports []Port, more []netip.Addr, egress []netip.Prefix) string {
 	var b strings.Builder
 	for _, p := range ports {
 		b.WriteString(p.Name)
@@ -214,43 +226,78 @@ func portListKey(ports []Port) string {
 		b.WriteString(string(p.Protocol))
 		b.WriteByte(0)
 	}
+	b.WriteByte(1)
+	for _, a := range more {
+		b.WriteString(a.String())
+		b.WriteByte(0)
+	}
+	b.WriteByte(1)
+	for _, p := range egress {
+		b.WriteString(p.String())
+		b.WriteByte(0)
+	}
 	return b.String()
 }
 
-func (in *interner) portList(ports []Port) *portList {
-	if len(ports) == 0 {
-		return noPorts
+func (in *interner) podAux(ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
+	if len(ports) == 0 && len(more) == 0 && len(egress) == 0 {
+		return noAux
 	}
-	k := portListKey(ports)
-	if pl := in.ports[k]; pl != nil {
-		pl.refs++
-		return pl
+	k := auxKey(ports, more, egress)
+	if a := in.aux[k]; a != nil {
+		a.refs++
+		return a
 	}
-	pl := &portList{ports: slices.Clone(ports), key: k, refs: 1}
-	in.ports[k] = pl
-	return pl
+	a := &podAux{ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
+	in.aux[k] = a
+	return a
 }
 
-func (in *interner) releasePorts(pl *portList) {
-	if pl == nil || pl == noPorts {
+func (in *interner) releaseAux(a *podAux) {
+	if a == nil || a == noAux {
 		return
 	}
-	if pl.refs--; pl.refs <= 0 {
-		delete(in.ports, pl.key)
+	if a.refs--; a.refs <= 0 {
+		delete(in.aux, a.key)
 	}
 }
 
-// podEntry is one pod as the translator needs it.
+// podEntry is one pod as the translator needs it: 64 bytes plus shared,
+// interned parts.
 type podEntry struct {
 	ns     *namespaceState // cluster and namespace names
 	name   string
 	labels *labelSet
-	ports  *portList
-	addrs  []netip.Addr   // parsed, unmapped, valid IPs
-	egress []netip.Prefix // parseAddrs(EgressIPs): Globalnet egress IPs
-	// eligible: the pod can be a peer (Pod.Eligible and a valid IP).
-	eligible bool
+	aux    *podAux
+	// addr is the pod's first valid IP (unmapped, no zone), set only when
+	// the pod is eligible (Pod.Eligible and a valid IP): ineligible pods
+	// are never rendered, so their addresses are not kept.
+	addr netip.Addr
 }
+
+// eligible reports whether the pod can be a peer.
+func (e *podEntry) eligible() bool { return e.addr.IsValid() }
+
+// addrs yields the pod's valid IPs in their original order (none for an
+// ineligible pod).
+func (e *podEntry) addrs() iter.Seq[netip.Addr] {
+	return func(yield func(netip.Addr) bool) {
+		if !e.addr.IsValid() || !yield(e.addr) {
+			return
+		}
+		for _, a := range e.aux.more {
+			if !yield(a) {
+				return
+			}
+		}
+	}
+}
+
+// ports are the pod's container ports.
+func (e *podEntry) ports() []Port { return e.aux.ports }
+
+// egress are the pod's Globalnet egress IPs.
+func (e *podEntry) egress() []netip.Prefix { return e.aux.egress }
 
 // key is cluster/namespace/name, for deterministic tie-breaks.
 func (e *podEntry) key() string {
@@ -264,8 +311,7 @@ func comparePodKeys(a, b *podEntry) int {
 	return strings.Compare(a.key(), b.key())
 }
 
-// labelCount is the number of distinct label sets and of interned label
-// keys; for tests and metrics.
+// internedLabelSets is the number of distinct label sets; for tests.
 func (inv *Inventory) internedLabelSets() (sets int) {
 	for _, s := range inv.intern.sets {
 		for ; s != nil; s = s.next {

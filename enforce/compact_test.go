@@ -20,8 +20,8 @@ func TestLabelSetsInternedAndReleased(t *testing.T) {
 		inv.SetPod("eu-2", p)
 	}
 	require.Equal(t, 1, inv.internedLabelSets())
-	require.Len(t, inv.intern.keys, 2)
-	require.Len(t, inv.intern.ports, 1)
+	require.Len(t, inv.intern.shapes, 1)
+	require.Len(t, inv.intern.aux, 1)
 	ns := inv.clusters["eu-2"].namespaces["shop"]
 	require.Same(t, ns.pods["web-0"].labels, ns.pods["web-99"].labels)
 
@@ -37,7 +37,8 @@ func TestLabelSetsInternedAndReleased(t *testing.T) {
 	require.Equal(t, 1, inv.internedLabelSets())
 	require.Equal(t, "web", ns.pods["web-7"].labels.Get("app"))
 	require.Equal(t, "def", ns.pods["web-7"].labels.Get("pod-template-hash"))
-	require.Len(t, inv.intern.ports, 1)
+	require.Len(t, inv.intern.aux, 1)
+	require.Len(t, inv.intern.shapes, 1)
 
 	for i := 0; i < 50; i++ {
 		inv.RemovePod("eu-2", "shop", fmt.Sprintf("web-%d", i))
@@ -45,8 +46,8 @@ func TestLabelSetsInternedAndReleased(t *testing.T) {
 	require.Equal(t, 1, inv.internedLabelSets())
 	inv.RemoveCluster("eu-2")
 	require.Equal(t, 0, inv.internedLabelSets())
-	require.Empty(t, inv.intern.keys)
-	require.Empty(t, inv.intern.ports)
+	require.Empty(t, inv.intern.shapes)
+	require.Empty(t, inv.intern.aux)
 	require.Empty(t, inv.intern.sets)
 }
 
@@ -87,7 +88,7 @@ func TestLabelSetMatchesLikeLabelsSet(t *testing.T) {
 		in.releaseLabels(set)
 	}
 	require.Empty(t, in.sets)
-	require.Empty(t, in.keys)
+	require.Empty(t, in.shapes)
 }
 
 // Posting lists exist only for label keys some policy's pod selector can

@@ -217,11 +217,11 @@ func mergeRendered(prev, next *renderedAddr) *renderedAddr {
 // (the union: traffic to a shared address may reach any of them).
 func (ra *renderedAddr) resolvePorts(ports []networkingv1.NetworkPolicyPort) []networkingv1.NetworkPolicyPort {
 	if len(ra.pods) == 1 {
-		return resolvePorts(ports, ra.pods[0].ports.ports)
+		return resolvePorts(ports, ra.pods[0].ports())
 	}
 	var out []networkingv1.NetworkPolicyPort
 	for _, p := range ra.pods {
-		out = append(out, resolvePorts(ports, p.ports.ports)...)
+		out = append(out, resolvePorts(ports, p.ports())...)
 	}
 	slices.SortFunc(out, comparePorts)
 	return slices.CompactFunc(out, func(a, b networkingv1.NetworkPolicyPort) bool { return comparePorts(a, b) == 0 })
@@ -330,7 +330,7 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 		if len(v.overlapsWith) > 0 {
 			b.set.problems.add(ReasonOverlappingPodCIDRs, c)
 		}
-		for _, a := range pod.addrs {
+		for a := range pod.addrs() {
 			b.owned(c, v, false, netip.PrefixFrom(a, a.BitLen()), pod, false)
 		}
 		return
@@ -338,7 +338,7 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 	var exact, coarse []netip.Prefix
 	if b.egress {
 		coarse = v.globalCIDRs
-	} else if own := pod.egress; len(own) > 0 {
+	} else if own := pod.egress(); len(own) > 0 {
 		exact = own
 	} else if ns := v.nsEgress[pod.ns.name]; len(ns) > 0 {
 		exact = ns
@@ -399,10 +399,10 @@ func Findings(inv *Inventory) []Finding {
 			ns := inv.clusters[id].namespaces[nsName]
 			for _, podName := range slices.Sorted(maps.Keys(ns.pods)) {
 				pod := ns.pods[podName]
-				if !pod.eligible {
+				if !pod.eligible() {
 					continue
 				}
-				for _, a := range pod.addrs {
+				for a := range pod.addrs() {
 					if !slices.ContainsFunc(v.podCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
 						if n == 0 {
 							example = fmt.Sprintf("%s/%s (%s)", nsName, podName, a)

@@ -191,22 +191,22 @@ func (ns *namespaceState) indexPodKey(e *podEntry, k, v string) {
 }
 
 func (ns *namespaceState) indexPod(inv *Inventory, e *podEntry) {
-	for _, p := range e.labels.pairs {
-		if inv.indexKeys[p.key] > 0 {
-			ns.indexPodKey(e, p.key, p.val)
+	for i, k := range e.labels.shape.keys {
+		if inv.indexKeys[k] > 0 {
+			ns.indexPodKey(e, k, e.labels.vals[i])
 		}
 	}
 }
 
 func (ns *namespaceState) unindexPod(e *podEntry) {
-	for _, p := range e.labels.pairs {
-		byVal := ns.index[p.key]
-		if set := byVal[p.val]; set != nil {
+	for i, k := range e.labels.shape.keys {
+		byVal := ns.index[k]
+		if set := byVal[e.labels.vals[i]]; set != nil {
 			delete(set, e)
 			if len(set) == 0 {
-				delete(byVal, p.val)
+				delete(byVal, e.labels.vals[i])
 				if len(byVal) == 0 {
-					delete(ns.index, p.key)
+					delete(ns.index, k)
 				}
 			}
 		}
@@ -250,7 +250,7 @@ func (inv *Inventory) buildIndex(key string) {
 		for _, ns := range c.namespaces {
 			for _, e := range ns.pods {
 				if i := e.labels.find(key); i >= 0 {
-					ns.indexPodKey(e, key, e.labels.pairs[i].val)
+					ns.indexPodKey(e, key, e.labels.vals[i])
 				}
 			}
 		}
@@ -323,7 +323,7 @@ func (inv *Inventory) RemoveCluster(id string) {
 		for _, ns := range c.namespaces {
 			for _, e := range ns.pods {
 				inv.intern.releaseLabels(e.labels)
-				inv.intern.releasePorts(e.ports)
+				inv.intern.releaseAux(e.aux)
 			}
 		}
 		delete(inv.clusters, id)
@@ -374,17 +374,22 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 	if old != nil {
 		name = old.name
 	}
-	e := &podEntry{ns: ns, name: name, labels: inv.intern.labels(p.Labels), ports: inv.intern.portList(p.Ports)}
+	var addrs []netip.Addr
 	for _, ip := range p.IPs {
 		if a, err := netip.ParseAddr(ip); err == nil {
-			e.addrs = append(e.addrs, a.Unmap().WithZone(""))
+			addrs = append(addrs, a.Unmap().WithZone(""))
 		}
 	}
-	e.addrs = slices.Clip(e.addrs)
+	var egress []netip.Prefix
 	if len(p.EgressIPs) > 0 {
-		e.egress = slices.Clip(parseAddrs(p.EgressIPs))
+		egress = parseAddrs(p.EgressIPs)
 	}
-	e.eligible = len(e.addrs) > 0 && p.Eligible()
+	e := &podEntry{ns: ns, name: name, labels: inv.intern.labels(p.Labels)}
+	var more []netip.Addr
+	if len(addrs) > 0 && p.Eligible() {
+		e.addr, more = addrs[0], addrs[1:]
+	}
+	e.aux = inv.intern.podAux(p.Ports, more, egress)
 	if old != nil {
 		inv.dropPod(ns, old)
 	}
@@ -396,7 +401,7 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 func (inv *Inventory) dropPod(ns *namespaceState, e *podEntry) {
 	ns.unindexPod(e)
 	inv.intern.releaseLabels(e.labels)
-	inv.intern.releasePorts(e.ports)
+	inv.intern.releaseAux(e.aux)
 }
 
 // RemovePod removes a pod.

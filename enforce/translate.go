@@ -288,7 +288,7 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *re
 		return
 	}
 	add := func(pod *podEntry) {
-		if !pod.eligible {
+		if !pod.eligible() {
 			return
 		}
 		if p.podSel != nil && !p.podSel.Matches(pod.labels) {
