@@ -41,7 +41,13 @@ type preVerifier struct {
 
 func newPreVerifier(inner crdt.Verifier, workers int) *preVerifier {
 	if workers <= 0 {
-		workers = runtime.GOMAXPROCS(0)
+		// On 2 cores, busy with gossip, the committer and the enforcer,
+		// the pre-pass measured slower than serial verification
+		// (docs/PERFORMANCE.md); it pays with cores to spare.
+		workers = 1
+		if n := runtime.GOMAXPROCS(0); n >= 4 {
+			workers = n
+		}
 	}
 	return &preVerifier{inner: inner, workers: workers}
 }

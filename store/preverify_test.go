@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -160,7 +161,7 @@ func BenchmarkJoinIngest(b *testing.B) {
 		name    string
 		signed  bool
 		workers int
-	}{{"unsigned", false, 0}, {"signed/serial", true, 1}, {"signed/parallel", true, 0}} {
+	}{{"unsigned", false, 0}, {"signed/serial", true, 1}, {"signed/parallel", true, runtime.GOMAXPROCS(0)}} {
 		b.Run(tc.name, func(b *testing.B) {
 			batches := syncBatches(joinSource(b, "c1", n, tc.signed))
 			b.ResetTimer()

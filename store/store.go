@@ -92,7 +92,8 @@ type Options struct {
 	OnCommitError func(error)
 	// VerifyWorkers is the number of goroutines that pre-verify the
 	// signatures of a large incoming batch (Replica.Apply, preverify.go);
-	// 0 means GOMAXPROCS, 1 verifies serially in the crdt only.
+	// 0 means GOMAXPROCS when it is at least 4, else 1; 1 verifies
+	// serially in the crdt only.
 	VerifyWorkers int
 }
 
