@@ -17,11 +17,14 @@ import (
 //
 //   - labelSet: a pod's labels, sorted, immutable and interned by content,
 //     so the pods of one Deployment (same labels, pod-template-hash
-//     included) share one set. Label keys are interned too. A labelSet
+//     included) share one set. A set is a labelShape (the sorted keys,
+//     shared by every set with the same keys) plus its values. A labelSet
 //     implements labels.Labels, so selector matching still goes through
 //     apimachinery's labels.Selector.
-//   - portList: a pod's container ports, interned by content.
-//   - addresses are parsed once into netip.Addr / netip.Prefix.
+//   - podAux: a pod's container ports, addresses after the first and
+//     Globalnet egress IPs, interned by content.
+//   - addresses are parsed once into netip.Addr / netip.Prefix; the first
+//     is stored inline in the 64-byte podEntry.
 //   - the cluster and namespace names live once, in the namespaceState the
 //     pod points to.
 //
@@ -29,7 +32,7 @@ import (
 // label keys that some policy's pod selector can use (Inventory.indexKeys):
 // no index is maintained that nothing reads.
 //
-// Interning is reference counted: a set or list no pod uses any more is
+// Interning is reference counted: a set, shape or aux no pod uses any more is
 // forgotten, so churn (new pod-template-hashes on every rollout) does not
 // grow the tables.
 
