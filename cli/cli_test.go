@@ -148,7 +148,7 @@ func TestWhatIfAndExplain(t *testing.T) {
 	assert.True(t, wi.Exists)
 	require.Len(t, wi.Clusters, 2)
 	for _, c := range wi.Clusters {
-		assert.Equal(t, []string{"shop/mcnp-a.db"}, c.Changed, c.Cluster)
+		assert.Equal(t, []string{"shop/" + enforce.GeneratedName("a", "db", 0)}, c.Changed, c.Cluster)
 		assert.Contains(t, c.Diff, "6000")
 	}
 

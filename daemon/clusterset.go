@@ -58,50 +58,12 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 	for id := range live {
 		ids[id] = true
 	}
-	values := map[string]crdt.ClusterValue{}
-	d.rep.View(func(st *crdt.State) {
-		for id := range ids {
-			e, ok := st.Get(crdt.Key{Origin: id, Kind: crdt.KindCluster})
-			if !ok || e.Deleted {
-				continue
-			}
-			var v crdt.ClusterValue
-			if crdt.DecodeValue(e.Value, &v) == nil {
-				values[id] = v
-			}
-		}
-	})
-	problems := map[string][]string{}
-	d.mu.Lock()
-	for _, f := range enforce.Findings(d.mirror.Inventory()) {
-		for _, c := range f.Clusters {
-			problems[c] = append(problems[c], f.Message)
-		}
-	}
-	d.mu.Unlock()
-	writers := map[string][]string{}
+	values := d.clusterValues(ids)
+	problems := d.clusterProblems(members, dupStreak)
 	byCluster := map[string][]gossip.MemberInfo{}
 	for _, m := range members {
 		byCluster[m.Cluster] = append(byCluster[m.Cluster], m)
-		if m.Alive && m.Writer {
-			writers[m.Cluster] = append(writers[m.Cluster], m.Name)
-		}
 	}
-	for c := range dupStreak {
-		if len(writers[c]) < 2 {
-			delete(dupStreak, c)
-		}
-	}
-	for c, ws := range writers {
-		if len(ws) < 2 {
-			continue
-		}
-		if dupStreak[c]++; dupStreak[c] >= duplicateConfirmRounds {
-			sort.Strings(ws)
-			problems[c] = append(problems[c], "cluster ID claimed by more than one writer: "+joinNames(ws))
-		}
-	}
-
 	out := make([]kube.ClusterObservation, 0, len(ids))
 	for id := range ids {
 		o := kube.ClusterObservation{ID: id, Local: id == d.opts.ClusterID, SanityProblems: problems[id],
@@ -109,15 +71,7 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 		if cs, ok := live[id]; ok {
 			o.Alive, o.AliveMembers, o.LastSeen = cs.Alive, cs.AliveMembers, cs.LastAlive
 		}
-		for _, m := range byCluster[id] {
-			if m.Left {
-				continue
-			}
-			o.Members = append(o.Members, v1.CoastguardClusterMember{Name: m.Name, Address: m.Addr, Alive: m.Alive, Writer: m.Writer})
-			if m.Alive && m.Writer {
-				o.Leader = m.Name
-			}
-		}
+		observeMembers(&o, byCluster[id])
 		if od, ok := digest[id]; ok {
 			o.Epoch, o.Seq = od.Max.Epoch(), od.Max.Seq()
 			o.Retired = od.Retired != 0
@@ -139,6 +93,73 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// observeMembers fills in a cluster's members that have not left and its
+// leader (the alive writer).
+func observeMembers(o *kube.ClusterObservation, members []gossip.MemberInfo) {
+	for _, m := range members {
+		if m.Left {
+			continue
+		}
+		o.Members = append(o.Members, v1.CoastguardClusterMember{Name: m.Name, Address: m.Addr, Alive: m.Alive, Writer: m.Writer})
+		if m.Alive && m.Writer {
+			o.Leader = m.Name
+		}
+	}
+}
+
+// clusterValues decodes the replicated cluster entry of each cluster.
+func (d *Daemon) clusterValues(ids map[string]bool) map[string]crdt.ClusterValue {
+	values := map[string]crdt.ClusterValue{}
+	d.rep.View(func(st *crdt.State) {
+		for id := range ids {
+			e, ok := st.Get(crdt.Key{Origin: id, Kind: crdt.KindCluster})
+			if !ok || e.Deleted {
+				continue
+			}
+			var v crdt.ClusterValue
+			if crdt.DecodeValue(e.Value, &v) == nil {
+				values[id] = v
+			}
+		}
+	})
+	return values
+}
+
+// clusterProblems lists each cluster's sanity problems: inventory findings
+// and a cluster ID claimed by more than one writer for
+// duplicateConfirmRounds rounds in a row (dupStreak counts them).
+func (d *Daemon) clusterProblems(members []gossip.MemberInfo, dupStreak map[string]int) map[string][]string {
+	problems := map[string][]string{}
+	d.mu.Lock()
+	for _, f := range enforce.Findings(d.mirror.Inventory()) {
+		for _, c := range f.Clusters {
+			problems[c] = append(problems[c], f.Message)
+		}
+	}
+	d.mu.Unlock()
+	writers := map[string][]string{}
+	for _, m := range members {
+		if m.Alive && m.Writer {
+			writers[m.Cluster] = append(writers[m.Cluster], m.Name)
+		}
+	}
+	for c := range dupStreak {
+		if len(writers[c]) < 2 {
+			delete(dupStreak, c)
+		}
+	}
+	for c, ws := range writers {
+		if len(ws) < 2 {
+			continue
+		}
+		if dupStreak[c]++; dupStreak[c] >= duplicateConfirmRounds {
+			sort.Strings(ws)
+			problems[c] = append(problems[c], "cluster ID claimed by more than one writer: "+joinNames(ws))
+		}
+	}
+	return problems
 }
 
 func joinNames(ns []string) string {

@@ -2,25 +2,15 @@ package daemon
 
 import (
 	"context"
-	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
-	"sort"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
@@ -29,66 +19,6 @@ import (
 
 // StateFile is the bbolt file name inside the data dir.
 const StateFile = "state.db"
-
-// DecommissionedMarker is written into the data dir after a decommission; a
-// daemon refuses to start while it exists (delete it to rejoin on purpose).
-const DecommissionedMarker = "DECOMMISSIONED"
-
-// Options configure a Daemon.
-type Options struct {
-	ClusterID string
-	NodeName  string
-	Namespace string // of the Lease
-
-	Client  kubernetes.Interface
-	Dynamic dynamic.Interface
-
-	DataDir string
-	// Gossip is completed by the daemon (NodeName, ClusterID, IsWriter,
-	// Logger, Registerer).
-	Gossip gossip.Config
-
-	Debounce         time.Duration
-	MaxDelay         time.Duration
-	LeaseDuration    time.Duration
-	TombstoneGCAfter time.Duration // 0 = never collect
-
-	ClusterInfo kube.ClusterInfo
-	// Submariner, when set, supplies ClusterInfo live (CIDRs, Globalnet
-	// egress IPs); the daemon starts it and republishes on changes.
-	Submariner *kube.SubmarinerWatcher
-	// GlobalnetPolicy: render (coarse) or drop peers of Globalnet clusters
-	// that only have cluster-wide egress IPs.
-	GlobalnetPolicy enforce.GlobalnetPolicy
-	// ClusterCIDRs is the operator's --cluster-cidrs: trusted networks
-	// merged with the Submariner Cluster objects' (pod-IP ownership).
-	ClusterCIDRs enforce.Networks
-
-	// GossipKeyFile, when set, is re-read every KeyReloadInterval (default
-	// 10s): new keys are installed, the first line becomes primary, keys no
-	// longer listed are removed — so a rotation (install, use, remove) needs
-	// no restart.
-	GossipKeyFile     string
-	KeyReloadInterval time.Duration
-
-	// SigningKey is this cluster's Ed25519 identity (docs/SECURITY.md).
-	// When set, own writes are signed and every peer's data is verified:
-	// against TrustBundle (strict) when set, else against keys pinned on
-	// first use in the store. nil (--insecure-gossip only) trusts peers.
-	SigningKey  ed25519.PrivateKey
-	TrustBundle map[string][]byte
-	// SigningKeyEndorsement: SigningKey endorsed by the previous key (keys rotate; trust.go).
-	SigningKeyEndorsement []byte
-	// EmptyViewTimeout bounds the empty-view gate (see gate.go); 0 = no bound.
-	EmptyViewTimeout time.Duration
-	// Guards are the guard rails (protected namespaces, caps).
-	Guards Guards
-
-	Registry *prometheus.Registry
-	Logger   *slog.Logger
-	// Ready reports readiness checks ("state", "enforcement") to the HTTP server.
-	Ready func(check string, err error)
-}
 
 // Daemon is one coastguardd.
 type Daemon struct {
@@ -99,6 +29,7 @@ type Daemon struct {
 	sanity *sanity
 	podIPs *podIPReport
 
+	// infrastructure, built by Run's phases (wiring.go)
 	rep     *store.Replica
 	node    *gossip.Node
 	elector *kube.Elector
@@ -106,33 +37,25 @@ type Daemon struct {
 	applier *kube.Applier
 	status  *kube.StatusWriter
 
-	mu      sync.Mutex // guards mirror and outputs
-	mirror  *Mirror
-	outputs *Outputs
+	view  // mirror and outputs
+	roles // leader, decommissioned
 
-	enforce *kube.Debouncer[string]
-	stat    *kube.Debouncer[string]
+	// the parts (see docs/ARCHITECTURE.md, "The daemon")
+	w       *writer
+	enf     *enforcer
+	enforce *kube.Debouncer[string] // fires enf
+	st      *statusLoop
+	stat    *kube.Debouncer[string] // fires st
+	dec     *decommissioner
 
-	leader         atomic.Bool
-	decommissioned atomic.Bool
-	needFullSync   chan struct{}
-	stop           context.CancelFunc
-	maxStamp       atomic.Int64 // newest origin stamp not yet enforced
+	stop context.CancelFunc
 
 	safety // gate, store failure, liveness (safety.go)
 }
 
-const allPolicies = "*"
-
 // SubmarinerSyncTimeout bounds how long the daemon waits at start for the
 // Submariner Cluster objects (the trusted pod CIDRs) before it enforces.
 var SubmarinerSyncTimeout = 30 * time.Second
-
-type reportWrite struct {
-	key string
-	val crdt.ReportValue
-	ok  bool
-}
 
 // New validates options; Run does the work.
 func New(opts Options) (*Daemon, error) {
@@ -170,14 +93,12 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{
-		opts:         opts,
-		log:          opts.Logger,
-		m:            m,
-		sanity:       san,
-		podIPs:       podIPs,
-		mirror:       NewMirror(opts.ClusterID),
-		outputs:      NewOutputs(opts.ClusterID),
-		needFullSync: make(chan struct{}, 1),
+		opts:   opts,
+		log:    opts.Logger,
+		m:      m,
+		sanity: san,
+		podIPs: podIPs,
+		view:   view{mirror: NewMirror(opts.ClusterID), outputs: NewOutputs(opts.ClusterID)},
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)
@@ -190,185 +111,50 @@ func New(opts Options) (*Daemon, error) {
 
 // Run runs the daemon until ctx ends or the cluster is decommissioned. It
 // leaves the mesh gracefully but never retires the cluster on shutdown.
+//
+// Run only composes the parts, in dependency order: durable state (loaded
+// before anything talks to peers), the change feed and its loops, leader
+// election, gossip and the writer, the Kubernetes side; then it starts the
+// loops and waits. A leadership term (lead) runs the leader-only parts.
 func (d *Daemon) Run(parent context.Context) (err error) {
 	ctx, cancel := context.WithCancel(parent)
 	d.stop = cancel
 	defer cancel()
 	o := d.opts
-
 	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	if _, err := os.Stat(filepath.Join(o.DataDir, DecommissionedMarker)); err == nil {
-		return fmt.Errorf("cluster %s was decommissioned from this data dir (%s exists); remove the file to rejoin the cluster set",
-			o.ClusterID, filepath.Join(o.DataDir, DecommissionedMarker))
+	if err := checkNotDecommissioned(o.DataDir, o.ClusterID); err != nil {
+		return err
 	}
-
-	// 1. durable state, loaded before anything talks to peers
-	start := time.Now()
-	ignoreFileSizeSignal()
-	rep, err := store.OpenReplica(filepath.Join(o.DataDir, StateFile), o.ClusterID,
-		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed})
+	rep, err := d.openState() // 1. durable state
 	if err != nil {
-		return fmt.Errorf("opening state: %w", err)
+		return err
 	}
-	d.rep = rep
 	defer func() {
 		if cerr := rep.Close(); cerr != nil && err == nil {
 			err = cerr
 		}
 	}()
-	if info := rep.Info(); info.MovedAside != "" {
-		d.log.Warn("state file was corrupt; moved aside, resyncing from peers", "moved_to", info.MovedAside)
+	d.wireLoops()                          // 2. enforcer and status; the change feed marks them
+	if err := d.newElector(); err != nil { // 3. leader election
+		return err
 	}
-	d.mu.Lock()
-	var loadErrs []error
-	rep.View(func(st *crdt.State) { loadErrs = d.mirror.Load(st) })
-	d.outputs.Recompute(d.mirror.Inventory(), nil, true)
-	d.mu.Unlock()
-	for _, e := range loadErrs {
-		d.log.Warn("skipping undecodable entry", "err", e)
+	if err := d.startGossip(); err != nil { // 4. gossip, writer, reporter
+		return err
 	}
-	d.log.Info("state loaded", "duration", time.Since(start), "origins", len(rep.Digest()), "policies", d.outputs.Len())
-	o.Ready("state", nil)
-
-	// 2. enforcer and status debouncers; the change feed marks them
-	d.enforce = kube.NewDebouncer(o.Debounce, o.MaxDelay, nil, d.fireEnforce)
-	d.stat = kube.NewDebouncer(2*o.Debounce, 4*o.MaxDelay, nil, d.fireStatus)
-	rep.Subscribe(d.onChanges)
-
-	// 3. leader election (needed by gossip's writer gate and the inventory).
-	// The Lease identity is kept in the data dir: a daemon restarted after a
-	// crash (same data dir, whose bbolt lock proves the old process is gone)
-	// resumes its own Lease at once instead of waiting for it to expire; its
-	// versions stay unique because the store bumps the epoch on every open.
-	identity, err := leaseIdentity(o.DataDir, o.NodeName)
+	defer d.leaveMesh()
+	k, err := d.wireKube(cancel) // 5. applier, inventory, status writer
 	if err != nil {
 		return err
 	}
-	d.elector, err = kube.NewElector(kube.LeaderConfig{
-		Client: o.Client, Namespace: o.Namespace, ClusterID: o.ClusterID,
-		Identity:         identity,
-		LeaseDuration:    o.LeaseDuration,
-		RenewDeadline:    o.LeaseDuration * 2 / 3,
-		RetryPeriod:      o.LeaseDuration / 7,
-		OnStartedLeading: d.lead,
-		OnStoppedLeading: func() {
-			d.leader.Store(false)
-			d.m.leader.Set(0)
-			d.log.Info("lost leadership; standing by")
-		},
-		Logger: d.log,
-	})
-	if err != nil {
-		return err
-	}
-
-	// 4. gossip
-	gcfg := o.Gossip
-	gcfg.NodeName, gcfg.ClusterID = o.NodeName, o.ClusterID
-	gcfg.IsWriter = d.elector.IsLeader
-	gcfg.Logger, gcfg.Registerer = d.log, o.Registry
-	gcfg.OnDigest = d.observeDigest
-	if gcfg.ReconnectTimeout == 0 {
-		gcfg.ReconnectTimeout = 24 * time.Hour
-	}
-	if o.SigningKey != nil {
-		if gcfg.Signer, gcfg.Trust, err = trustFor(o, rep, d.log); err != nil {
-			return err
-		}
-	}
-	d.node, err = gossip.New(gcfg, rep)
-	if err != nil {
-		return fmt.Errorf("gossip: %w", err)
-	}
-	defer func() {
-		if !d.decommissioned.Load() {
-			_ = d.node.Leave(5 * time.Second)
-			_ = d.node.Shutdown()
-		}
-	}()
-	d.log.Info("gossip started", "addr", d.node.Addr(), "members", len(d.node.Members()))
-
-	// 5. Kubernetes side: inventory informers (warm on standbys too),
-	// NetworkPolicy applier, MCNP status writer
-	factory := informers.NewSharedInformerFactory(o.Client, 0)
-	recorder, stopEvents := kube.NewEventRecorder(o.Client, "coastguard")
-	defer stopEvents()
-	d.applier, err = kube.NewApplier(o.Client, factory.Networking().V1().NetworkPolicies(),
-		kube.ApplierOptions{Registerer: o.Registry, Logger: d.log, Recorder: recorder,
-			OnFailure: func(origin string) { d.enforce.Mark(origin) }})
-	if err != nil {
-		return err
-	}
-	d.inv, err = kube.NewInventory(kube.InventoryConfig{
-		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
-		Writer:       d.elector.Fenced(daemonWriter{d}),
-		Persisted:    d.persistedOwn,
-		PodEgressIPs: o.Submariner.PodEgressIPsFunc(),
-		ClusterInfo: func() kube.ClusterInfo {
-			ci := o.ClusterInfo
-			if o.Submariner != nil {
-				ci = o.Submariner.Info()
-			}
-			ci.GossipName = o.NodeName
-			return ci
-		},
-		Registerer: o.Registry, Logger: d.log,
-	})
-	if err != nil {
-		return err
-	}
-	d.status, err = kube.NewStatusWriter(o.Dynamic, kube.StatusWriterOptions{
-		Lister: d.inv.MCNPLister(), Recorder: recorder, Gate: d.elector.IsLeader, Logger: d.log})
-	if err != nil {
-		return err
-	}
+	defer k.stopEvents()
 
 	var wg sync.WaitGroup
 	goRun := func(f func()) { wg.Add(1); go func() { defer wg.Done(); f() }() }
-	factory.Start(ctx.Done())
-	d.inv.Start(ctx)
-	goRun(func() { d.enforce.Run(ctx) })
-	goRun(func() { d.stat.Run(ctx) })
-	goRun(func() { d.statsLoop(ctx) })
-	goRun(func() { d.sanityLoop(ctx, d.sanity, recorder) })
-	goRun(func() { d.keyEventLoop(ctx, recorder) }) // SigningKeyMismatch Events (trust.go)
-	if o.Submariner != nil {
-		o.Submariner.OnChange(d.inv.ClusterChanged)
-		o.Submariner.OnChange(d.refreshNetworks)
-		o.Submariner.OnPodEgressChange(d.inv.NamespacePodsChanged)
-		o.Submariner.Start(ctx.Done())
-		// The trusted pod CIDRs come from Submariner's Cluster objects:
-		// enforce (and lead) only once they are listed, so that a restart
-		// does not apply a view that drops every remote pod. If listing
-		// hangs (RBAC, apiserver), go on after a while: unknown CIDRs drop
-		// peers (fail closed) and the informer catches up level-triggered.
-		syncCtx, syncCancel := context.WithTimeout(ctx, SubmarinerSyncTimeout)
-		if !cache.WaitForCacheSync(syncCtx.Done(), o.Submariner.HasSynced) && ctx.Err() == nil {
-			d.log.Warn("Submariner objects not listed yet; remote pods of clusters without --cluster-cidrs are left out until they are",
-				"waited", SubmarinerSyncTimeout)
-		}
-		syncCancel()
-		if ctx.Err() == nil {
-			d.refreshNetworks()
-		}
-	}
-	if o.GossipKeyFile != "" {
-		goRun(func() { d.keyringLoop(ctx) })
-	}
-	goRun(func() {
-		if err := d.elector.Run(ctx); err != nil && ctx.Err() == nil {
-			d.log.Error("leader election stopped", "err", err)
-			cancel()
-		}
-	})
-	d.enforce.Mark(allPolicies)
-	o.Ready("enforcement", errors.New("standby: waiting for leadership or first enforcement"))
-	goRun(func() { d.readiness(ctx) })
-
+	d.startLoops(ctx, cancel, k, goRun)
 	<-ctx.Done()
-	factory.Shutdown()
+	k.factory.Shutdown()
 	wg.Wait()
 	d.log.Info("stopped")
 	return d.fatal()
@@ -402,558 +188,13 @@ func every(ctx context.Context, interval time.Duration, fn func(now time.Time)) 
 	}
 }
 
-// lead runs for one leadership term.
-func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
-	if err := d.rep.SetMinEpoch(epochHint); err != nil {
-		d.log.Error("cannot persist writer epoch; giving up this term", "err", err)
-		return
-	}
-	// Seed the applier with what this daemon already computed (from the
-	// loaded state, or warm as a standby) before it runs: started with an
-	// empty desired set it would delete every generated NetworkPolicy and
-	// re-create it on the first enforcement after a restart or failover.
-	d.mu.Lock()
-	desired := d.outputs.Desired()
-	d.mu.Unlock()
-	if err := d.applier.SetDesired(desired); err != nil {
-		d.log.Error("enforcer produced an invalid NetworkPolicy set", "err", err)
-	}
-	d.closeGate() // nothing is deleted or shrunk until the view is complete
-	d.leader.Store(true)
-	d.m.leader.Set(1)
-	d.log.Info("leading", "epoch", d.rep.Epoch())
-
-	var wg sync.WaitGroup
-	wg.Add(5)
-	go func() { defer wg.Done(); d.clusterSetLoop(ctx) }() // CoastguardCluster objects
-	go func() { defer wg.Done(); d.gateLoop(ctx) }()
-	go func() {
-		defer wg.Done()
-		if err := d.applier.Run(ctx); err != nil && ctx.Err() == nil {
-			d.log.Error("applier stopped", "err", err)
-		}
-	}()
-	go func() { defer wg.Done(); d.gcLoop(ctx) }()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-d.needFullSync:
-				if err := d.inv.FullSync(); err != nil && ctx.Err() == nil {
-					d.log.Warn("full sync after epoch bump failed", "err", err)
-				}
-			}
-		}
-	}()
-	d.enforce.Mark(allPolicies) // re-apply everything and reconcile reports
-	d.markAllStatus()
-	if err := d.inv.RunWriter(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, kube.ErrNotLeader) {
-		d.log.Error("inventory writer stopped", "err", err)
-	}
-	wg.Wait()
-}
-
-// write is the leader's local write path: replica (durable) then gossip.
-func (d *Daemon) write(kind crdt.Kind, name string, value []byte, deleted bool) error {
-	if d.decommissioned.Load() {
-		return errors.New("cluster is decommissioned")
-	}
-	delta, err := d.rep.Write(kind, name, value, deleted)
-	if errors.Is(err, crdt.ErrNeedsEpochBump) {
-		// our own origin was retired or a newer writer epoch was seen:
-		// move to a fresh epoch and re-publish everything we own.
-		ep, berr := d.rep.BumpEpoch()
-		if berr != nil {
-			return berr
-		}
-		d.log.Warn("writer epoch bumped; re-publishing own entries", "epoch", ep)
-		d.requestFullSync()
-		delta, err = d.rep.Write(kind, name, value, deleted)
-	}
-	if err != nil {
-		return err
-	}
-	if err := d.node.Publish(delta); err != nil && !errors.Is(err, gossip.ErrNotWriter) {
-		d.log.Warn("publish failed; anti-entropy will carry it", "err", err)
-	}
-	return nil
-}
-
-// leaseIdentity returns the identity persisted in dataDir for this node name,
-// creating it on first use.
-func leaseIdentity(dataDir, node string) (string, error) {
-	path := filepath.Join(dataDir, "lease-identity")
-	if b, err := os.ReadFile(path); err == nil {
-		id := strings.TrimSpace(string(b))
-		if strings.HasPrefix(id, node+"_") {
-			return id, nil
-		}
-	} else if !os.IsNotExist(err) {
-		return "", fmt.Errorf("lease identity: %w", err)
-	}
-	id := kube.NewIdentity(node)
-	if err := os.WriteFile(path, []byte(id+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("lease identity: %w", err)
-	}
-	return id, nil
-}
-
-// daemonWriter is the inventory's writer: single writes and, for full syncs,
-// batches made durable in one transaction.
-type daemonWriter struct{ d *Daemon }
-
-func (w daemonWriter) Write(kind crdt.Kind, name string, value []byte, deleted bool) error {
-	return w.d.write(kind, name, value, deleted)
-}
-
-func (w daemonWriter) WriteBatch(ws []kube.Write) []error {
-	d := w.d
-	errs := make([]error, len(ws))
-	if d.decommissioned.Load() {
-		for i := range errs {
-			errs[i] = errors.New("cluster is decommissioned")
-		}
-		return errs
-	}
-	ops := make([]store.WriteOp, len(ws))
-	for i, x := range ws {
-		ops[i] = store.WriteOp{Kind: x.Kind, Name: x.Name, Value: x.Value, Deleted: x.Deleted}
-	}
-	deltas, err := d.rep.WriteMany(ops)
-	if errors.Is(err, crdt.ErrNeedsEpochBump) && len(deltas) == 0 {
-		if _, berr := d.rep.BumpEpoch(); berr == nil {
-			d.requestFullSync()
-			deltas, err = d.rep.WriteMany(ops)
-		}
-	}
-	if len(deltas) > 0 {
-		if perr := d.node.Publish(deltas...); perr != nil && !errors.Is(perr, gossip.ErrNotWriter) {
-			d.log.Warn("publish failed; anti-entropy will carry it", "err", perr)
-		}
-	}
-	if err != nil {
-		// WriteMany stops at the first failing op: the ones before it are
-		// durable, the rest are reported failed and retried individually.
-		for i := len(deltas); i < len(errs); i++ {
-			errs[i] = err
-		}
-	}
-	return errs
-}
-
-func (d *Daemon) requestFullSync() {
-	select {
-	case d.needFullSync <- struct{}{}:
-	default:
-	}
-}
-
-// persistedOwn lists this cluster's own live entries for the inventory diff.
-func (d *Daemon) persistedOwn() (kube.Snapshot, error) {
-	var snap kube.Snapshot
-	d.rep.View(func(st *crdt.State) { snap = kube.OwnSnapshot(st, d.opts.ClusterID, kube.InventoryKinds) })
-	return snap, nil
-}
-
-// onChanges is the replica's change feed (called after commit, in order).
-func (d *Daemon) onChanges(changes []crdt.Change) {
-	var newest int64
-	ownRemoved := false
-	for _, ch := range changes {
-		if ch.New != nil && ch.New.Stamp > newest {
-			newest = ch.New.Stamp
-		}
-		if ch.Key.Origin == d.opts.ClusterID && ch.New == nil && ch.Old != nil && !ch.Old.Deleted {
-			ownRemoved = true
-		}
-	}
-	d.mu.Lock()
-	res := d.mirror.Apply(changes)
-	d.mu.Unlock()
-	for _, e := range res.Errors {
-		d.m.decodeErrors.Inc()
-		d.log.Warn("skipping undecodable entry", "err", e)
-	}
-	if newest > 0 {
-		for {
-			cur := d.maxStamp.Load()
-			if newest <= cur || d.maxStamp.CompareAndSwap(cur, newest) {
-				break
-			}
-		}
-	}
-	switch {
-	case res.All:
-		d.enforce.Mark(allPolicies)
-	case len(res.Affected) > 0:
-		d.enforce.Mark(res.Affected...)
-	}
-	if len(res.StatusDirty) > 0 {
-		d.stat.Mark(res.StatusDirty...)
-	}
-	if ownRemoved && d.leader.Load() && !d.decommissioned.Load() {
-		// someone retired our live entries (e.g. after a long partition):
-		// come back at a higher epoch.
-		if _, err := d.rep.BumpEpoch(); err == nil {
-			d.log.Warn("own entries were retired by a peer; re-publishing at a new epoch")
-			d.requestFullSync()
-		}
-	}
-}
-
-// fireEnforce recomputes the affected policies and applies the result.
-func (d *Daemon) fireEnforce(ctx context.Context, keys []string) {
-	start := time.Now()
-	all := false
-	for _, k := range keys {
-		if k == allPolicies {
-			all = true
-		}
-	}
-	stamp := d.maxStamp.Swap(0)
-	d.lastEnforce.Store(start.UnixNano())
-	failures := d.applier.Failures()
-	d.mu.Lock()
-	failChanged := d.outputs.SetFailures(failures)
-	changed := d.outputs.Recompute(d.mirror.Inventory(), keys, all)
-	changed = appendMissing(changed, failChanged)
-	desired := d.outputs.Desired()
-	var reports []reportWrite
-	if all {
-		changed = nil
-		for _, r := range d.mirror.Inventory().Policies() {
-			changed = append(changed, PolicyKey(r))
-		}
-	}
-	for _, k := range changed {
-		res, ok := d.outputs.Result(k)
-		if ok && res.Selected {
-			ref, _ := ParsePolicyKey(k)
-			p, _ := d.mirror.Inventory().Policy(ref)
-			reports = append(reports, reportWrite{k, d.outputs.report(res, p.Generation), true})
-		} else {
-			reports = append(reports, reportWrite{k, crdt.ReportValue{}, false})
-		}
-	}
-	npolicies := d.outputs.Len()
-	d.mu.Unlock()
-	if d.decommissioned.Load() {
-		desired = nil
-	}
-	d.m.enforceRuns.Inc()
-	d.m.enforceDuration.Observe(time.Since(start).Seconds())
-	d.m.policies.Set(float64(npolicies))
-	d.m.generated.Set(float64(len(desired)))
-	if !d.leader.Load() {
-		return // standby: results stay warm for a quick failover
-	}
-	if err := d.applier.SetDesired(desired); err != nil {
-		d.m.enforceErrors.Inc()
-		d.log.Error("some generated NetworkPolicies were refused; only their MCNPs are affected", "err", err)
-	}
-	if stamp > 0 {
-		if lag := time.Since(time.Unix(0, stamp)); lag >= 0 && lag < time.Hour {
-			d.m.enforceLag.Observe(lag.Seconds())
-		}
-	}
-	if all {
-		d.reconcileReports(reports)
-		return
-	}
-	for _, r := range reports {
-		d.writeReport(r.key, r.val, r.ok)
-	}
-}
-
-// reconcileReports writes the given reports and tombstones every other own
-// report whose policy no longer selects this cluster or no longer exists.
-func (d *Daemon) reconcileReports(reports []reportWrite) {
-	want := map[string]bool{}
-	for _, r := range reports {
-		want[r.key] = r.ok
-		d.writeReport(r.key, r.val, r.ok)
-	}
-	var stale []string
-	d.rep.View(func(st *crdt.State) {
-		st.Range(d.opts.ClusterID, crdt.KindReport, func(e crdt.Entry) bool {
-			if !e.Deleted && !want[e.Name] {
-				stale = append(stale, e.Name)
-			}
-			return true
-		})
-	})
-	for _, k := range stale {
-		d.writeReport(k, crdt.ReportValue{}, false)
-	}
-}
-
-// writeReport publishes (or tombstones) this cluster's report on a policy,
-// skipping no-op writes.
-func (d *Daemon) writeReport(key string, v crdt.ReportValue, present bool) {
-	if !d.leader.Load() || d.decommissioned.Load() {
-		return
-	}
-	var cur crdt.Entry
-	var have bool
-	d.rep.View(func(st *crdt.State) {
-		cur, have = st.Get(crdt.Key{Origin: d.opts.ClusterID, Kind: crdt.KindReport, Name: key})
-	})
-	if !present {
-		if !have || cur.Deleted {
-			return
-		}
-		if err := d.write(crdt.KindReport, key, nil, true); err != nil {
-			d.log.Warn("report tombstone failed", "policy", key, "err", err)
-		}
-		return
-	}
-	b, err := crdt.EncodeValue(&v)
-	if err != nil {
-		d.log.Error("encoding report", "err", err)
-		return
-	}
-	if have && !cur.Deleted && string(cur.Value) == string(b) {
-		return
-	}
-	if err := d.write(crdt.KindReport, key, b, false); err != nil {
-		d.log.Warn("report write failed", "policy", key, "err", err)
-	}
-}
-
-func (d *Daemon) markAllStatus() {
-	d.mu.Lock()
-	var keys []string
-	for _, r := range d.mirror.Inventory().Policies() {
-		if r.Origin == d.opts.ClusterID {
-			keys = append(keys, PolicyKey(r))
-		}
-	}
-	d.mu.Unlock()
-	if len(keys) > 0 {
-		d.stat.Mark(keys...)
-	}
-}
-
-// fireStatus aggregates reports into the status of this cluster's MCNPs.
-func (d *Daemon) fireStatus(ctx context.Context, keys []string) {
-	if !d.leader.Load() || d.decommissioned.Load() {
-		return
-	}
-	for _, k := range keys {
-		ref, ok := ParsePolicyKey(k)
-		if !ok || ref.Origin != d.opts.ClusterID {
-			continue
-		}
-		d.mu.Lock()
-		p, exists := d.mirror.Inventory().Policy(ref)
-		reports := d.mirror.Reports(k)
-		labels := d.mirror.ClusterLabels()
-		d.mu.Unlock()
-		if !exists {
-			continue
-		}
-		enforcing, err := EnforcingClusters(p, labels)
-		if err != nil {
-			enforcing = nil
-		}
-		_, prev, err := d.status.Policy(ref.Namespace, ref.Name)
-		if err != nil {
-			continue // not in the local cache (yet, or deleted)
-		}
-		st := kube.Aggregate(kube.AggregateInput{Generation: p.Generation, Reports: reports,
-			Enforcing: enforcing, Previous: prev.Conditions, Now: time.Now()})
-		if _, err := d.status.Update(ctx, ref.Namespace, ref.Name, st); err != nil && !errors.Is(err, kube.ErrNotLeader) {
-			d.log.Warn("status update failed; will retry", "policy", k, "err", err)
-			d.stat.Mark(k)
-		} else if err == nil {
-			d.m.statusUpdates.Inc()
-		}
-	}
-}
-
-// gcLoop garbage-collects this cluster's own tombstones older than the
-// horizon: it samples the own version over time and collects up to the
-// newest sample older than TombstoneGCAfter.
-func (d *Daemon) gcLoop(ctx context.Context) {
-	horizon := d.opts.TombstoneGCAfter
-	if horizon <= 0 {
-		return
-	}
-	every := horizon / 4
-	if every < time.Second {
-		every = time.Second
-	}
-	type sample struct {
-		at time.Time
-		v  crdt.Version
-	}
-	var samples []sample
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			samples = append(samples, sample{now, d.rep.Digest()[d.opts.ClusterID].Max})
-			var upTo crdt.Version
-			i := 0
-			for i < len(samples) && now.Sub(samples[i].at) >= horizon {
-				upTo = samples[i].v
-				i++
-			}
-			if i > 1 {
-				samples = samples[i-1:]
-			}
-			if upTo == 0 || upTo <= d.rep.Digest()[d.opts.ClusterID].GC {
-				continue
-			}
-			delta, changes, err := d.rep.CollectGarbage(upTo)
-			if err != nil {
-				d.log.Warn("tombstone GC failed", "err", err)
-				continue
-			}
-			d.log.Debug("collected tombstones", "upTo", upTo.String(), "removed", len(changes))
-			if err := d.node.Publish(delta); err != nil && !errors.Is(err, gossip.ErrNotWriter) {
-				d.log.Debug("publishing GC watermark", "err", err)
-			}
-		}
-	}
-}
-
-// Decommission retires this cluster from the cluster set (the proposal's
-// "cluster removed" flow) and stops the daemon. Only the leader can.
+// Decommission retires this cluster from the cluster set and stops the
+// daemon (see decommissioner). Only the leader can.
 func (d *Daemon) Decommission(ctx context.Context) error {
-	if d.node == nil || !d.leader.Load() {
-		return errors.New("this daemon is not its cluster's leader; run decommission on the Lease holder")
+	if !d.leader.Load() || d.dec == nil {
+		return errNotLeaderDecommission
 	}
-	if !d.decommissioned.CompareAndSwap(false, true) {
-		return errors.New("already decommissioned")
-	}
-	d.log.Warn("decommissioning cluster: retiring its entries everywhere")
-	if err := d.node.Decommission(ctx); err != nil {
-		return fmt.Errorf("gossiping retirement: %w", err)
-	}
-	// remove the NetworkPolicies we generated here: an explicit
-	// decommission releases the empty-view gate
-	d.releaseGate("decommission")
-	if err := d.applier.SetDesired(nil); err != nil {
-		return err
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for !d.applier.Settled() && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err := os.WriteFile(filepath.Join(d.opts.DataDir, DecommissionedMarker),
-		[]byte(time.Now().UTC().Format(time.RFC3339)+"\n"), 0o600); err != nil {
-		return err
-	}
-	d.log.Warn("cluster decommissioned; stopping")
-	go func() { time.Sleep(200 * time.Millisecond); d.stop() }()
-	return nil
-}
-
-// State is the /debug/state document.
-type State struct {
-	Cluster    string                          `json:"cluster"`
-	Node       string                          `json:"node"`
-	Leader     bool                            `json:"leader"`
-	Epoch      uint32                          `json:"epoch"`
-	Members    []gossip.MemberInfo             `json:"members"`
-	Clusters   map[string]gossip.ClusterStatus `json:"clusters"`
-	Origins    map[string]string               `json:"origins"`
-	Policies   int                             `json:"policies"`
-	Generated  int                             `json:"generatedNetworkPolicies"`
-	PendingInv int                             `json:"pendingInventory"`
-}
-
-// DebugState summarises the daemon for operators and the demo.
-func (d *Daemon) DebugState() any {
-	s := State{Cluster: d.opts.ClusterID, Node: d.opts.NodeName, Leader: d.leader.Load(), Origins: map[string]string{}}
-	if d.rep != nil {
-		s.Epoch = d.rep.Epoch()
-		for o, od := range d.rep.Digest() {
-			s.Origins[o] = od.Max.String()
-		}
-	}
-	if d.node != nil {
-		s.Members = d.node.Members()
-		sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].Name < s.Members[j].Name })
-		s.Clusters = d.node.Clusters()
-	}
-	d.mu.Lock()
-	s.Policies = d.outputs.Len()
-	s.Generated = len(d.outputs.Desired())
-	d.mu.Unlock()
-	if d.inv != nil {
-		s.PendingInv = d.inv.Pending()
-	}
-	return s
-}
-
-// keyringLoop follows the mounted gossip key file (a Kubernetes Secret
-// volume is updated in place) and rotates the live keyring to match it.
-func (d *Daemon) keyringLoop(ctx context.Context) {
-	interval := d.opts.KeyReloadInterval
-	if interval <= 0 {
-		interval = 10 * time.Second
-	}
-	every(ctx, interval, func(time.Time) {
-		keys, err := gossip.LoadKeyringFile(d.opts.GossipKeyFile)
-		if err != nil {
-			d.log.Warn("gossip key file unreadable; keeping the current keyring", "file", d.opts.GossipKeyFile, "err", err)
-			return
-		}
-		if err := syncKeyring(d.node, keys); err != nil {
-			d.log.Warn("keyring rotation step failed", "err", err)
-		}
-	})
-}
-
-// keyringNode is what syncKeyring needs of a gossip node.
-type keyringNode interface {
-	Keys() [][]byte
-	InstallKey([]byte) error
-	UseKey([]byte) error
-	RemoveKey([]byte) error
-}
-
-// syncKeyring makes the node's keyring equal to want (want[0] primary).
-func syncKeyring(n keyringNode, want [][]byte) error {
-	if len(want) == 0 {
-		return errors.New("empty keyring file")
-	}
-	have := n.Keys()
-	has := func(set [][]byte, k []byte) bool {
-		for _, x := range set {
-			if string(x) == string(k) {
-				return true
-			}
-		}
-		return false
-	}
-	for _, k := range want {
-		if !has(have, k) {
-			if err := n.InstallKey(k); err != nil {
-				return fmt.Errorf("install: %w", err)
-			}
-		}
-	}
-	if cur := n.Keys(); len(cur) == 0 || string(cur[0]) != string(want[0]) {
-		if err := n.UseKey(want[0]); err != nil {
-			return fmt.Errorf("use: %w", err)
-		}
-	}
-	for _, k := range n.Keys() {
-		if !has(want, k) {
-			if err := n.RemoveKey(k); err != nil {
-				return fmt.Errorf("remove: %w", err)
-			}
-		}
-	}
-	return nil
+	return d.dec.Decommission(ctx)
 }
 
 func (d *Daemon) statsLoop(ctx context.Context) {

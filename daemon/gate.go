@@ -93,16 +93,24 @@ func DecideGate(in GateInput) GateDecision {
 // coverage records, per cluster, the last digest a member of that cluster
 // sent us, to decide what anti-entropy has covered.
 type coverage struct {
-	mu   sync.Mutex
-	last map[string]receivedDigest
+	mu sync.Mutex
+	// recent holds, per cluster, the last digests received from its
+	// members, oldest first (at most keepDigests).
+	recent map[string][]receivedDigest
 }
+
+// keepDigests bounds the digests kept per cluster. Coverage is judged
+// against the oldest digest received since the gate closed, not the newest:
+// under steady churn the newest digest is always a little ahead of the local
+// store, and a gate that chased it would stay closed until its timeout.
+const keepDigests = 16
 
 type receivedDigest struct {
 	at     time.Time
 	digest crdt.Digest
 }
 
-func newCoverage() *coverage { return &coverage{last: map[string]receivedDigest{}} }
+func newCoverage() *coverage { return &coverage{recent: map[string][]receivedDigest{}} }
 
 // observe records a digest received from a member of cluster.
 func (c *coverage) observe(cluster string, d crdt.Digest, at time.Time) {
@@ -114,23 +122,40 @@ func (c *coverage) observe(cluster string, d crdt.Digest, at time.Time) {
 		cp[o] = od
 	}
 	c.mu.Lock()
-	c.last[cluster] = receivedDigest{at: at, digest: cp}
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	r := append(c.recent[cluster], receivedDigest{at: at, digest: cp})
+	if len(r) > keepDigests {
+		r = r[len(r)-keepDigests:]
+	}
+	c.recent[cluster] = r
+}
+
+// first returns, per cluster, the oldest kept digest received at or after
+// since.
+func (c *coverage) first(since time.Time) map[string]receivedDigest {
+	out := map[string]receivedDigest{}
+	for cluster, r := range c.recent {
+		for _, rd := range r {
+			if !rd.at.Before(since) {
+				out[cluster] = rd
+				break
+			}
+		}
+	}
+	return out
 }
 
 // covered returns the clusters covered since the gate closed: a member of
-// the cluster sent a digest at or after since and every origin in it is
-// applied locally (local not behind it); or, for a cluster with no alive
+// the cluster sent a digest at or after since and every origin in the first
+// such digest is applied locally (local not behind it); or, for a cluster with no alive
 // member (alive reports it; nil: every cluster is alive), some peer's digest since then lists the
 // cluster's origin and the local store is not behind it for that origin.
 func (c *coverage) covered(since time.Time, local crdt.Digest, alive func(cluster string) bool) map[string]bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	out := map[string]bool{}
-	for _, rd := range c.last {
-		if rd.at.Before(since) {
-			continue
-		}
+	firsts := c.first(since)
+	for _, rd := range firsts {
 		for o, od := range rd.digest {
 			if alive == nil || alive(o) {
 				continue
@@ -141,10 +166,7 @@ func (c *coverage) covered(since time.Time, local crdt.Digest, alive func(cluste
 			}
 		}
 	}
-	for cluster, rd := range c.last {
-		if rd.at.Before(since) {
-			continue
-		}
+	for cluster, rd := range firsts {
 		ok := true
 		for o, od := range rd.digest {
 			ld, present := local[o]

@@ -89,3 +89,24 @@ func TestCoverageOfUnreachableCluster(t *testing.T) {
 	local["us-1"] = crdt.OriginDigest{Max: 6}
 	assert.False(t, c.covered(t0, local, downUS)["us-1"], "not applied yet")
 }
+
+// Under steady churn every new digest of eu-2 is a little ahead of the local
+// store. Coverage is judged against the first digest received since the
+// gate closed, so the gate opens once that one is applied instead of chasing
+// the newest until its timeout.
+func TestCoverageUnderChurnUsesFirstDigestSinceClose(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := newCoverage()
+	c.observe("eu-2", crdt.Digest{"eu-2": {Max: 1}}, t0.Add(-time.Second)) // before the gate closed
+	for i := 1; i <= 40; i++ {
+		c.observe("eu-2", crdt.Digest{"eu-2": {Max: crdt.Version(10 + i)}}, t0.Add(time.Duration(i)*time.Second))
+	}
+	// Only the newest keepDigests are kept; the oldest of those since t0 is
+	// the target: Max 10+40-keepDigests+1.
+	target := crdt.Version(10 + 40 - keepDigests + 1)
+	local := crdt.Digest{"eu-2": {Max: target - 1}}
+	assert.False(t, c.covered(t0, local, nil)["eu-2"], "behind even the oldest kept digest")
+	local["eu-2"] = crdt.OriginDigest{Max: target}
+	assert.True(t, c.covered(t0, local, nil)["eu-2"], "caught up with a digest received since the gate closed, though newer ones are ahead")
+	assert.False(t, c.covered(t0.Add(time.Hour), local, nil)["eu-2"], "nothing received since a later close")
+}

@@ -1,8 +1,13 @@
 package daemon
 
 import (
+	"encoding/base64"
 	"errors"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -69,4 +74,40 @@ func TestLeaseIdentityPersists(t *testing.T) {
 	c, err := leaseIdentity(dir, "node-2")
 	require.NoError(t, err)
 	require.NotEqual(t, a, c, "a renamed node gets a fresh identity")
+}
+
+// The keyring component reloads the mounted file: each rotation step the
+// operator writes is applied on the next reload, and a broken file (a
+// half-written Secret, a bad line) keeps the current keyring.
+func TestKeyringReloadFollowsFile(t *testing.T) {
+	a, b := []byte("aaaaaaaaaaaaaaaa"), []byte("bbbbbbbbbbbbbbbb")
+	enc := base64.StdEncoding.EncodeToString
+	file := filepath.Join(t.TempDir(), "keys")
+	put := func(lines ...string) {
+		require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	}
+	n := &fakeRing{keys: [][]byte{a}}
+	k := newKeyring(file, 0, n, discard)
+	require.Equal(t, 10*time.Second, k.interval, "default reload interval")
+
+	put(enc(a), enc(b))
+	require.NoError(t, k.reload())
+	require.Equal(t, [][]byte{a, b}, n.keys)
+
+	put("# rotated", enc(b), enc(a))
+	require.NoError(t, k.reload())
+	require.Equal(t, b, n.keys[0])
+
+	put("not base64 !!")
+	require.Error(t, k.reload())
+	require.Equal(t, b, n.keys[0], "an invalid file keeps the current keyring")
+	require.Len(t, n.keys, 2)
+
+	require.NoError(t, os.Remove(file))
+	require.Error(t, k.reload())
+	require.Len(t, n.keys, 2, "a missing file keeps the current keyring")
+
+	put(enc(b))
+	require.NoError(t, k.reload())
+	require.Equal(t, [][]byte{b}, n.keys)
 }

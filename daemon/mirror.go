@@ -206,119 +206,145 @@ func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	}
 	switch k.Kind {
 	case crdt.KindCluster:
-		c := enforce.Cluster{ID: k.Origin}
-		if isLive {
-			var v crdt.ClusterValue
-			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
-				return nil, fmt.Errorf("%s: %w", k, err)
-			}
-			c.Labels = v.Labels
-			c.PodCIDRs = v.PodCIDRs
-			c.Globalnet = v.Globalnet
-			c.GlobalCIDRs = v.GlobalCIDRs
-			c.ClusterEgressIPs = v.ClusterEgressIPs
-			c.NamespaceEgressIPs = v.NamespaceEgressIPs
-		}
-		if isLive || m.counts[k.Origin] > 0 {
-			m.clusters[k.Origin] = c.Labels
-			m.inv.SetCluster(c)
-		}
-		return &enforce.Change{Kind: enforce.ChangeCluster, Cluster: k.Origin}, nil
-
+		return m.applyCluster(ch, isLive)
 	case crdt.KindNamespace:
-		ech := &enforce.Change{Kind: enforce.ChangeNamespace, Cluster: k.Origin, Namespace: k.Name}
-		if old := m.oldLabels(ch.Old, func() any { return &crdt.NamespaceValue{} }); old != nil {
-			ech.Labels = append(ech.Labels, old)
-		}
-		if isLive {
-			var v crdt.NamespaceValue
-			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
-				return nil, fmt.Errorf("%s: %w", k, err)
-			}
-			m.inv.SetNamespace(k.Origin, enforce.Namespace{Name: k.Name, Labels: v.Labels})
-			ech.Labels = append(ech.Labels, withNameLabel(v.Labels, k.Name))
-		} else {
-			m.inv.RemoveNamespace(k.Origin, k.Name)
-		}
-		return ech, nil
-
+		return m.applyNamespace(ch, isLive)
 	case crdt.KindPod:
-		ns, name, ok := splitNS(k.Name)
-		if !ok {
-			return nil, fmt.Errorf("%s: pod name is not namespace/name", k)
-		}
-		ech := &enforce.Change{Kind: enforce.ChangePod, Cluster: k.Origin, Namespace: ns}
-		if old := m.oldLabels(ch.Old, func() any { return &crdt.PodValue{} }); old != nil {
-			ech.Labels = append(ech.Labels, old)
-		}
-		if isLive {
-			var v crdt.PodValue
-			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
-				return nil, fmt.Errorf("%s: %w", k, err)
-			}
-			p := enforce.Pod{Namespace: ns, Name: name, Labels: v.Labels, IPs: v.IPs,
-				Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, EgressIPs: v.EgressIPs}
-			for _, port := range v.Ports {
-				p.Ports = append(p.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
-			}
-			m.inv.SetPod(k.Origin, p)
-			ech.Labels = append(ech.Labels, v.Labels)
-		} else {
-			m.inv.RemovePod(k.Origin, ns, name)
-		}
-		if len(ech.Labels) == 0 {
-			ech.Labels = nil // conservative
-		}
-		return ech, nil
-
+		return m.applyPod(ch, isLive)
 	case crdt.KindPolicy:
-		ref, ok := policyRef(k)
-		if !ok {
-			return nil, fmt.Errorf("%s: policy name is not namespace/name", k)
-		}
-		ech := &enforce.Change{Kind: enforce.ChangePolicy, Cluster: k.Origin, Namespace: ref.Namespace, Policy: ref}
-		if isLive {
-			var v crdt.PolicyValue
-			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
-				return nil, fmt.Errorf("%s: %w", k, err)
-			}
-			var spec apiv1.MultiClusterNetworkPolicySpec
-			if err := json.Unmarshal(v.Spec, &spec); err != nil {
-				m.inv.RemovePolicy(ref)
-				return ech, fmt.Errorf("%s: spec: %w", k, err)
-			}
-			// An invalid policy is still recorded (it generates nothing and
-			// every cluster reports the same error).
-			_ = m.inv.SetPolicy(enforce.Policy{Origin: k.Origin, Namespace: ref.Namespace, Name: ref.Name,
-				UID: v.UID, Generation: v.Generation, Spec: spec})
-		} else {
-			m.inv.RemovePolicy(ref)
-		}
-		return ech, nil
-
+		return m.applyPolicy(ch, isLive)
 	case crdt.KindReport:
-		pk, ok := reportPolicyKey(k.Name)
-		if !ok {
-			return nil, fmt.Errorf("%s: report name is not origin/namespace/name", k)
-		}
-		if isLive {
-			var v crdt.ReportValue
-			if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
-				return nil, fmt.Errorf("%s: %w", k, err)
-			}
-			if m.reports[pk] == nil {
-				m.reports[pk] = map[string]crdt.ReportValue{}
-			}
-			m.reports[pk][k.Origin] = v
-		} else if r := m.reports[pk]; r != nil {
-			delete(r, k.Origin)
-			if len(r) == 0 {
-				delete(m.reports, pk)
-			}
-		}
-		return nil, nil
+		return m.applyReport(ch, isLive)
 	}
 	return nil, fmt.Errorf("%s: unknown kind", k)
+}
+
+// applyCluster mirrors a cluster entry (labels, CIDRs, Globalnet).
+func (m *Mirror) applyCluster(ch crdt.Change, isLive bool) (*enforce.Change, error) {
+	k := ch.Key
+	c := enforce.Cluster{ID: k.Origin}
+	if isLive {
+		var v crdt.ClusterValue
+		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		c.Labels = v.Labels
+		c.PodCIDRs = v.PodCIDRs
+		c.Globalnet = v.Globalnet
+		c.GlobalCIDRs = v.GlobalCIDRs
+		c.ClusterEgressIPs = v.ClusterEgressIPs
+		c.NamespaceEgressIPs = v.NamespaceEgressIPs
+	}
+	if isLive || m.counts[k.Origin] > 0 {
+		m.clusters[k.Origin] = c.Labels
+		m.inv.SetCluster(c)
+	}
+	return &enforce.Change{Kind: enforce.ChangeCluster, Cluster: k.Origin}, nil
+}
+
+// applyNamespace mirrors a namespace entry.
+func (m *Mirror) applyNamespace(ch crdt.Change, isLive bool) (*enforce.Change, error) {
+	k := ch.Key
+	ech := &enforce.Change{Kind: enforce.ChangeNamespace, Cluster: k.Origin, Namespace: k.Name}
+	if old := m.oldLabels(ch.Old, func() any { return &crdt.NamespaceValue{} }); old != nil {
+		ech.Labels = append(ech.Labels, old)
+	}
+	if isLive {
+		var v crdt.NamespaceValue
+		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		m.inv.SetNamespace(k.Origin, enforce.Namespace{Name: k.Name, Labels: v.Labels})
+		ech.Labels = append(ech.Labels, withNameLabel(v.Labels, k.Name))
+	} else {
+		m.inv.RemoveNamespace(k.Origin, k.Name)
+	}
+	return ech, nil
+}
+
+// applyPod mirrors a pod entry.
+func (m *Mirror) applyPod(ch crdt.Change, isLive bool) (*enforce.Change, error) {
+	k := ch.Key
+	ns, name, ok := splitNS(k.Name)
+	if !ok {
+		return nil, fmt.Errorf("%s: pod name is not namespace/name", k)
+	}
+	ech := &enforce.Change{Kind: enforce.ChangePod, Cluster: k.Origin, Namespace: ns}
+	if old := m.oldLabels(ch.Old, func() any { return &crdt.PodValue{} }); old != nil {
+		ech.Labels = append(ech.Labels, old)
+	}
+	if isLive {
+		var v crdt.PodValue
+		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		p := enforce.Pod{Namespace: ns, Name: name, Labels: v.Labels, IPs: v.IPs,
+			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, EgressIPs: v.EgressIPs}
+		for _, port := range v.Ports {
+			p.Ports = append(p.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
+		}
+		m.inv.SetPod(k.Origin, p)
+		ech.Labels = append(ech.Labels, v.Labels)
+	} else {
+		m.inv.RemovePod(k.Origin, ns, name)
+	}
+	if len(ech.Labels) == 0 {
+		ech.Labels = nil // conservative
+	}
+	return ech, nil
+}
+
+// applyPolicy mirrors an MCNP entry; an invalid policy is still recorded.
+func (m *Mirror) applyPolicy(ch crdt.Change, isLive bool) (*enforce.Change, error) {
+	k := ch.Key
+	ref, ok := policyRef(k)
+	if !ok {
+		return nil, fmt.Errorf("%s: policy name is not namespace/name", k)
+	}
+	ech := &enforce.Change{Kind: enforce.ChangePolicy, Cluster: k.Origin, Namespace: ref.Namespace, Policy: ref}
+	if isLive {
+		var v crdt.PolicyValue
+		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		var spec apiv1.MultiClusterNetworkPolicySpec
+		if err := json.Unmarshal(v.Spec, &spec); err != nil {
+			m.inv.RemovePolicy(ref)
+			return ech, fmt.Errorf("%s: spec: %w", k, err)
+		}
+		// An invalid policy is still recorded (it generates nothing and
+		// every cluster reports the same error).
+		_ = m.inv.SetPolicy(enforce.Policy{Origin: k.Origin, Namespace: ref.Namespace, Name: ref.Name,
+			UID: v.UID, Generation: v.Generation, Spec: spec})
+	} else {
+		m.inv.RemovePolicy(ref)
+	}
+	return ech, nil
+}
+
+// applyReport mirrors a report entry (kept for status; the enforcer does not care).
+func (m *Mirror) applyReport(ch crdt.Change, isLive bool) (*enforce.Change, error) {
+	k := ch.Key
+	pk, ok := reportPolicyKey(k.Name)
+	if !ok {
+		return nil, fmt.Errorf("%s: report name is not origin/namespace/name", k)
+	}
+	if isLive {
+		var v crdt.ReportValue
+		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
+		if m.reports[pk] == nil {
+			m.reports[pk] = map[string]crdt.ReportValue{}
+		}
+		m.reports[pk][k.Origin] = v
+	} else if r := m.reports[pk]; r != nil {
+		delete(r, k.Origin)
+		if len(r) == 0 {
+			delete(m.reports, pk)
+		}
+	}
+	return nil, nil
 }
 
 func withNameLabel(l map[string]string, name string) map[string]string {
@@ -346,7 +372,7 @@ func (m *Mirror) oldLabels(old *crdt.Entry, mk func() any) map[string]string {
 		}
 		return x.Labels
 	case *crdt.NamespaceValue:
-		return withNameLabel(x.Labels, old.Key.Name)
+		return withNameLabel(x.Labels, old.Name)
 	}
 	return nil
 }

@@ -203,13 +203,13 @@ func mergeRendered(prev, next *renderedAddr) *renderedAddr {
 		return next
 	}
 	if !prev.shared && !next.shared {
-		if prev.pods[0].key <= next.pods[0].key {
+		if comparePodKeys(prev.pods[0], next.pods[0]) <= 0 {
 			return prev
 		}
 		return next
 	}
 	pods := append(slices.Clone(prev.pods), next.pods...)
-	slices.SortFunc(pods, func(a, b *podEntry) int { return strings.Compare(a.key, b.key) })
+	slices.SortFunc(pods, comparePodKeys)
 	return &renderedAddr{pods: slices.Compact(pods), shared: true}
 }
 
@@ -217,11 +217,11 @@ func mergeRendered(prev, next *renderedAddr) *renderedAddr {
 // (the union: traffic to a shared address may reach any of them).
 func (ra *renderedAddr) resolvePorts(ports []networkingv1.NetworkPolicyPort) []networkingv1.NetworkPolicyPort {
 	if len(ra.pods) == 1 {
-		return resolvePorts(ports, &ra.pods[0].Pod)
+		return resolvePorts(ports, ra.pods[0].ports())
 	}
 	var out []networkingv1.NetworkPolicyPort
 	for _, p := range ra.pods {
-		out = append(out, resolvePorts(ports, &p.Pod)...)
+		out = append(out, resolvePorts(ports, p.ports())...)
 	}
 	slices.SortFunc(out, comparePorts)
 	return slices.CompactFunc(out, func(a, b networkingv1.NetworkPolicyPort) bool { return comparePorts(a, b) == 0 })
@@ -330,7 +330,7 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 		if len(v.overlapsWith) > 0 {
 			b.set.problems.add(ReasonOverlappingPodCIDRs, c)
 		}
-		for _, a := range pod.addrs {
+		for a := range pod.addrs() {
 			b.owned(c, v, false, netip.PrefixFrom(a, a.BitLen()), pod, false)
 		}
 		return
@@ -338,9 +338,9 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 	var exact, coarse []netip.Prefix
 	if b.egress {
 		coarse = v.globalCIDRs
-	} else if own := parseAddrs(pod.EgressIPs); len(own) > 0 {
+	} else if own := pod.egress(); len(own) > 0 {
 		exact = own
-	} else if ns := v.nsEgress[pod.Namespace]; len(ns) > 0 {
+	} else if ns := v.nsEgress[pod.ns.name]; len(ns) > 0 {
 		exact = ns
 	} else {
 		coarse = v.clusterEgress
@@ -399,10 +399,10 @@ func Findings(inv *Inventory) []Finding {
 			ns := inv.clusters[id].namespaces[nsName]
 			for _, podName := range slices.Sorted(maps.Keys(ns.pods)) {
 				pod := ns.pods[podName]
-				if !pod.eligible {
+				if !pod.eligible() {
 					continue
 				}
-				for _, a := range pod.addrs {
+				for a := range pod.addrs() {
 					if !slices.ContainsFunc(v.podCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
 						if n == 0 {
 							example = fmt.Sprintf("%s/%s (%s)", nsName, podName, a)

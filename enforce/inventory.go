@@ -146,6 +146,11 @@ type Inventory struct {
 	// networks is the trusted (not gossiped) network knowledge the pod-IP
 	// ownership check uses (SetNetworks, ownership.go).
 	networks Networks
+	// intern shares label sets, label keys and port lists between pods;
+	// indexKeys counts, per label key, the policy peers that can use its
+	// posting lists (compact.go).
+	intern    *interner
+	indexKeys map[string]int
 	// sorted caches, rebuilt lazily
 	clusterIDs []string
 	policyRefs []PolicyRef
@@ -160,37 +165,46 @@ type clusterState struct {
 }
 
 type namespaceState struct {
+	cluster *clusterState
+	name    string
 	present bool // the Namespace object exists
 	labels  labels.Set
 	pods    map[string]*podEntry
 	// index: label key -> value -> pods, so equality/In selectors visit
-	// only candidate pods instead of the whole namespace.
+	// only candidate pods instead of the whole namespace. Only the keys in
+	// Inventory.indexKeys (used by some policy's pod selector) are indexed.
 	index map[string]map[string]map[*podEntry]struct{}
 }
 
-func (ns *namespaceState) indexPod(e *podEntry) {
-	for k, v := range e.Labels {
-		byVal := ns.index[k]
-		if byVal == nil {
-			byVal = map[string]map[*podEntry]struct{}{}
-			ns.index[k] = byVal
+func (ns *namespaceState) indexPodKey(e *podEntry, k, v string) {
+	byVal := ns.index[k]
+	if byVal == nil {
+		byVal = map[string]map[*podEntry]struct{}{}
+		ns.index[k] = byVal
+	}
+	set := byVal[v]
+	if set == nil {
+		set = map[*podEntry]struct{}{}
+		byVal[v] = set
+	}
+	set[e] = struct{}{}
+}
+
+func (ns *namespaceState) indexPod(inv *Inventory, e *podEntry) {
+	for i, k := range e.labels.shape.keys {
+		if inv.indexKeys[k] > 0 {
+			ns.indexPodKey(e, k, e.labels.vals[i])
 		}
-		set := byVal[v]
-		if set == nil {
-			set = map[*podEntry]struct{}{}
-			byVal[v] = set
-		}
-		set[e] = struct{}{}
 	}
 }
 
 func (ns *namespaceState) unindexPod(e *podEntry) {
-	for k, v := range e.Labels {
+	for i, k := range e.labels.shape.keys {
 		byVal := ns.index[k]
-		if set := byVal[v]; set != nil {
+		if set := byVal[e.labels.vals[i]]; set != nil {
 			delete(set, e)
 			if len(set) == 0 {
-				delete(byVal, v)
+				delete(byVal, e.labels.vals[i])
 				if len(byVal) == 0 {
 					delete(ns.index, k)
 				}
@@ -199,12 +213,48 @@ func (ns *namespaceState) unindexPod(e *podEntry) {
 	}
 }
 
-// podEntry is a pod with what translation derives from it precomputed.
-type podEntry struct {
-	Pod
-	key      string       // cluster/namespace/name, for deterministic tie-breaks
-	addrs    []netip.Addr // parsed, unmapped, valid IPs
-	eligible bool
+// indexed reports whether key's posting lists are maintained.
+func (inv *Inventory) indexed(key string) bool { return inv.indexKeys[key] > 0 }
+
+// addIndexKeys registers the label keys a policy's pod selectors can look
+// up; a key indexed for the first time is built over every namespace.
+func (inv *Inventory) addIndexKeys(cp *compiledPolicy) {
+	cp.forPeers(func(p *compiledPeer) {
+		for _, r := range p.podIndex {
+			inv.indexKeys[r.key]++
+			if inv.indexKeys[r.key] == 1 {
+				inv.buildIndex(r.key)
+			}
+		}
+	})
+}
+
+func (inv *Inventory) removeIndexKeys(cp *compiledPolicy) {
+	cp.forPeers(func(p *compiledPeer) {
+		for _, r := range p.podIndex {
+			inv.indexKeys[r.key]--
+			if inv.indexKeys[r.key] <= 0 {
+				delete(inv.indexKeys, r.key)
+				for _, c := range inv.clusters {
+					for _, ns := range c.namespaces {
+						delete(ns.index, r.key)
+					}
+				}
+			}
+		}
+	})
+}
+
+func (inv *Inventory) buildIndex(key string) {
+	for _, c := range inv.clusters {
+		for _, ns := range c.namespaces {
+			for _, e := range ns.pods {
+				if i := e.labels.find(key); i >= 0 {
+					ns.indexPodKey(e, key, e.labels.vals[i])
+				}
+			}
+		}
+	}
 }
 
 // NewInventory returns an empty inventory.
@@ -214,6 +264,8 @@ func NewInventory() *Inventory {
 		policies:     map[PolicyRef]*compiledPolicy{},
 		remoteSameNS: map[string]map[PolicyRef]struct{}{},
 		remoteNSSel:  map[PolicyRef]struct{}{},
+		intern:       newInterner(),
+		indexKeys:    map[string]int{},
 	}
 }
 
@@ -235,7 +287,7 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 func (c *clusterState) namespace(name string, create bool) *namespaceState {
 	ns := c.namespaces[name]
 	if ns == nil && create {
-		ns = &namespaceState{pods: map[string]*podEntry{}, index: map[string]map[string]map[*podEntry]struct{}{}}
+		ns = &namespaceState{cluster: c, name: name, pods: map[string]*podEntry{}, index: map[string]map[string]map[*podEntry]struct{}{}}
 		c.namespaces[name] = ns
 	}
 	return ns
@@ -267,7 +319,13 @@ func (inv *Inventory) SetCluster(c Cluster) {
 // RemoveCluster forgets a cluster: its labels, namespaces, pods and every
 // policy it originated.
 func (inv *Inventory) RemoveCluster(id string) {
-	if _, ok := inv.clusters[id]; ok {
+	if c, ok := inv.clusters[id]; ok {
+		for _, ns := range c.namespaces {
+			for _, e := range ns.pods {
+				inv.intern.releaseLabels(e.labels)
+				inv.intern.releaseAux(e.aux)
+			}
+		}
 		delete(inv.clusters, id)
 		inv.clusterIDs = nil
 	}
@@ -307,26 +365,43 @@ func (inv *Inventory) RemoveNamespace(cluster, name string) {
 	}
 }
 
-// SetPod adds or replaces a pod. The inventory keeps its own copy.
+// SetPod adds or replaces a pod. The inventory keeps its own compact copy:
+// labels and ports are interned, addresses parsed (compact.go).
 func (inv *Inventory) SetPod(cluster string, p Pod) {
-	cp := p
-	cp.Labels = maps.Clone(p.Labels)
-	cp.IPs = slices.Clone(p.IPs)
-	cp.Ports = slices.Clone(p.Ports)
-	cp.EgressIPs = slices.Clone(p.EgressIPs)
-	e := &podEntry{Pod: cp, key: cluster + "/" + p.Namespace + "/" + p.Name}
-	for _, ip := range cp.IPs {
+	ns := inv.cluster(cluster, true).namespace(p.Namespace, true)
+	old := ns.pods[p.Name]
+	name := p.Name
+	if old != nil {
+		name = old.name
+	}
+	var addrs []netip.Addr
+	for _, ip := range p.IPs {
 		if a, err := netip.ParseAddr(ip); err == nil {
-			e.addrs = append(e.addrs, a.Unmap().WithZone(""))
+			addrs = append(addrs, a.Unmap().WithZone(""))
 		}
 	}
-	e.eligible = len(e.addrs) > 0 && cp.Eligible()
-	ns := inv.cluster(cluster, true).namespace(p.Namespace, true)
-	if old := ns.pods[p.Name]; old != nil {
-		ns.unindexPod(old)
+	var egress []netip.Prefix
+	if len(p.EgressIPs) > 0 {
+		egress = parseAddrs(p.EgressIPs)
 	}
-	ns.pods[p.Name] = e
-	ns.indexPod(e)
+	e := &podEntry{ns: ns, name: name, labels: inv.intern.labels(p.Labels)}
+	var more []netip.Addr
+	if len(addrs) > 0 && p.Eligible() {
+		e.addr, more = addrs[0], addrs[1:]
+	}
+	e.aux = inv.intern.podAux(p.Ports, more, egress)
+	if old != nil {
+		inv.dropPod(ns, old)
+	}
+	ns.pods[name] = e
+	ns.indexPod(inv, e)
+}
+
+// dropPod unindexes a pod and releases its interned parts.
+func (inv *Inventory) dropPod(ns *namespaceState, e *podEntry) {
+	ns.unindexPod(e)
+	inv.intern.releaseLabels(e.labels)
+	inv.intern.releaseAux(e.aux)
 }
 
 // RemovePod removes a pod.
@@ -337,7 +412,7 @@ func (inv *Inventory) RemovePod(cluster, namespace, name string) {
 	}
 	if ns := c.namespaces[namespace]; ns != nil {
 		if old := ns.pods[name]; old != nil {
-			ns.unindexPod(old)
+			inv.dropPod(ns, old)
 			delete(ns.pods, name)
 		}
 		c.dropIfEmpty(namespace)
@@ -376,6 +451,7 @@ func (inv *Inventory) RemovePolicy(ref PolicyRef) {
 }
 
 func (inv *Inventory) indexPolicy(cp *compiledPolicy) {
+	inv.addIndexKeys(cp)
 	if cp.err != nil {
 		return
 	}
@@ -398,6 +474,9 @@ func (inv *Inventory) indexPolicy(cp *compiledPolicy) {
 }
 
 func (inv *Inventory) unindexPolicy(ref PolicyRef) {
+	if old := inv.policies[ref]; old != nil {
+		inv.removeIndexKeys(old)
+	}
 	delete(inv.remoteNSSel, ref)
 	if set := inv.remoteSameNS[ref.Namespace]; set != nil {
 		delete(set, ref)

@@ -405,17 +405,17 @@ func PodIPDrops(inv *Inventory, enforcing string) []PodIPDrop {
 		}
 		for nsName, ns := range cs.namespaces {
 			for podName, pod := range ns.pods {
-				if !pod.eligible {
+				if !pod.eligible() {
 					continue
 				}
 				name := func() string { return nsName + "/" + podName }
 				if v.globalnet {
-					for _, p := range parseAddrs(pod.EgressIPs) {
+					for _, p := range pod.egress() {
 						note(func() string { return name() + " egress IP" }, p)
 					}
 					continue
 				}
-				for _, a := range pod.addrs {
+				for a := range pod.addrs() {
 					note(name, netip.PrefixFrom(a, a.BitLen()))
 				}
 			}

@@ -110,6 +110,17 @@ type compiledPeer struct {
 	size      int
 }
 
+// forPeers calls fn for every compiled peer of every rule.
+func (cp *compiledPolicy) forPeers(fn func(*compiledPeer)) {
+	for _, rules := range [][]compiledRule{cp.ingress, cp.egress} {
+		for i := range rules {
+			for j := range rules[i].peers {
+				fn(&rules[i].peers[j])
+			}
+		}
+	}
+}
+
 func compilePolicy(p Policy) *compiledPolicy {
 	cp := &compiledPolicy{ref: p.Ref()}
 	cp.policy = p
@@ -277,10 +288,10 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *re
 		return
 	}
 	add := func(pod *podEntry) {
-		if !pod.eligible {
+		if !pod.eligible() {
 			return
 		}
-		if p.podSel != nil && !p.podSel.Matches(labels.Set(pod.Labels)) {
+		if p.podSel != nil && !p.podSel.Matches(pod.labels) {
 			return
 		}
 		out.add(r, pod)
@@ -290,6 +301,9 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *re
 		// matching pod carries one of its values for its key.
 		best, bestN := -1, len(ns.pods)
 		for i, r := range p.podIndex {
+			if !inv.indexed(r.key) {
+				continue
+			}
 			n := 0
 			for _, v := range r.values {
 				n += len(ns.index[r.key][v])
@@ -497,7 +511,7 @@ func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip
 // resolvePorts expands named ports against a destination pod's container
 // ports (matching name and protocol, TCP by default). Numeric entries pass
 // through. The result is sorted and deduplicated.
-func resolvePorts(ports []networkingv1.NetworkPolicyPort, pod *Pod) []networkingv1.NetworkPolicyPort {
+func resolvePorts(ports []networkingv1.NetworkPolicyPort, podPorts []Port) []networkingv1.NetworkPolicyPort {
 	var out []networkingv1.NetworkPolicyPort
 	for _, p := range ports {
 		if p.Port == nil || p.Port.Type != intstr.String {
@@ -508,7 +522,7 @@ func resolvePorts(ports []networkingv1.NetworkPolicyPort, pod *Pod) []networking
 		if p.Protocol != nil {
 			proto = *p.Protocol
 		}
-		for _, cp := range pod.Ports {
+		for _, cp := range podPorts {
 			cproto := cp.Protocol
 			if cproto == "" {
 				cproto = corev1.ProtocolTCP

@@ -111,7 +111,9 @@ type Config struct {
 	AntiEntropyInterval time.Duration
 	// OnDigest, when set, is called with every digest received from a peer
 	// (anti-entropy or push/pull) and the peer's cluster, after the pulls it
-	// calls for were started. The daemon's empty-view gate uses it.
+	// calls for were started; and with the local digest when a peer's digest
+	// sum equals ours (the peer holds exactly what we hold). The daemon's
+	// empty-view gate uses it.
 	OnDigest func(senderCluster string, d crdt.Digest)
 	// MaxConcurrentSyncs caps concurrent outgoing and incoming catch-up syncs
 	// (default 4 each).

@@ -66,7 +66,13 @@ func (n *Node) handle(im inMsg) {
 		// quietPeriod) a mismatch is expected and the fast path will close
 		// it; skip the O(clusters) digest then, but never for longer than
 		// maxQuietSkip.
-		if local := n.rep.Digest(); digestSum(local) != m.Sum {
+		local := n.rep.Digest()
+		if digestSum(local) == m.Sum {
+			// Equal sums: the sender holds exactly what we hold, which is
+			// an anti-entropy round as complete as a full digest would be.
+			n.observeDigest(m.Sender, local)
+		}
+		if digestSum(local) != m.Sum {
 			now := n.cfg.Now()
 			n.mu.Lock()
 			skip := now.Sub(n.lastApply) < quietPeriod && now.Sub(n.lastFullDigest) < maxQuietSkip
@@ -283,6 +289,20 @@ func needs(ld crdt.OriginDigest, present bool, rd crdt.OriginDigest) bool {
 	return crdt.OriginBehind(ld, present, rd)
 }
 
+// observeDigest hands a digest that a member holds to Config.OnDigest,
+// naming the member's cluster.
+func (n *Node) observeDigest(sender string, d crdt.Digest) {
+	if n.cfg.OnDigest == nil {
+		return
+	}
+	n.mu.Lock()
+	ms := n.members[sender]
+	n.mu.Unlock()
+	if ms != nil {
+		n.cfg.OnDigest(ms.Cluster, d)
+	}
+}
+
 func (n *Node) onDigest(m *message, state bool) {
 	local := n.rep.Digest()
 	// Retirement watermarks travel in digests too: anti-entropy for Retire.
@@ -305,14 +325,7 @@ func (n *Node) onDigest(m *message, state bool) {
 	if len(need) > 0 {
 		n.startSync(m.Sender, need, local, false)
 	}
-	if n.cfg.OnDigest != nil {
-		n.mu.Lock()
-		ms := n.members[m.Sender]
-		n.mu.Unlock()
-		if ms != nil {
-			n.cfg.OnDigest(ms.Cluster, m.Digest)
-		}
-	}
+	n.observeDigest(m.Sender, m.Digest)
 	if m.Reply || state {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -151,9 +152,10 @@ func Decide(desired, live *networkingv1.NetworkPolicy) Action {
 
 // DecideGated is the per-name decision. hold is the empty-view gate: while
 // it is set nothing is deleted and no generated policy's content is
-// replaced by different content (which could shrink it); creating a missing
-// policy and restoring a hand-edited one to the content coastguard last
-// wrote (same content hash) still happen.
+// replaced by content that could allow less (see Widens); creating a missing
+// policy, widening one (a new remote pod's ipBlock, say), and restoring a
+// hand-edited one to the content coastguard last wrote (same content hash)
+// still happen.
 func DecideGated(desired, live *networkingv1.NetworkPolicy, hold bool) Action {
 	if live != nil && live.DeletionTimestamp != nil {
 		return ActionNone // re-evaluated when the delete event arrives
@@ -180,10 +182,53 @@ func DecideGated(desired, live *networkingv1.NetworkPolicy, hold bool) Action {
 		return ActionConflict
 	case !Drifted(desired, live):
 		return ActionNone
-	case hold && live.Annotations[ContentHashAnnotation] != desired.Annotations[ContentHashAnnotation]:
+	case hold && live.Annotations[ContentHashAnnotation] != desired.Annotations[ContentHashAnnotation] && !Widens(desired, live):
 		return ActionHold
 	}
 	return ActionApply
+}
+
+// Widens reports whether applying desired over live can only add to what
+// live allows: the same pods selected with the same policy types, and every
+// live rule kept by a desired rule with the same ports whose peers include
+// all of the live rule's peers (a rule with no peers allows every peer, so
+// only another rule with no peers keeps it). It is a sufficient test, not a
+// complete one: an update it cannot prove wider is held by the gate.
+func Widens(desired, live *networkingv1.NetworkPolicy) bool {
+	d, l := normalizedSpec(&desired.Spec), normalizedSpec(&live.Spec)
+	if !apiequality.Semantic.DeepEqual(d.PodSelector, l.PodSelector) || !apiequality.Semantic.DeepEqual(d.PolicyTypes, l.PolicyTypes) {
+		return false
+	}
+	for _, lr := range l.Ingress {
+		if !slices.ContainsFunc(d.Ingress, func(dr networkingv1.NetworkPolicyIngressRule) bool {
+			return keepsRule(dr.Ports, lr.Ports, dr.From, lr.From)
+		}) {
+			return false
+		}
+	}
+	for _, lr := range l.Egress {
+		if !slices.ContainsFunc(d.Egress, func(dr networkingv1.NetworkPolicyEgressRule) bool {
+			return keepsRule(dr.Ports, lr.Ports, dr.To, lr.To)
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+func keepsRule(dPorts, lPorts []networkingv1.NetworkPolicyPort, dPeers, lPeers []networkingv1.NetworkPolicyPeer) bool {
+	if !apiequality.Semantic.DeepEqual(dPorts, lPorts) {
+		return false
+	}
+	if len(dPeers) == 0 || len(lPeers) == 0 {
+		return len(dPeers) == 0
+	}
+	for _, lp := range lPeers {
+		if !slices.ContainsFunc(dPeers, func(dp networkingv1.NetworkPolicyPeer) bool { return apiequality.Semantic.DeepEqual(dp, lp) }) {
+			return false
+		}
+	}
+	return true
 }
 
 // Drifted reports whether a live policy differs from the desired one in

@@ -103,6 +103,11 @@ func TestOwned(t *testing.T) {
 func TestDecide(t *testing.T) {
 	gen := ptrNP(genNP("a", "p", "h1"))
 	gen2 := ptrNP(genNP("a", "p", "h2"))
+	gen2.Spec.Ingress[0].From[0].IPBlock.CIDR = "10.1.0.8/32" // 10.1.0.7 is dropped: narrower
+	grown := ptrNP(genNP("a", "p", "h3"))                     // 10.1.0.8 added: wider
+	grown.Spec.Ingress[0].From = append(grown.Spec.Ingress[0].From, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.1.0.8/32"}})
+	portNarrowed := ptrNP(genNP("a", "p", "h4")) // same peers, now only port 80: narrower
+	portNarrowed.Spec.Ingress[0].Ports = []networkingv1.NetworkPolicyPort{{Port: ptr.To(intstr.FromInt32(80))}}
 	live := ptrNP(liveNP("a", "p", "h1"))
 	user := ptrNP(userNP("a", "p"))
 	other := ptrNP(liveNP("a", "p", "h1"))
@@ -140,6 +145,8 @@ func TestDecide(t *testing.T) {
 		{"unchanged", gen, live, false, ActionNone},
 		{"hash differs", gen2, live, false, ActionApply},
 		{"hash differs while held: could shrink", gen2, live, true, ActionHold},
+		{"narrower ports while held", portNarrowed, live, true, ActionHold},
+		{"wider while held: a new peer is added at once", grown, live, true, ActionApply},
 		{"live lost its hash", gen, noHash, false, ActionApply},
 		{"hand edit keeping the hash", gen, edited, false, ActionApply},
 		{"hand edit repaired while held", gen, edited, true, ActionApply},

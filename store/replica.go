@@ -42,6 +42,10 @@ type Replica struct {
 
 	info  OpenInfo
 	reset []string
+
+	// pv pre-verifies large batches' signatures in parallel (preverify.go);
+	// nil without a verifier.
+	pv *preVerifier
 }
 
 // OpenReplica opens (or creates) the store at path, loads it into a fresh
@@ -301,7 +305,16 @@ func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	var all []crdt.Change
 	var applyErr error
 	origins := map[string]struct{}{}
-	for _, d := range deltas {
+	var prepared []bool
+	if r.pv != nil && r.pv.workers > 1 && entryCount(deltas) >= preVerifyMin {
+		prepared = make([]bool, len(deltas))
+	}
+	for i, d := range deltas {
+		if prepared != nil && !prepared[i] {
+			// origins pinned by the deltas before (trust on first use)
+			// become eligible here
+			r.pv.prepare(deltas[i:], prepared[i:], r.state.Digest())
+		}
 		ch, err := r.state.Apply(d)
 		all = append(all, ch...)
 		origins[d.Origin] = struct{}{}
@@ -309,6 +322,9 @@ func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 			applyErr = err
 			break
 		}
+	}
+	if prepared != nil {
+		r.pv.reset()
 	}
 	for _, c := range all {
 		origins[c.Key.Origin] = struct{}{}
@@ -327,6 +343,14 @@ func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 }
 
 func hasOrigin(m map[string]struct{}, o string) bool { _, ok := m[o]; return ok }
+
+func entryCount(ds []crdt.Delta) int {
+	n := 0
+	for i := range ds {
+		n += len(ds[i].Entries)
+	}
+	return n
+}
 
 // ApplyRetire merges a retirement record and returns its effects after they
 // are durable.
@@ -529,7 +553,13 @@ func (r *Replica) SetSigner(sg crdt.Signer) {
 func (r *Replica) SetVerifier(v crdt.Verifier, authority crdt.RetireAuthority) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.state.SetVerifier(v, authority)
+	if v == nil {
+		r.pv = nil
+		r.state.SetVerifier(nil, authority)
+		return
+	}
+	r.pv = newPreVerifier(v, r.opts.VerifyWorkers)
+	r.state.SetVerifier(r.pv, authority)
 }
 
 // SignRetire signs a retirement of this replica's own origin.

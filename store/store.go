@@ -90,6 +90,11 @@ type Options struct {
 	// refuses every write until it is reopened. The daemon makes it loud
 	// (readiness, Lease, exit).
 	OnCommitError func(error)
+	// VerifyWorkers is the number of goroutines that pre-verify the
+	// signatures of a large incoming batch (Replica.Apply, preverify.go);
+	// 0 means GOMAXPROCS when it is at least 4, else 1; 1 verifies
+	// serially in the crdt only.
+	VerifyWorkers int
 }
 
 // ErrNoIndexes is returned by the index queries of a store opened without

@@ -112,7 +112,7 @@ func TestParseConfigFileErrors(t *testing.T) {
 }
 
 func TestParseConfigClusterCIDRs(t *testing.T) {
-	cfg, err := parseConfig("run", []string{"--node-name", "n", "--cluster-cidrs", "eu-1=10.1.0.0/16, eu-2:global=242.2.0.0/16"},
+	cfg, err := parseConfig("run", []string{"--node-name", "n", "--insecure-gossip", "--cluster-cidrs", "eu-1=10.1.0.0/16, eu-2:global=242.2.0.0/16"},
 		envMap(map[string]string{"COASTGUARD_CLUSTER_CIDRS": "us-1=10.3.0.0/16"}))
 	require.NoError(t, err)
 	require.Equal(t, []string{"eu-1=10.1.0.0/16", "eu-2:global=242.2.0.0/16"}, cfg.ClusterCIDRs, "the flag wins over the env")

@@ -67,11 +67,13 @@ func kustomizeWith(t *testing.T, ctx context.Context, c *harness.Cluster, withCR
 	out, _, err := c.Kubectl(ctx, "kustomize", dir)
 	require.NoError(t, err)
 	if withCRD {
-		// As deploy/kustomization.yaml does: the CRD next to the base,
+		// As deploy/kustomization.yaml does: the CRDs next to the base,
 		// outside the components' reach.
-		crd, err := os.ReadFile(repoPath("deploy", "crds", "networking.submariner.io_multiclusternetworkpolicies.yaml"))
-		require.NoError(t, err)
-		out = string(crd) + "\n---\n" + out
+		for _, f := range []string{"networking.submariner.io_multiclusternetworkpolicies.yaml", "networking.submariner.io_coastguardclusters.yaml"} {
+			crd, err := os.ReadFile(repoPath("deploy", "crds", f))
+			require.NoError(t, err)
+			out = string(crd) + "\n---\n" + out
+		}
 	}
 	return out
 }

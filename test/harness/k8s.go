@@ -29,8 +29,16 @@ func (c *Cluster) InstallCRDs(ctx context.Context, dir string) error {
 	if _, _, err := c.Kubectl(ctx, "apply", "--server-side", "--force-conflicts", "-f", dir); err != nil {
 		return fmt.Errorf("harness: installing CRDs from %s: %w", dir, err)
 	}
-	if _, _, err := c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "-f", dir); err != nil {
-		return fmt.Errorf("harness: waiting for CRDs from %s: %w", dir, err)
+	// kubectl wait fails at once ("status.conditions accessor error") on a
+	// CRD the apiserver has not given any condition yet, so a failed wait is
+	// retried until the deadline instead of being final.
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		_, _, last = c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=30s", "-f", dir)
+		return last == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("harness: waiting for CRDs from %s: %w (last: %v)", dir, err, last)
 	}
 	return nil
 }

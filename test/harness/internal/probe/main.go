@@ -36,9 +36,11 @@ func main() {
 	// The rest of the coastguardd run flags are accepted so the harness's
 	// command line is checked for well-formedness.
 	for _, name := range []string{"cluster-id", "kubeconfig", "node-name", "namespace", "advertise-addr", "seeds",
-		"gossip-key-file", "gossip-profile", "data-dir", "debounce", "max-delay", "reconnect-timeout", "globalnet-policy", "config"} {
+		"gossip-key-file", "gossip-profile", "data-dir", "debounce", "max-delay", "reconnect-timeout", "globalnet-policy", "config",
+		"signing-key-file", "trust-bundle-file", "cluster-cidrs", "admin-addr", "metrics-auth", "empty-view-timeout"} {
 		fs.String(name, "", "accepted and ignored")
 	}
+	fs.Bool("insecure-gossip", false, "accepted and ignored")
 	if err := fs.Parse(args); err != nil {
 		log.Fatal(err)
 	}

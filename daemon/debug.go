@@ -1,0 +1,45 @@
+package daemon
+
+import (
+	"sort"
+
+	"github.com/coastguard-mcnp/coastguard/gossip"
+)
+
+// State is the /debug/state document.
+type State struct {
+	Cluster    string                          `json:"cluster"`
+	Node       string                          `json:"node"`
+	Leader     bool                            `json:"leader"`
+	Epoch      uint32                          `json:"epoch"`
+	Members    []gossip.MemberInfo             `json:"members"`
+	Clusters   map[string]gossip.ClusterStatus `json:"clusters"`
+	Origins    map[string]string               `json:"origins"`
+	Policies   int                             `json:"policies"`
+	Generated  int                             `json:"generatedNetworkPolicies"`
+	PendingInv int                             `json:"pendingInventory"`
+}
+
+// DebugState summarises the daemon for operators and the demo.
+func (d *Daemon) DebugState() any {
+	s := State{Cluster: d.opts.ClusterID, Node: d.opts.NodeName, Leader: d.leader.Load(), Origins: map[string]string{}}
+	if d.rep != nil {
+		s.Epoch = d.rep.Epoch()
+		for o, od := range d.rep.Digest() {
+			s.Origins[o] = od.Max.String()
+		}
+	}
+	if d.node != nil {
+		s.Members = d.node.Members()
+		sort.Slice(s.Members, func(i, j int) bool { return s.Members[i].Name < s.Members[j].Name })
+		s.Clusters = d.node.Clusters()
+	}
+	d.mu.Lock()
+	s.Policies = d.outputs.Len()
+	s.Generated = len(d.outputs.Desired())
+	d.mu.Unlock()
+	if d.inv != nil {
+		s.PendingInv = d.inv.Pending()
+	}
+	return s
+}

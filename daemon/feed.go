@@ -1,0 +1,47 @@
+package daemon
+
+import (
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/kube"
+)
+
+// persistedOwn lists this cluster's own live entries for the inventory diff.
+func (d *Daemon) persistedOwn() (kube.Snapshot, error) {
+	var snap kube.Snapshot
+	d.rep.View(func(st *crdt.State) { snap = kube.OwnSnapshot(st, d.opts.ClusterID, kube.InventoryKinds) })
+	return snap, nil
+}
+
+// onChanges is the replica's change feed (called after commit, in order).
+func (d *Daemon) onChanges(changes []crdt.Change) {
+	var newest int64
+	ownRemoved := false
+	for _, ch := range changes {
+		if ch.New != nil && ch.New.Stamp > newest {
+			newest = ch.New.Stamp
+		}
+		if ch.Key.Origin == d.opts.ClusterID && ch.New == nil && ch.Old != nil && !ch.Old.Deleted {
+			ownRemoved = true
+		}
+	}
+	d.mu.Lock()
+	res := d.mirror.Apply(changes)
+	d.mu.Unlock()
+	for _, e := range res.Errors {
+		d.m.decodeErrors.Inc()
+		d.log.Warn("skipping undecodable entry", "err", e)
+	}
+	d.enf.NoteStamp(newest)
+	switch {
+	case res.All:
+		d.enforce.Mark(allPolicies)
+	case len(res.Affected) > 0:
+		d.enforce.Mark(res.Affected...)
+	}
+	if len(res.StatusDirty) > 0 {
+		d.stat.Mark(res.StatusDirty...)
+	}
+	if ownRemoved && d.leader.Load() {
+		d.w.OwnRetired()
+	}
+}
