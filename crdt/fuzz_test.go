@@ -1,11 +1,11 @@
 package crdt
 
 import (
-	"reflect"
 	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
 )
 

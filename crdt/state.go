@@ -93,7 +93,7 @@ type originState struct {
 	rsProgress Version
 	rsGC       Version
 
-	rsStale    bool // the receiver was stale when the session started
+	rsStale bool // the receiver was stale when the session started
 
 	proof Proof // the origin's signed watermarks (sign.go)
 }
