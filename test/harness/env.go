@@ -309,7 +309,7 @@ func (e *Env) startEtcd(ctx context.Context, bin string) error {
 			if err != nil {
 				return err
 			}
-			defer resp.Body.Close()
+			defer closeQuietly(resp.Body) // read below
 			var h struct {
 				Health string `json:"health"`
 			}
