@@ -2,7 +2,7 @@ SHELL := /bin/bash
 # coastguard — multi-cluster NetworkPolicy for Submariner cluster sets.
 #
 #   make demo     3 local clusters on real kube-apiservers, coastguardd in each
-#   make test     unit tests (-race) + the real multi-cluster e2e suite
+#   make test     golangci-lint, unit tests (-race) + the real multi-cluster e2e suite
 #   make bench    every performance goal, as a table (bench/results.json)
 
 GO          ?= go
@@ -25,8 +25,9 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN)/coastguardd ./cmd/coastguardd
 
-## test: the README's test command; .ci/run calls exactly this.
-test: verify-generate vet helm-check unit e2e
+## test: the README's test command; .ci/run calls exactly this. The fast
+## checks (generated files, vet, lint, helm) run before the slow tests.
+test: verify-generate vet lint helm-check unit e2e
 
 ## helm-check: helm lint (strict) and helm template of charts/coastguard, with
 ## the default values and with every optional feature on. The e2e test
@@ -42,7 +43,9 @@ helm-check:
 	  --set selfProtection.enabled=true --set rbac.aggregateEdit=true --set submariner.serviceExport=true \
 	  --set persistence.hostPath.enabled=true >/dev/null
 
-## lint: golangci-lint, pinned in tools/go.mod.
+## lint: golangci-lint, pinned in tools/go.mod (.golangci.yml; build tag e2e
+## included). It must report 0 issues. The first run builds golangci-lint
+## (a few minutes); later runs reuse Go's build cache and its own.
 lint:
 	$(TOOL) golangci-lint run ./...
 

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 
@@ -33,13 +32,13 @@ func newConflictsCmd(o *Options) *cobra.Command {
 			}
 			e, err := l.engine()
 			if err != nil {
-				fmt.Fprintf(o.ErrOut, "warning: %v\n", err)
+				o.warnf("%v", err)
 			}
 			rep := e.Conflicts()
 			if !intra {
 				rep.HalfOpen = crossCluster(rep.HalfOpen)
 			}
-			return o.print(rep, func(w io.Writer) { printConflicts(w, rep) })
+			return o.print(rep, func(w *strings.Builder) { printConflicts(w, rep) })
 		},
 	}
 	cmd.Flags().BoolVar(&intra, "intra-cluster", false, "also report half-open flows inside one cluster")
@@ -145,7 +144,7 @@ func (l *live) engine() (*reach.Engine, error) {
 	return e, err
 }
 
-func printConflicts(w io.Writer, r reach.Report) {
+func printConflicts(w *strings.Builder, r reach.Report) {
 	fmt.Fprintln(w, r.Summary())
 	if len(r.HalfOpen) > 0 {
 		fmt.Fprintln(w, "\nHALF-OPEN FLOWS (one end allows, the other denies)")

@@ -67,13 +67,17 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(o.Out, "cluster %s (context %s): leader %s (pod %s/%s)\n", m.ID, m.Context, holder, o.Namespace, pod)
+			if _, err := fmt.Fprintf(o.Out, "cluster %s (context %s): leader %s (pod %s/%s)\n", m.ID, m.Context, holder, o.Namespace, pod); err != nil {
+				return err
+			}
 			if !yes {
-				fmt.Fprintf(o.Out, "This retires %s from the cluster set everywhere. Type the cluster ID to confirm: ", m.ID)
+				if _, err := fmt.Fprintf(o.Out, "This retires %s from the cluster set everywhere. Type the cluster ID to confirm: ", m.ID); err != nil {
+					return err
+				}
 				line, _ := bufio.NewReader(o.In).ReadString('\n')
 				if strings.TrimSpace(line) != m.ID {
-					fmt.Fprintln(o.Out, "aborted: nothing was changed")
-					return nil
+					_, err := fmt.Fprintln(o.Out, "aborted: nothing was changed")
+					return err
 				}
 			}
 			cctx, cancel := contextWithTimeout(ctx, timeout)
@@ -83,8 +87,8 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			if err != nil {
 				return fmt.Errorf("decommission in pod %s/%s failed: %w (%s)", o.Namespace, pod, err, strings.TrimSpace(stderr.String()))
 			}
-			fmt.Fprint(o.Out, stdout.String())
-			return nil
+			_, err = io.WriteString(o.Out, stdout.String())
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&context, "context", "", "kubeconfig context of the cluster to retire")

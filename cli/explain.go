@@ -71,7 +71,7 @@ func newExplainCmd(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.print(ex, func(w io.Writer) { printExplanation(w, ex, showYAML) })
+			return o.print(ex, func(w *strings.Builder) { printExplanation(w, ex, showYAML) })
 		},
 	}
 	cmd.Flags().StringVarP(&ns, "namespace", "n", "default", "namespace of the MCNP")
@@ -271,7 +271,7 @@ func peersOf(l *live, c string, np *networkingv1.NetworkPolicy) []RulePeers {
 	return out
 }
 
-func printExplanation(w io.Writer, ex *Explanation, showYAML bool) {
+func printExplanation(w *strings.Builder, ex *Explanation, showYAML bool) {
 	fmt.Fprintf(w, "MCNP %s\n", ex.Policy)
 	for _, c := range ex.Clusters {
 		mark := "not enforced"
@@ -357,7 +357,7 @@ func newWhatIfCmd(o *Options) *cobra.Command {
 				cand.Namespace = "default"
 			}
 			if err := v1.Validate(&cand); err != nil {
-				fmt.Fprintf(o.ErrOut, "warning: the apiserver would reject this policy: %v\n", err)
+				o.warnf("the apiserver would reject this policy: %v", err)
 			}
 			ctx := cmd.Context()
 			ms, err := o.connect(ctx)
@@ -381,7 +381,7 @@ func newWhatIfCmd(o *Options) *cobra.Command {
 				return err
 			}
 			wi := whatIf(l, om.ID, &cand)
-			return o.print(wi, func(w io.Writer) { printWhatIf(w, wi) })
+			return o.print(wi, func(w *strings.Builder) { printWhatIf(w, wi) })
 		},
 	}
 	cmd.Flags().StringVarP(&file, "filename", "f", "", "candidate MCNP manifest (- for stdin)")
@@ -432,7 +432,7 @@ func whatIf(l *live, origin string, cand *v1.MultiClusterNetworkPolicy) *WhatIf 
 	return wi
 }
 
-func printWhatIf(w io.Writer, wi *WhatIf) {
+func printWhatIf(w *strings.Builder, wi *WhatIf) {
 	verb := "creating"
 	if wi.Exists {
 		verb = "changing"

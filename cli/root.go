@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -54,8 +55,10 @@ do, and which policies conflict.`,
 	return root
 }
 
-// print writes v as JSON or YAML, or calls text for the text format.
-func (o *Options) print(v any, text func(w io.Writer)) error {
+// print writes v as JSON or YAML, or for the text format renders it with
+// text into a buffer and writes that in one call, so a failed write to Out
+// (a closed pipe, a full disk) is returned instead of lost.
+func (o *Options) print(v any, text func(b *strings.Builder)) error {
 	switch o.Output {
 	case "json":
 		b, err := json.MarshalIndent(v, "", "  ")
@@ -72,8 +75,16 @@ func (o *Options) print(v any, text func(w io.Writer)) error {
 		_, err = o.Out.Write(b)
 		return err
 	case "text", "":
-		text(o.Out)
-		return nil
+		var b strings.Builder
+		text(&b)
+		_, err := io.WriteString(o.Out, b.String())
+		return err
 	}
 	return fmt.Errorf("unknown output format %q (want text, json or yaml)", o.Output)
+}
+
+// warnf writes a warning to ErrOut. A warning that cannot be written must not
+// fail the command, whose answer goes to Out, so its write error is dropped.
+func (o *Options) warnf(format string, a ...any) {
+	_, _ = fmt.Fprintf(o.ErrOut, "warning: "+format+"\n", a...)
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -219,33 +218,36 @@ func yn(b bool) string {
 }
 
 func (o *Options) printStatus(st *Status) error {
-	return o.print(st, func(w io.Writer) {
+	return o.print(st, func(w *strings.Builder) {
+		// The tables go through tabwriter into w. Writes into a
+		// strings.Builder cannot fail, so neither can the tabwriter's.
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		tprintf := func(format string, a ...any) { _, _ = fmt.Fprintf(tw, format, a...) }
 		for _, v := range st.Views {
-			fmt.Fprintf(tw, "VIEW FROM %s (context %s)\n", v.Cluster, v.Context)
+			tprintf("VIEW FROM %s (context %s)\n", v.Cluster, v.Context)
 			if v.Error != "" {
-				fmt.Fprintf(tw, "  error: %s\n", v.Error)
+				tprintf("  error: %s\n", v.Error)
 				continue
 			}
-			fmt.Fprintln(tw, "  CLUSTER\tALIVE\tSTALE\tRETIRED\tSANITY\tMEMBERS\tLEADER\tVERSION\tLAG\tSOFTWARE")
+			tprintf("  CLUSTER\tALIVE\tSTALE\tRETIRED\tSANITY\tMEMBERS\tLEADER\tVERSION\tLAG\tSOFTWARE\n")
 			for _, r := range v.Clusters {
 				sw := r.SoftwareVersion
 				if sw == "" {
 					sw = "-"
 				}
-				fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Cluster, yn(r.Alive), yn(r.Stale), yn(r.Retired),
+				tprintf("  %s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Cluster, yn(r.Alive), yn(r.Stale), yn(r.Retired),
 					map[bool]string{true: "ok", false: "PROBLEM"}[r.SanityOK], r.Members, r.Leader, r.Version, r.Lag, sw)
 			}
 		}
 		if len(st.Policies) > 0 {
-			fmt.Fprintln(tw, "\nMCNP\tENFORCED\tREADY\tPER CLUSTER")
+			tprintf("\nMCNP\tENFORCED\tREADY\tPER CLUSTER\n")
 			for _, p := range st.Policies {
 				var cs []string
 				for c, s := range p.Clusters {
 					cs = append(cs, c+"="+s)
 				}
 				sort.Strings(cs)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.Policy, p.Enforced, yn(p.Ready), strings.Join(cs, " "))
+				tprintf("%s\t%s\t%s\t%s\n", p.Policy, p.Enforced, yn(p.Ready), strings.Join(cs, " "))
 			}
 		}
 		_ = tw.Flush()

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -116,7 +115,7 @@ func newVerdictCmd(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.print(v, func(w io.Writer) { printVerdict(w, v) })
+			return o.print(v, func(w *strings.Builder) { printVerdict(w, v) })
 		},
 	}
 	cmd.Flags().StringVar(&from, "from", "", "source CLUSTER/NAMESPACE/POD (cluster ID or context)")
@@ -260,7 +259,7 @@ func anyAllows(ms []matcher.PeerMatcher, peer *matcher.TrafficPeer, t *matcher.T
 	return false
 }
 
-func printVerdict(w io.Writer, v *Verdict) {
+func printVerdict(w *strings.Builder, v *Verdict) {
 	word := map[bool]string{true: "ALLOWED", false: "DENIED"}
 	fmt.Fprintf(w, "%s -> %s on %s: %s\n", v.From, v.To, v.Port, word[v.Allowed])
 	for _, s := range []struct {

@@ -90,15 +90,15 @@ func TrustReason(err error) string {
 	return ""
 }
 
-// Mark kinds: watermarks an origin asserts.
+// MarkKind is the kind of a watermark an origin asserts.
 type MarkKind uint8
 
 const (
-	// MarkHead: the origin has written versions up to this one.
+	// MarkHead asserts that the origin has written versions up to this one.
 	MarkHead MarkKind = 1
-	// MarkGC: the origin's tombstone GC watermark.
+	// MarkGC is the origin's tombstone GC watermark.
 	MarkGC MarkKind = 2
-	// MarkRetire: the origin retires its versions up to this one.
+	// MarkRetire asserts that the origin retires its versions up to this one.
 	MarkRetire MarkKind = 3
 )
 

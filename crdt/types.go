@@ -16,17 +16,18 @@ import "fmt"
 type Kind uint8
 
 const (
-	// KindCluster: one entry per origin, Name "" ; value ClusterValue
+	// KindCluster is one entry per origin, Name ""; value ClusterValue
 	// (labels from ClusterProperty, CIDRs, Globalnet egress).
 	KindCluster Kind = 1
-	// KindNamespace: Name = namespace name; value NamespaceValue.
+	// KindNamespace is a namespace: Name = namespace name; value
+	// NamespaceValue.
 	KindNamespace Kind = 2
-	// KindPod: Name = "namespace/name"; value PodValue.
+	// KindPod is a pod: Name = "namespace/name"; value PodValue.
 	KindPod Kind = 3
-	// KindPolicy: Name = "namespace/name" of a MultiClusterNetworkPolicy
-	// created in the origin cluster; value PolicyValue.
+	// KindPolicy is a MultiClusterNetworkPolicy created in the origin
+	// cluster: Name = "namespace/name"; value PolicyValue.
 	KindPolicy Kind = 4
-	// KindReport: an enforcement report written by the ENFORCING cluster
+	// KindReport is an enforcement report written by the ENFORCING cluster
 	// (the entry's origin) about one MCNP. Name = "<policyOrigin>/<ns>/<name>";
 	// value ReportValue.
 	KindReport Kind = 5

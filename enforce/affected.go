@@ -11,13 +11,13 @@ import (
 type ChangeKind uint8
 
 const (
-	// ChangePod: a pod of Cluster/Namespace was added, updated or removed.
+	// ChangePod means a pod of Cluster/Namespace was added, updated or removed.
 	ChangePod ChangeKind = iota + 1
-	// ChangeNamespace: a namespace object was added, relabelled or removed.
+	// ChangeNamespace means a namespace object was added, relabelled or removed.
 	ChangeNamespace
-	// ChangeCluster: a cluster joined, left or changed labels.
+	// ChangeCluster means a cluster joined, left or changed labels.
 	ChangeCluster
-	// ChangePolicy: a policy was added, updated or removed.
+	// ChangePolicy means a policy was added, updated or removed.
 	ChangePolicy
 )
 

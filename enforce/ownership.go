@@ -40,15 +40,17 @@ const (
 type DropReason string
 
 const (
+	// DropNone means the address is allowed.
 	DropNone DropReason = ""
-	// DropCIDRsUnknown: the owner's CIDRs are unknown here.
+	// DropCIDRsUnknown means the owner's CIDRs are unknown here.
 	DropCIDRsUnknown DropReason = "cidrs_unknown"
-	// DropReserved: loopback, link-local, unspecified, multicast or
-	// IPv4-mapped IPv6.
+	// DropReserved means a loopback, link-local, unspecified, multicast or
+	// IPv4-mapped IPv6 address.
 	DropReserved DropReason = "reserved_address"
-	// DropOutsideCIDRs: not inside the owner's CIDRs.
+	// DropOutsideCIDRs means the address is not inside the owner's CIDRs.
 	DropOutsideCIDRs DropReason = "outside_owner_cidrs"
-	// DropLocalCIDR: inside the enforcing cluster's own CIDRs.
+	// DropLocalCIDR means the address is inside the enforcing cluster's own
+	// CIDRs.
 	DropLocalCIDR DropReason = "inside_local_cidrs"
 )
 

@@ -229,7 +229,7 @@ func FuzzOwnership(f *testing.F) {
 		if r != DropNone {
 			return
 		}
-		if !(o.Bits() <= p.Bits() && o.Contains(p.Addr())) {
+		if inOwner := o.Bits() <= p.Bits() && o.Contains(p.Addr()); !inOwner {
 			t.Fatalf("%s allowed outside its owner's %s", p, o)
 		}
 		if lc.Overlaps(p) {

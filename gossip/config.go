@@ -45,6 +45,8 @@ type Replica interface {
 // Profile names a memberlist timing base.
 type Profile string
 
+// The timing profiles; each starts from memberlist's DefaultWANConfig,
+// DefaultLANConfig or DefaultLocalConfig respectively.
 const (
 	ProfileWAN   Profile = "wan"
 	ProfileLAN   Profile = "lan"

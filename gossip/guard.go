@@ -162,7 +162,7 @@ var errStreamRefused = errors.New("stream refused before authentication")
 // checkHeader reads [label header] type [length] within the header
 // timeout and sets up the capped reader.
 func (c *guardedConn) checkHeader(encrypted bool) error {
-	_ = c.Conn.SetReadDeadline(time.Now().Add(streamHeaderTimeout))
+	_ = c.SetReadDeadline(time.Now().Add(streamHeaderTimeout))
 	br := bufio.NewReaderSize(io.LimitReader(c.Conn, MaxStreamBytes+512), 512)
 	off := 0
 	b, err := br.Peek(1)
@@ -188,7 +188,7 @@ func (c *guardedConn) checkHeader(encrypted bool) error {
 			return fmt.Errorf("%w: declares %d bytes (limit %d)", errStreamRefused, n, MaxStreamBytes)
 		}
 	}
-	_ = c.Conn.SetReadDeadline(time.Time{})
+	_ = c.SetReadDeadline(time.Time{})
 	c.r = br
 	return nil
 }

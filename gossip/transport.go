@@ -133,10 +133,15 @@ func (t *FaultTransport) Dropped() int64 { return t.dropped.Load() }
 
 var errBlocked = errors.New("faulttransport: address blocked")
 
+// FinalAdvertiseAddr implements memberlist.Transport; the wrapped transport
+// answers.
 func (t *FaultTransport) FinalAdvertiseAddr(ip string, port int) (net.IP, int, error) {
 	return t.inner.FinalAdvertiseAddr(ip, port)
 }
 
+// WriteTo implements memberlist.Transport. A packet to a blocked address is
+// dropped and reported as sent, as on a lossy network; others are counted and
+// forwarded.
 func (t *FaultTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	if t.isBlocked(addr) {
 		t.dropped.Add(1)
@@ -148,6 +153,8 @@ func (t *FaultTransport) WriteTo(b []byte, addr string) (time.Time, error) {
 	return t.inner.WriteTo(b, addr)
 }
 
+// WriteToAddress implements memberlist.NodeAwareTransport, blocking and
+// counting as WriteTo does.
 func (t *FaultTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
 	if na, ok := t.inner.(memberlist.NodeAwareTransport); ok {
 		if t.isBlocked(a.Addr) {
@@ -161,8 +168,12 @@ func (t *FaultTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Ti
 	return t.WriteTo(b, a.Addr)
 }
 
+// PacketCh implements memberlist.Transport: the packets the wrapped transport
+// received, counted, without those from blocked addresses.
 func (t *FaultTransport) PacketCh() <-chan *memberlist.Packet { return t.packets }
 
+// DialTimeout implements memberlist.Transport. Dialing a blocked address
+// fails; other connections count the bytes they carry.
 func (t *FaultTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
 	if t.isBlocked(addr) {
 		t.dropped.Add(1)
@@ -175,6 +186,8 @@ func (t *FaultTransport) DialTimeout(addr string, timeout time.Duration) (net.Co
 	return &countingConn{Conn: c, t: t}, nil
 }
 
+// DialAddressTimeout implements memberlist.NodeAwareTransport, blocking and
+// counting as DialTimeout does.
 func (t *FaultTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
 	na, ok := t.inner.(memberlist.NodeAwareTransport)
 	if !ok {
@@ -191,6 +204,9 @@ func (t *FaultTransport) DialAddressTimeout(a memberlist.Address, timeout time.D
 	return &countingConn{Conn: c, t: t}, nil
 }
 
+// StreamCh implements memberlist.Transport: the wrapped transport's incoming
+// streams, counting the bytes they carry (they cannot be blocked; see
+// FaultTransport).
 func (t *FaultTransport) StreamCh() <-chan net.Conn {
 	// Incoming streams are wrapped lazily by a forwarding goroutine.
 	return t.streams()

@@ -150,7 +150,7 @@ func TestVersionSkewMetric(t *testing.T) {
 
 func TestParseKeyring(t *testing.T) {
 	k1, k2 := testKey(1), testKey(2)[:16]
-	b64 := func(k []byte) string { return encodeB64(k) }
+	b64 := encodeB64
 	keys, err := ParseKeyring([]byte("# rotated 2026\n" + b64(k1) + "\n\n  " + b64(k2) + "  \n"))
 	require.NoError(t, err)
 	require.Equal(t, [][]byte{k1, k2}, keys)

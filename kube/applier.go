@@ -106,23 +106,23 @@ func Owned(desired, live *networkingv1.NetworkPolicy) bool {
 type Action int
 
 const (
-	// ActionNone: live already matches, or nothing is wanted and nothing of
-	// ours exists, or a live object of ours is terminating.
+	// ActionNone does nothing: live already matches, or nothing is wanted
+	// and nothing of ours exists, or a live object of ours is terminating.
 	ActionNone Action = iota
-	// ActionApply: server-side apply the desired object (create, content
+	// ActionApply server-side applies the desired object (create, content
 	// update, drift repair or re-adoption of a policy whose label was
 	// removed).
 	ActionApply
-	// ActionDelete: delete the live generated object (no longer desired).
+	// ActionDelete deletes the live generated object (no longer desired).
 	ActionDelete
-	// ActionConflict: a user-authored object without our label holds the
-	// desired name; it is never touched.
+	// ActionConflict never touches a user-authored object without our
+	// label that holds the desired name.
 	ActionConflict
-	// ActionForeign: an object carries the managed-by label but coastguard
-	// never wrote it; it is never touched and it is reported.
+	// ActionForeign never touches, and reports, an object that carries the
+	// managed-by label but that coastguard never wrote.
 	ActionForeign
-	// ActionHold: the change would delete or shrink a generated policy
-	// while the empty-view gate is closed; it waits for the gate.
+	// ActionHold defers a change that would delete or shrink a generated
+	// policy while the empty-view gate is closed; it waits for the gate.
 	ActionHold
 )
 

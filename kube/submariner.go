@@ -51,7 +51,6 @@ type SubmarinerConfig struct {
 type SubmarinerWatcher struct {
 	cfg      SubmarinerConfig
 	log      *slog.Logger
-	factory  dynamicinformer.DynamicSharedInformerFactory
 	synced   []cache.InformerSynced
 	startFns []func(<-chan struct{})
 
@@ -415,7 +414,7 @@ func SubmarinerNetworks(cs []SubmarinerCluster) (enforce.Networks, []error) {
 		n.ServiceCIDRs, e2 = enforce.ParseCIDRs(c.ServiceCIDRs)
 		n.GlobalCIDRs, e3 = enforce.ParseCIDRs(c.GlobalCIDRs)
 		for _, e := range append(append(e1, e2...), e3...) {
-			errs = append(errs, fmt.Errorf("Submariner Cluster %s: %w", c.ClusterID, e))
+			errs = append(errs, fmt.Errorf("parsing Submariner Cluster %s: %w", c.ClusterID, e))
 		}
 		n.Sources = []string{"submariner"}
 		parts = append(parts, enforce.Networks{c.ClusterID: n})

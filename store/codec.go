@@ -78,11 +78,6 @@ func entryKey(k crdt.Key) []byte {
 	return appendComponent(dst, k.Name)
 }
 
-// entryPrefix returns the key prefix of all entries of origin and kind.
-func entryPrefix(origin string, kind crdt.Kind) []byte {
-	return encodeKey(origin, string([]byte{byte(kind)}))
-}
-
 func decodeEntryKey(b []byte) (crdt.Key, error) {
 	c, err := decodeKey(b, 3)
 	if err != nil {

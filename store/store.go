@@ -123,7 +123,7 @@ func (s *Store) syncIndexes() (err error) {
 	return s.update(func(tx *bolt.Tx) error {
 		meta := tx.Bucket(bucketMeta)
 		for _, name := range indexBuckets {
-			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, bolt.ErrBucketNotFound) {
+			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
 				return err
 			}
 			if _, err := tx.CreateBucket(name); err != nil {
@@ -293,7 +293,7 @@ func open(path string, opts Options, deferCheck bool) (*Store, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
-	db, created, corrupt, err, pending := tryOpen(path, &opts, &s.info, deferCheck)
+	db, pending, created, corrupt, err := tryOpen(path, &opts, &s.info, deferCheck)
 	if err != nil {
 		return nil, err
 	}
@@ -301,7 +301,7 @@ func open(path string, opts Options, deferCheck bool) (*Store, error) {
 		if err := s.moveAside(corrupt); err != nil {
 			return nil, err
 		}
-		db, created, corrupt, err, pending = tryOpen(path, &opts, &s.info, false)
+		db, pending, created, corrupt, err = tryOpen(path, &opts, &s.info, false)
 		if err != nil {
 			return nil, err
 		}
@@ -361,7 +361,7 @@ func (s *Store) moveAside(cause error) error {
 //
 // With deferCheck, a needed page check runs in the background: the result
 // arrives on pending and the caller must call finishOpen before writing.
-func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *bolt.DB, created bool, corrupt, err error, pending <-chan error) {
+func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *bolt.DB, pending <-chan error, created bool, corrupt, err error) {
 	// A truncated mmap'd file faults (SIGBUS) instead of returning an error;
 	// turn faults into recoverable panics on this goroutine.
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
@@ -379,11 +379,11 @@ func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *b
 	case errors.Is(statErr, fs.ErrNotExist):
 		created = true
 	case statErr != nil:
-		return nil, false, nil, fmt.Errorf("store: %w", statErr), nil
+		return nil, nil, false, nil, fmt.Errorf("store: %w", statErr)
 	case !fi.Mode().IsRegular():
-		return nil, false, nil, fmt.Errorf("store: %s is not a regular file", path), nil
+		return nil, nil, false, nil, fmt.Errorf("store: %s is not a regular file", path)
 	case fi.Size() == 0:
-		return nil, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil, nil
+		return nil, nil, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil
 	}
 	if !created && !opts.NoPrefetch {
 		prefetch(path)
@@ -392,37 +392,37 @@ func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *b
 	if err != nil {
 		switch {
 		case errors.Is(err, berrors.ErrTimeout):
-			return nil, false, nil, fmt.Errorf("store: %s is locked by another process: %w", path, err), nil
+			return nil, nil, false, nil, fmt.Errorf("store: %s is locked by another process: %w", path, err)
 		case errors.Is(err, fs.ErrPermission):
-			return nil, false, nil, fmt.Errorf("store: %w", err), nil
+			return nil, nil, false, nil, fmt.Errorf("store: %w", err)
 		}
-		return nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err), nil, nil
+		return nil, nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err), nil
 	}
 	if created {
 		if err := initBuckets(db); err != nil {
 			closeQuietly(db)
-			return nil, false, nil, fmt.Errorf("store: initialise %s: %w", path, err), nil
+			return nil, nil, false, nil, fmt.Errorf("store: initialise %s: %w", path, err)
 		}
-		return db, true, nil, nil, nil
+		return db, nil, true, nil, nil
 	}
 	needCheck, corrupt, err := verify(db, path, fi.Size(), opts.Check, info)
 	if corrupt == nil && err == nil && needCheck {
 		if deferCheck {
 			ch := make(chan error, 1)
 			go func() { ch <- pageCheck(db) }()
-			return db, false, nil, nil, ch
+			return db, ch, false, nil, nil
 		}
 		corrupt = pageCheck(db)
 	}
 	if corrupt != nil || err != nil {
 		closeQuietly(db)
-		return nil, false, corrupt, err, nil
+		return nil, nil, false, corrupt, err
 	}
 	if err := clearCleanMark(db); err != nil {
 		closeQuietly(db)
-		return nil, false, nil, fmt.Errorf("store: %s: %w", path, err), nil
+		return nil, nil, false, nil, fmt.Errorf("store: %s: %w", path, err)
 	}
-	return db, false, nil, nil, nil
+	return db, nil, false, nil, nil
 }
 
 // prefetch reads the file sequentially once so the page cache holds it
@@ -435,7 +435,7 @@ func prefetch(path string) {
 	if err != nil {
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: nothing to lose
 	buf := make([]byte, 4<<20)
 	for {
 		if _, err := f.Read(buf); err != nil {
@@ -531,7 +531,9 @@ func pageCheck(db *bolt.DB) error {
 // with a fresh file. Only valid before the store is shared.
 func (s *Store) recoverCorrupt(cause error) error {
 	if s.pending != nil {
-		<-s.pending
+		// The file is moved aside anyway; wait for the check so it stops
+		// reading the file, and log its verdict (if any) with the cause.
+		cause = errors.Join(cause, <-s.pending)
 		s.pending = nil
 	}
 	s.mu.Lock()
@@ -542,7 +544,7 @@ func (s *Store) recoverCorrupt(cause error) error {
 	if err := s.moveAside(cause); err != nil {
 		return err
 	}
-	db, _, corrupt, err, _ := tryOpen(s.path, &s.opts, &s.info, false)
+	db, _, _, corrupt, err := tryOpen(s.path, &s.opts, &s.info, false)
 	if err != nil {
 		return err
 	}
@@ -577,11 +579,11 @@ func (s *Store) Close() error {
 	s.mu.Unlock()
 	<-s.done
 	if s.pending != nil {
-		// A check still running: the file's state is unknown, leave it
-		// unmarked so the next open checks again.
-		<-s.pending
+		// A check nobody consumed: whatever its verdict, the file was not
+		// confirmed sound while open; leave it unmarked so the next open
+		// checks again.
+		failed = errors.Join(errors.New("page check did not complete"), <-s.pending)
 		s.pending = nil
-		failed = errors.New("page check did not complete")
 	}
 	var markErr error
 	if failed == nil && !s.corruptSeen.Load() {

@@ -293,7 +293,7 @@ func TestIndexConsistencyRandom(t *testing.T) {
 	require.Len(t, snap.Entries, len(current))
 	for _, e := range snap.Entries {
 		want := current[e.Key]
-		require.NotNil(t, want, e.Key.String())
+		require.NotNil(t, want, e.String())
 		require.Equal(t, want.Version, e.Version)
 		require.Equal(t, want.Deleted, e.Deleted)
 		require.True(t, bytes.Equal(want.Value, e.Value))

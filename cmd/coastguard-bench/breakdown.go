@@ -97,7 +97,7 @@ func runBytesBreakdown(ctx context.Context, cfg *config, rec *recorder, n, updat
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer removeScratch(dir)
 	quiet := slog.New(slog.DiscardHandler)
 	key := []byte("0123456789abcdef0123456789abcdef")
 	var reps []*store.Replica

@@ -174,8 +174,7 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 		return err
 	}
 	mirror.SetNetworks(nets)
-	var loadDur time.Duration
-	loadDur = timeIt(func() { mirror.Apply(changes) })
+	loadDur := timeIt(func() { mirror.Apply(changes) })
 	changes = nil
 	inv := mirror.Inventory()
 	params := func(extra map[string]any) map[string]any {

@@ -45,7 +45,7 @@ func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer removeScratch(dir)
 	quiet := slog.New(slog.DiscardHandler)
 	key := []byte("0123456789abcdef0123456789abcdef")
 	var mesh []*healNode

@@ -49,7 +49,7 @@ func describeMachine() Machine {
 				break
 			}
 		}
-		f.Close()
+		_ = f.Close() // read-only: nothing to lose
 	}
 	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {

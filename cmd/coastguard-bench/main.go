@@ -217,6 +217,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	os.Exit(run(cfg))
+}
+
+// run runs the selected sections, writes the report into cfg.out and returns
+// the exit code: 1 if a section failed or the report could not be written.
+func run(cfg *config) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -277,12 +283,13 @@ func main() {
 	}
 	if err := errors.Join(errs...); err != nil {
 		fmt.Fprintln(os.Stderr, "coastguard-bench:", err)
-		os.Exit(1)
+		return 1
 	}
 	if len(rep.Errors) > 0 {
 		fmt.Fprintf(os.Stderr, "coastguard-bench: %d section(s) failed\n", len(rep.Errors))
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // markdown renders the report as a Markdown table.
@@ -366,3 +373,11 @@ func median(v []float64) float64 {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// removeScratch deletes a section's scratch directory. A failure leaves files
+// in the temp dir but changes none of the section's figures, so it is logged.
+func removeScratch(dir string) {
+	if err := os.RemoveAll(dir); err != nil {
+		slog.Warn("cannot remove scratch directory", "dir", dir, "err", err)
+	}
+}

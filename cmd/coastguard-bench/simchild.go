@@ -91,7 +91,9 @@ func runSimIsolated(ctx context.Context, o sim.Options, timeout time.Duration) (
 	if err != nil {
 		return r, err
 	}
-	defer errf.Close()
+	// Closing after the child exited loses nothing: the child wrote
+	// through its own descriptor, and the file is only read by name.
+	defer func() { _ = errf.Close() }()
 	cmd.Stderr = errf
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 	cmd.WaitDelay = 10 * time.Second

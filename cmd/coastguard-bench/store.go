@@ -47,7 +47,8 @@ func buildStoreWith(path string, origins, perOrigin int, value func(int) ([]byte
 	if err != nil {
 		return 0, err
 	}
-	defer s.Close()
+	// On the error paths only; the success path returns Close's error.
+	defer func() { _ = s.Close() }()
 	for c := 0; c < origins; c++ {
 		st := crdt.NewState(fmt.Sprintf("cluster-%02d", c))
 		if err := st.SetEpoch(1); err != nil {

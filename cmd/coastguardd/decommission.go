@@ -44,7 +44,8 @@ func runDecommission(args []string) int {
 		fmt.Fprintf(os.Stderr, "decommission: cannot reach coastguardd at %s: %v\n", host, err)
 		return 1
 	}
-	defer resp.Body.Close()
+	// The body is read below; closing it only releases the connection.
+	defer func() { _ = resp.Body.Close() }()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(os.Stderr, "decommission failed (%s): %s", resp.Status, body)

@@ -84,7 +84,8 @@ func execute(args []string, stdout, stderr io.Writer) int {
 	case errors.As(err, &ee):
 		return int(ee)
 	default:
-		fmt.Fprintf(stderr, "coastguardd: %v\n", err)
+		// The exit code carries the failure if stderr is gone too.
+		_, _ = fmt.Fprintf(stderr, "coastguardd: %v\n", err)
 		return 2
 	}
 }
@@ -178,7 +179,8 @@ func newRunCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, err := cf.load(cmd.Flags().Changed)
 			if err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "coastguardd: invalid configuration:\n%v\n", err)
+				// The exit code carries the failure if stderr is gone too.
+				_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "coastguardd: invalid configuration:\n%v\n", err)
 				return exitError(2)
 			}
 			return exitError(runConfig(cfg))
@@ -202,9 +204,9 @@ func newVersionCmd() *cobra.Command {
 		Short: "print the coastguardd version",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "coastguardd %s (revision %s, %s, %s/%s)\n",
+			_, err := fmt.Fprintf(cmd.OutOrStdout(), "coastguardd %s (revision %s, %s, %s/%s)\n",
 				version.Get(), version.GetRevision(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return nil
+			return err
 		},
 	}
 }

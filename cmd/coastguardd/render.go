@@ -93,6 +93,13 @@ func render(in, out string, log io.Writer) error {
 	return renderWith(in, out, log, enforce.GlobalnetCoarse)
 }
 
+// logf writes one of render's warnings or summary lines to log. They are
+// diagnostics for the operator; the rendered files are the result, so a log
+// that cannot be written (a closed stderr) does not fail the render.
+func logf(log io.Writer, format string, a ...any) {
+	_, _ = fmt.Fprintf(log, format, a...)
+}
+
 // renderWith is render with a Globalnet policy (--globalnet-policy) and
 // operator-supplied trusted CIDRs (--cluster-cidrs) for every cluster.
 func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs ...enforce.Networks) error {
@@ -102,14 +109,14 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs
 	}
 	inv.SetGlobalnetPolicy(gp)
 	for _, f := range enforce.Findings(inv) {
-		fmt.Fprintf(log, "warning: %s\n", f.Message)
+		logf(log, "warning: %s\n", f.Message)
 	}
 	for _, c := range clusters {
 		// What c knows of every cluster's CIDRs: the Submariner Cluster
 		// objects in its directory, plus --cluster-cidrs.
 		inv.SetNetworks(enforce.MergeNetworks(append([]enforce.Networks{trusted[c]}, cidrs...)...))
 		for _, d := range enforce.PodIPDrops(inv, c) {
-			fmt.Fprintf(log, "warning: %s: %d address(es) of cluster %s never allowed (%s), e.g. %s\n", c, d.Count, d.Cluster, d.Reason, d.Example)
+			logf(log, "warning: %s: %d address(es) of cluster %s never allowed (%s), e.g. %s\n", c, d.Count, d.Cluster, d.Reason, d.Example)
 		}
 		var buf bytes.Buffer
 		nps := enforce.Translate(c, inv)
@@ -131,14 +138,14 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs
 		if err := os.WriteFile(filepath.Join(dir, "networkpolicies.yaml"), buf.Bytes(), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(log, "%s: %d NetworkPolicies\n", c, len(nps))
+		logf(log, "%s: %d NetworkPolicies\n", c, len(nps))
 		for _, ref := range inv.Policies() {
 			res := enforce.Evaluate(c, inv, ref)
 			if res.SkippedNoNamespace {
-				fmt.Fprintf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
+				logf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
 			}
 			if res.Degraded != "" {
-				fmt.Fprintf(log, "%s: MultiClusterNetworkPolicy %s degraded: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
+				logf(log, "%s: MultiClusterNetworkPolicy %s degraded: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
 			}
 		}
 	}
@@ -214,7 +221,7 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, ma
 		if !e.IsDir() {
 			switch strings.ToLower(filepath.Ext(e.Name())) {
 			case ".yaml", ".yml", ".json":
-				fmt.Fprintf(log, "warning: %s: files at the top level are ignored; put them in a cluster directory\n", filepath.Join(in, e.Name()))
+				logf(log, "warning: %s: files at the top level are ignored; put them in a cluster directory\n", filepath.Join(in, e.Name()))
 			}
 			continue
 		}
@@ -264,7 +271,7 @@ func (l *renderLoader) loadCluster(id, dir string) {
 		case ".yaml", ".yml", ".json":
 			files = append(files, p)
 		default:
-			fmt.Fprintf(l.log, "warning: %s: not a .yaml, .yml or .json file, ignored\n", p)
+			logf(l.log, "warning: %s: not a .yaml, .yml or .json file, ignored\n", p)
 		}
 		return nil
 	})
@@ -364,11 +371,11 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 	}
 	want, ok := known[tm.Kind]
 	if !ok {
-		fmt.Fprintf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
+		logf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
 		return
 	}
 	if tm.APIVersion != want && strings.HasPrefix(want, "submariner.io/") {
-		fmt.Fprintf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
+		logf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
 		return
 	}
 	if tm.APIVersion != want {

@@ -12,10 +12,17 @@ import (
 )
 
 func main() {
+	os.Exit(run())
+}
+
+// run executes the command tree and returns the exit code; it is separate
+// from main so that its deferred stop runs before os.Exit.
+func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	if err := cli.NewCommands().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }

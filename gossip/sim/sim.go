@@ -200,7 +200,6 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		}
 		members = append(members, m)
 	}
-	preload = nil
 	// Join: each new member joins a random earlier one.
 	for i := 1; i < len(members); i++ {
 		if err := members[i].join(members[rand.IntN(i)].addr()); err != nil {

@@ -365,13 +365,6 @@ func (w *npWatch) record(typ, name string, blocks []string) {
 	w.notify = make(chan struct{})
 }
 
-// all returns the union of the current ipBlocks of every watched policy.
-func (w *npWatch) all() []string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.allLocked()
-}
-
 func (w *npWatch) allLocked() []string {
 	var out []string
 	for _, b := range w.cur {

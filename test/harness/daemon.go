@@ -285,7 +285,7 @@ func (d *Daemon) get(ctx context.Context, path string) (int, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	defer resp.Body.Close()
+	defer closeQuietly(resp.Body) // read below
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
 	return resp.StatusCode, b, err
 }

@@ -77,7 +77,8 @@ const MaxClusters = 16
 
 var clusterNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 
-// EnvKeep, when set to 1, keeps the directory of a failed test's Env.
+// EnvKeep is the environment variable that, set to 1, keeps the directory of
+// a failed test's Env.
 const EnvKeep = "COASTGUARD_E2E_KEEP"
 
 // Start creates an Env for a test and registers its cleanup (Close). When the
@@ -309,7 +310,7 @@ func (e *Env) startEtcd(ctx context.Context, bin string) error {
 			if err != nil {
 				return err
 			}
-			defer resp.Body.Close()
+			defer closeQuietly(resp.Body) // read below
 			var h struct {
 				Health string `json:"health"`
 			}

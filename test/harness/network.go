@@ -23,17 +23,18 @@ func FreePort(ip string, udpToo bool) (int, error) {
 			return 0, fmt.Errorf("harness: no free TCP port on %s: %w", ip, err)
 		}
 		port := l.Addr().(*net.TCPAddr).Port
+		// The listeners only probed that the port is free.
 		if !udpToo {
-			l.Close()
+			closeQuietly(l)
 			return port, nil
 		}
 		u, err := net.ListenPacket("udp", net.JoinHostPort(ip, strconv.Itoa(port)))
-		l.Close()
+		closeQuietly(l)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		u.Close()
+		closeQuietly(u)
 		return port, nil
 	}
 	return 0, fmt.Errorf("harness: no port on %s free for both TCP and UDP: %v", ip, lastErr)
@@ -138,7 +139,8 @@ func removeStaleChains() {
 		if err != nil || pidAlive(pid) {
 			continue
 		}
-		deleteChain(chainPrefix + name)
+		// Best effort: a chain that survives is retried by the next sweep.
+		_ = deleteChain(chainPrefix + name)
 	}
 }
 

@@ -68,8 +68,10 @@ func (p *Process) start() error {
 	if err != nil {
 		return fmt.Errorf("harness: %s log: %w", p.Name, err)
 	}
-	defer logf.Close() // the child holds its own descriptor
-	fmt.Fprintf(logf, "=== harness: starting %s at %s: %s %s\n", p.Name, time.Now().UTC().Format(time.RFC3339Nano), p.spec.path, strings.Join(p.spec.args, " "))
+	defer closeQuietly(logf) // the child holds its own descriptor
+	if _, err := fmt.Fprintf(logf, "=== harness: starting %s at %s: %s %s\n", p.Name, time.Now().UTC().Format(time.RFC3339Nano), p.spec.path, strings.Join(p.spec.args, " ")); err != nil {
+		return fmt.Errorf("harness: %s log: %w", p.Name, err)
+	}
 	cmd := exec.Command(p.spec.path, p.spec.args...)
 	cmd.Stdout = logf
 	cmd.Stderr = logf
@@ -234,7 +236,7 @@ func rssOf(pid int) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
+	defer closeQuietly(f) // read-only
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
@@ -262,7 +264,7 @@ func tailFile(path string, n int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer f.Close()
+	defer closeQuietly(f) // read-only
 	st, err := f.Stat()
 	if err != nil {
 		return "", err
@@ -313,4 +315,10 @@ func pidAlive(pid int) bool {
 func groupAlive(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
 	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
+// closeQuietly closes c where a close error cannot matter: files only read,
+// response bodies already read, listeners that only probed a port.
+func closeQuietly(c io.Closer) {
+	_ = c.Close()
 }

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
@@ -52,10 +53,10 @@ func main() {
 		log.Fatal(err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { reply(w, "ok\n") })
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) { reply(w, "ok\n") })
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
-		fmt.Fprintf(w, "# TYPE probe_pings_received_total counter\nprobe_pings_received_total{proto=\"tcp\"} %d\nprobe_pings_received_total{proto=\"udp\"} %d\n",
+		reply(w, "# TYPE probe_pings_received_total counter\nprobe_pings_received_total{proto=\"tcp\"} %d\nprobe_pings_received_total{proto=\"udp\"} %d\n",
 			p.tcpPings.Load(), p.udpPings.Load())
 	})
 	mux.HandleFunc("/probe", func(w http.ResponseWriter, r *http.Request) {
@@ -74,7 +75,7 @@ func main() {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		fmt.Fprintln(w, "pong")
+		reply(w, "pong\n")
 	})
 	srv := &http.Server{Addr: *metrics, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
@@ -123,9 +124,16 @@ func newProbe(bind string) (*probe, error) {
 	return p, nil
 }
 
+// reply writes a response. A failed write means the client went away; the
+// probe has nobody to tell, so the error is dropped.
+func reply(w io.Writer, format string, a ...any) {
+	_, _ = fmt.Fprintf(w, format, a...)
+}
+
+// close stops the listeners at exit; there is nothing left to do if that fails.
 func (p *probe) close() {
-	p.tcp.Close()
-	p.udp.Close()
+	_ = p.tcp.Close()
+	_ = p.udp.Close()
 }
 
 func (p *probe) serveTCP() {
@@ -135,12 +143,12 @@ func (p *probe) serveTCP() {
 			return
 		}
 		go func() {
-			defer c.Close()
+			defer func() { _ = c.Close() }() // the reply is best effort, like the ping
 			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
 			line, err := bufio.NewReader(c).ReadString('\n')
 			if err == nil && strings.HasPrefix(line, "ping") {
 				p.tcpPings.Add(1)
-				fmt.Fprint(c, "pong\n")
+				reply(c, "pong\n")
 			}
 		}()
 	}
@@ -177,7 +185,7 @@ func (p *probe) pingTCP(addr string) error {
 	if err != nil {
 		return err
 	}
-	defer c.Close()
+	defer func() { _ = c.Close() }() // the answer is read below; close only releases it
 	_ = c.SetDeadline(time.Now().Add(time.Second))
 	if _, err := fmt.Fprint(c, "ping\n"); err != nil {
 		return err
