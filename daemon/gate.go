@@ -123,11 +123,10 @@ func (c *coverage) observe(cluster string, d crdt.Digest, at time.Time) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r := append(c.recent[cluster], receivedDigest{at: at, digest: cp})
-	if len(r) > keepDigests {
-		r = r[len(r)-keepDigests:]
+	c.recent[cluster] = append(c.recent[cluster], receivedDigest{at: at, digest: cp})
+	if r := c.recent[cluster]; len(r) > keepDigests {
+		c.recent[cluster] = r[len(r)-keepDigests:]
 	}
-	c.recent[cluster] = r
 }
 
 // first returns, per cluster, the oldest kept digest received at or after

@@ -36,7 +36,7 @@ func EnsureSigningKey(ctx context.Context, c kubernetes.Interface, ns string, ge
 		}
 		b := s.Data[SigningKeyField]
 		if len(b) == 0 {
-			return nil, fmt.Errorf("Secret %s/%s has no %q key", ns, SigningKeySecret, SigningKeyField)
+			return nil, fmt.Errorf("signing key Secret %s/%s has no %q key", ns, SigningKeySecret, SigningKeyField)
 		}
 		return b, nil
 	}

@@ -182,7 +182,7 @@ func loadTrust(ctx context.Context, cfg Config, client kubernetes.Interface, log
 		}
 		k, e, err := gossip.ParseSigningKeyFile(data)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("Secret %s/%s: %w", cfg.Namespace, kube.SigningKeySecret, err)
+			return nil, nil, nil, fmt.Errorf("signing key Secret %s/%s: %w", cfg.Namespace, kube.SigningKeySecret, err)
 		}
 		key, endorsement = k, e
 		log.Info("using the signing key of Secret "+kube.SigningKeySecret, "created", created,
