@@ -29,50 +29,18 @@ func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *go
 	if o.SigningKeyEndorsement != nil {
 		sg = gossip.NewEndorsedSigner(o.SigningKey, o.SigningKeyEndorsement)
 	}
-	self := []byte(o.SigningKey.Public().(ed25519.PublicKey))
-	var rotatedFrom []byte
-	// ownRotation moves the own pin from the endorsing key to ours.
-	ownRotation := func(pins map[string][]byte, persist func(origin string, old, key []byte) error) error {
-		old, ok := pins[o.ClusterID]
-		if !ok || bytes.Equal(old, self) || o.SigningKeyEndorsement == nil {
-			return nil
-		}
-		if err := gossip.CheckEndorsement(o.ClusterID, old, self, o.SigningKeyEndorsement); err != nil {
-			return fmt.Errorf("this cluster %q is pinned to another key and the signing key's endorsement does not prove a rotation from it: %w", o.ClusterID, err)
-		}
-		if persist != nil {
-			if err := persist(o.ClusterID, old, self); err != nil {
-				return fmt.Errorf("re-pin own rotated key: %w", err)
-			}
-		}
-		log.Warn("this cluster's signing key was rotated: own pin moved to the endorsed new key",
-			"old_fingerprint", gossip.KeyFingerprint(old), "new_fingerprint", gossip.KeyFingerprint(self))
-		pins[o.ClusterID] = self
-		rotatedFrom = old
-		return nil
-	}
-	// After a restart the own pin is already the new key: the endorsement
-	// still names the predecessor, whose records relays may still carry.
-	predecessor := func(t *gossip.Trust) {
-		if rotatedFrom == nil && len(o.SigningKeyEndorsement) == crdt.EndorseSize &&
-			gossip.CheckEndorsement(o.ClusterID, o.SigningKeyEndorsement[:crdt.KeySize], self, o.SigningKeyEndorsement) == nil {
-			rotatedFrom = o.SigningKeyEndorsement[:crdt.KeySize]
-		}
-		if rotatedFrom != nil {
-			t.SetRotated(o.ClusterID, rotatedFrom, o.SigningKeyEndorsement)
-		}
-	}
+	own := &ownKey{cluster: o.ClusterID, self: []byte(o.SigningKey.Public().(ed25519.PublicKey)), endorsement: o.SigningKeyEndorsement, log: log}
 	if o.TrustBundle != nil {
 		if _, ok := o.TrustBundle[o.ClusterID]; !ok {
 			return nil, nil, fmt.Errorf("trust bundle does not list this cluster %q", o.ClusterID)
 		}
 		bundle := maps.Clone(o.TrustBundle)
-		if err := ownRotation(bundle, nil); err != nil {
+		if err := own.rotate(bundle, nil); err != nil {
 			return nil, nil, err
 		}
-		t, err := gossip.NewTrust(bundle, true, o.ClusterID, self, nil, log)
+		t, err := gossip.NewTrust(bundle, true, o.ClusterID, own.self, nil, log)
 		if err == nil {
-			predecessor(t)
+			own.predecessor(t)
 		}
 		return sg, t, err
 	}
@@ -80,15 +48,59 @@ func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *go
 	if err != nil {
 		return nil, nil, fmt.Errorf("load key pins: %w", err)
 	}
-	if err := ownRotation(pins, rep.Store().ReplacePin); err != nil {
+	if err := own.rotate(pins, rep.Store().ReplacePin); err != nil {
 		return nil, nil, err
 	}
-	t, err := gossip.NewTrust(pins, false, o.ClusterID, self, rep.Store().PutPin, log)
+	t, err := gossip.NewTrust(pins, false, o.ClusterID, own.self, rep.Store().PutPin, log)
 	if err == nil {
 		t.Repin = rep.Store().ReplacePin
-		predecessor(t)
+		own.predecessor(t)
 	}
 	return sg, t, err
+}
+
+// ownKey is this cluster's signing identity as the trust policy sees it:
+// the key, and the endorsement that proves a rotation from its predecessor.
+type ownKey struct {
+	cluster     string
+	self        []byte
+	endorsement []byte
+	rotatedFrom []byte
+	log         *slog.Logger
+}
+
+// rotate moves the own pin from the endorsing key to ours.
+func (k *ownKey) rotate(pins map[string][]byte, persist func(origin string, old, key []byte) error) error {
+	old, ok := pins[k.cluster]
+	if !ok || bytes.Equal(old, k.self) || k.endorsement == nil {
+		return nil
+	}
+	if err := gossip.CheckEndorsement(k.cluster, old, k.self, k.endorsement); err != nil {
+		return fmt.Errorf("this cluster %q is pinned to another key and the signing key's endorsement does not prove a rotation from it: %w", k.cluster, err)
+	}
+	if persist != nil {
+		if err := persist(k.cluster, old, k.self); err != nil {
+			return fmt.Errorf("re-pin own rotated key: %w", err)
+		}
+	}
+	k.log.Warn("this cluster's signing key was rotated: own pin moved to the endorsed new key",
+		"old_fingerprint", gossip.KeyFingerprint(old), "new_fingerprint", gossip.KeyFingerprint(k.self))
+	pins[k.cluster] = k.self
+	k.rotatedFrom = old
+	return nil
+}
+
+// predecessor tells the trust policy which key this one replaced. After a
+// restart the own pin is already the new key: the endorsement still names
+// the predecessor, whose records relays may still carry.
+func (k *ownKey) predecessor(t *gossip.Trust) {
+	if k.rotatedFrom == nil && len(k.endorsement) == crdt.EndorseSize &&
+		gossip.CheckEndorsement(k.cluster, k.endorsement[:crdt.KeySize], k.self, k.endorsement) == nil {
+		k.rotatedFrom = k.endorsement[:crdt.KeySize]
+	}
+	if k.rotatedFrom != nil {
+		t.SetRotated(k.cluster, k.rotatedFrom, k.endorsement)
+	}
 }
 
 // keyEventLoop reports every (rate-limited) signing-key mismatch the trust

@@ -12,6 +12,7 @@ package enforce
 
 import (
 	"fmt"
+	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	"maps"
 	"net/netip"
 	"slices"
@@ -24,7 +25,7 @@ import (
 )
 
 // ClusterIDLabel is carried by every cluster; its value is the cluster ID.
-const ClusterIDLabel = "cluster.clusterset.k8s.io"
+const ClusterIDLabel = mcsv1alpha1.ClusterIDLabel
 
 // NamespaceNameLabel is set by the apiserver on every namespace; the
 // inventory adds it too so remote namespaceSelectors behave like local ones.

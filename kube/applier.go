@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"log/slog"
 	"slices"
 	"sort"
@@ -31,17 +32,16 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// Names shared with enforce/: generated NetworkPolicies carry the
-// managed-by label, the origin annotation and a content hash annotation.
-// They are variables so the daemon can align them with enforce/ if that
-// package chooses others.
-var (
-	ManagedByLabel        = "app.kubernetes.io/managed-by"
-	ManagedByValue        = "coastguard"
-	ContentHashAnnotation = "coastguard.submariner.io/content-hash"
+// Names shared with enforce/, which declares them: generated
+// NetworkPolicies carry the managed-by label, the origin annotation and a
+// content hash annotation.
+const (
+	ManagedByLabel        = enforce.LabelManagedBy
+	ManagedByValue        = enforce.ManagedByValue
+	ContentHashAnnotation = enforce.AnnotationContentHash
 	// OriginAnnotation holds "<cluster>/<namespace>/<name>" of the MCNP a
 	// generated NetworkPolicy comes from.
-	OriginAnnotation = "coastguard.submariner.io/origin"
+	OriginAnnotation = enforce.AnnotationOrigin
 	// FieldManager is the server-side apply field manager.
 	FieldManager = "coastguard"
 )

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"log/slog"
 	"sort"
 	"strings"
@@ -241,7 +242,7 @@ func (w *ClusterSetWriter) Sync(ctx context.Context, obs []ClusterObservation, n
 }
 
 // LabelManagedByKey marks objects coastguard owns.
-const LabelManagedByKey = "app.kubernetes.io/managed-by"
+const LabelManagedByKey = enforce.LabelManagedBy
 
 func (w *ClusterSetWriter) apply(ctx context.Context, name string, st v1.CoastguardClusterStatus) (*v1.CoastguardCluster, error) {
 	obj := &v1.CoastguardCluster{

@@ -14,6 +14,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"sort"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -29,7 +30,7 @@ import (
 )
 
 // ClusterIDLabel is the label every cluster carries with its own ID.
-const ClusterIDLabel = "cluster.clusterset.k8s.io"
+const ClusterIDLabel = enforce.ClusterIDLabel
 
 // Resources coastguard watches besides core ones.
 var (

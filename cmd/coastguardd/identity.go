@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	"sort"
 	"strings"
 
@@ -24,7 +25,7 @@ var (
 )
 
 // ClusterIDProperty is the MCS ClusterProperty holding the cluster ID.
-const ClusterIDProperty = "cluster.clusterset.k8s.io"
+const ClusterIDProperty = mcsv1alpha1.ClusterIDLabel
 
 // identitySource is one place a cluster ID can come from.
 type identitySource struct {
