@@ -300,3 +300,19 @@ func TestDownStopsDetachedProcesses(t *testing.T) {
 	assert.True(t, os.IsNotExist(err))
 	assert.Error(t, Down(envDir), "nothing to stop")
 }
+
+// FreePort never hands out a port twice in one process, and never one from
+// the kernel's ephemeral range, where outgoing connections pick their
+// source ports (a daemon then failed with "address already in use").
+func TestFreePortOutsideEphemeralRangeAndUnique(t *testing.T) {
+	seen := map[int]bool{}
+	for range 200 {
+		p, err := FreePort("127.0.0.1", true)
+		require.NoError(t, err)
+		require.False(t, seen[p], "port %d handed out twice", p)
+		seen[p] = true
+		require.GreaterOrEqual(t, p, portLow)
+		require.Less(t, p, portHigh)
+		require.Less(t, p, 32768, "inside Linux's default ephemeral range")
+	}
+}

@@ -15,14 +15,23 @@ import (
 
 // FreePort returns a port on ip that is currently free for TCP and, when
 // udpToo is set, for UDP as well (memberlist binds both on one port).
+//
+// Ports come from below the kernel's ephemeral range (portLow..portHigh,
+// under Linux's default 32768), each handed out at most once per process.
+// A port picked with ":0" lies inside the ephemeral range, and between the
+// probe and the daemon's own bind an outgoing connection (a client of an
+// apiserver, say) may take it as its source port: the daemon then fails
+// with "address already in use". Below the range only a listener can take
+// it, and the probe skips ports that are taken.
 func FreePort(ip string, udpToo bool) (int, error) {
 	var lastErr error
-	for range 50 {
-		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	for range portHigh - portLow {
+		port := nextPort()
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 		if err != nil {
-			return 0, fmt.Errorf("harness: no free TCP port on %s: %w", ip, err)
+			lastErr = err
+			continue
 		}
-		port := l.Addr().(*net.TCPAddr).Port
 		// The listeners only probed that the port is free.
 		if !udpToo {
 			closeQuietly(l)
@@ -37,7 +46,21 @@ func FreePort(ip string, udpToo bool) (int, error) {
 		closeQuietly(u)
 		return port, nil
 	}
-	return 0, fmt.Errorf("harness: no port on %s free for both TCP and UDP: %v", ip, lastErr)
+	return 0, fmt.Errorf("harness: no free port on %s in %d-%d: %v", ip, portLow, portHigh, lastErr)
+}
+
+const portLow, portHigh = 20000, 32000
+
+var portCursor atomic.Int64
+
+func init() {
+	// Test processes that run at the same time start at different places.
+	portCursor.Store(int64(os.Getpid()*7919) % (portHigh - portLow))
+}
+
+// nextPort walks portLow..portHigh-1 round-robin from a per-process start.
+func nextPort() int {
+	return portLow + int((portCursor.Add(1)-1)%(portHigh-portLow))
 }
 
 // LoopbackAlias returns 127.0.0.(base+i). Every address in 127.0.0.0/8 is
