@@ -198,6 +198,14 @@ func up(root, dir string) error {
 	}
 
 	step("MCNP status in the origin clusters")
+	// Right after a start every daemon's empty-view gate is still closed
+	// (Degraded: PartialView) until its first anti-entropy round covers the
+	// other clusters; show the status once that has settled.
+	gateStart := time.Now()
+	for _, c := range env.Clusters {
+		_, _, _ = c.Kubectl(ctx, "wait", "mcnp", "--all", "-A", "--for=condition=Degraded=False", "--timeout=30s")
+	}
+	fmt.Printf("    every daemon's view complete (Degraded=False) after %s\n", time.Since(gateStart).Round(time.Millisecond))
 	for _, c := range env.Clusters {
 		out, _, err := c.Kubectl(ctx, "get", "mcnp", "-A")
 		if err == nil && strings.TrimSpace(out) != "" {
