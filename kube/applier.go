@@ -195,7 +195,7 @@ func DecideGated(desired, live *networkingv1.NetworkPolicy, hold bool) Action {
 // only another rule with no peers keeps it). It is a sufficient test, not a
 // complete one: an update it cannot prove wider is held by the gate.
 func Widens(desired, live *networkingv1.NetworkPolicy) bool {
-	d, l := normalizedSpec(&desired.Spec), normalizedSpec(&live.Spec)
+	d, l := NormalizedSpec(&desired.Spec), NormalizedSpec(&live.Spec)
 	if !apiequality.Semantic.DeepEqual(d.PodSelector, l.PodSelector) || !apiequality.Semantic.DeepEqual(d.PolicyTypes, l.PolicyTypes) {
 		return false
 	}
@@ -246,12 +246,13 @@ func Drifted(desired, live *networkingv1.NetworkPolicy) bool {
 			return true
 		}
 	}
-	return !apiequality.Semantic.DeepEqual(normalizedSpec(&desired.Spec), normalizedSpec(&live.Spec))
+	return !apiequality.Semantic.DeepEqual(NormalizedSpec(&desired.Spec), NormalizedSpec(&live.Spec))
 }
 
-// normalizedSpec applies the NetworkPolicy defaults the API server applies,
-// so a desired spec compares equal to its stored form.
-func normalizedSpec(in *networkingv1.NetworkPolicySpec) *networkingv1.NetworkPolicySpec {
+// NormalizedSpec applies the NetworkPolicy defaults the API server applies
+// (port protocol TCP, policyTypes), so a desired spec compares equal to its
+// stored form. It returns a copy.
+func NormalizedSpec(in *networkingv1.NetworkPolicySpec) *networkingv1.NetworkPolicySpec {
 	s := in.DeepCopy()
 	tcp := corev1.ProtocolTCP
 	fix := func(ports []networkingv1.NetworkPolicyPort) {

@@ -26,6 +26,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
 
@@ -296,7 +297,7 @@ func renderExpected(ctx context.Context, root, dir string) (map[string][]string,
 				return nil, err
 			}
 			if np.Name != "" {
-				res[c] = append(res[c], np.Namespace+"/"+np.Name+" "+mustJSON(normalize(np.Spec)))
+				res[c] = append(res[c], np.Namespace+"/"+np.Name+" "+mustJSON(kube.NormalizedSpec(&np.Spec)))
 			}
 		}
 		sort.Strings(res[c])
@@ -311,31 +312,10 @@ func generated(ctx context.Context, c *harness.Cluster) ([]string, error) {
 	}
 	var out []string
 	for _, np := range nps {
-		out = append(out, np.Namespace+"/"+np.Name+" "+mustJSON(normalize(np.Spec)))
+		out = append(out, np.Namespace+"/"+np.Name+" "+mustJSON(kube.NormalizedSpec(&np.Spec)))
 	}
 	sort.Strings(out)
 	return out, nil
-}
-
-// normalize applies the apiserver's defaulting (port protocol TCP) so that
-// rendered and live objects compare equal.
-func normalize(spec networkingv1.NetworkPolicySpec) networkingv1.NetworkPolicySpec {
-	spec = *spec.DeepCopy()
-	tcp := corev1.ProtocolTCP
-	fix := func(ps []networkingv1.NetworkPolicyPort) {
-		for i := range ps {
-			if ps[i].Protocol == nil {
-				ps[i].Protocol = &tcp
-			}
-		}
-	}
-	for i := range spec.Ingress {
-		fix(spec.Ingress[i].Ports)
-	}
-	for i := range spec.Egress {
-		fix(spec.Egress[i].Ports)
-	}
-	return spec
 }
 
 func sameSet(a, b []string) bool {

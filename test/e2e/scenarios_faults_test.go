@@ -190,24 +190,7 @@ func TestScenarioCrash(t *testing.T) {
 	}
 
 	// churn in A: new pods only, so every ipBlock change must be a growth
-	churnCtx, stopChurn := context.WithCancel(ctx)
-	var churned []string
-	var churnErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; churnCtx.Err() == nil; i++ {
-			ip := fmt.Sprintf("10.1.%d.%d", 10+i/200, 1+i%200)
-			if _, err := a.RunPod(churnCtx, "shop", fmt.Sprintf("churn-%d", i), ip, web); err != nil {
-				if churnCtx.Err() == nil {
-					churnErr = err
-				}
-				return
-			}
-			churned = append(churned, ip)
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	stopChurn := startGrowthChurn(ctx, a, web)
 
 	time.Sleep(2 * time.Second)
 	require.NoError(t, ds[1].Kill())
@@ -226,8 +209,7 @@ func TestScenarioCrash(t *testing.T) {
 	})
 	require.NoError(t, err, "restarted B leads again")
 	leads := time.Since(down)
-	stopChurn()
-	<-done
+	churned, churnErr := stopChurn()
 	require.NoError(t, churnErr)
 	require.NotEmpty(t, churned)
 

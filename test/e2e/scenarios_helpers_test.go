@@ -436,3 +436,34 @@ func flaps(evs []npEvent, allowedGone ...string) []string {
 	sort.Strings(out)
 	return out
 }
+
+// startGrowthChurn creates pods in cluster a's namespace shop, one every
+// 100 ms with IPs 10.1.10.1, 10.1.10.2, ..., until the returned stop is
+// called. Only new pods: every ipBlock change it causes elsewhere is a
+// growth. stop waits for the loop and returns the IPs created and the
+// first error other than the stop itself.
+func startGrowthChurn(ctx context.Context, a *harness.Cluster, labels map[string]string) (stop func() ([]string, error)) {
+	churnCtx, cancel := context.WithCancel(ctx)
+	var churned []string
+	var churnErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; churnCtx.Err() == nil; i++ {
+			ip := fmt.Sprintf("10.1.%d.%d", 10+i/200, 1+i%200)
+			if _, err := a.RunPod(churnCtx, "shop", fmt.Sprintf("churn-%d", i), ip, labels); err != nil {
+				if churnCtx.Err() == nil {
+					churnErr = err
+				}
+				return
+			}
+			churned = append(churned, ip)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	return func() ([]string, error) {
+		cancel()
+		<-done
+		return churned, churnErr
+	}
+}

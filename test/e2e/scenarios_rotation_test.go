@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"crypto/ed25519"
-	"fmt"
 	"os"
 	"os/exec"
 	"slices"
@@ -58,24 +57,7 @@ func TestScenarioSigningKeyRotation(t *testing.T) {
 	}
 
 	// churn in A: new pods only, so every ipBlock change must be a growth
-	churnCtx, stopChurn := context.WithCancel(ctx)
-	var churned []string
-	var churnErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for i := 0; churnCtx.Err() == nil; i++ {
-			ip := fmt.Sprintf("10.1.%d.%d", 10+i/200, 1+i%200)
-			if _, err := a.RunPod(churnCtx, "shop", fmt.Sprintf("churn-%d", i), ip, web); err != nil {
-				if churnCtx.Err() == nil {
-					churnErr = err
-				}
-				return
-			}
-			churned = append(churned, ip)
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+	stopChurn := startGrowthChurn(ctx, a, web)
 
 	// rotate A's key: the operator's procedure (OPERATIONS.md), with the
 	// harness's key file standing for the Secret
@@ -99,8 +81,7 @@ func TestScenarioSigningKeyRotation(t *testing.T) {
 	})
 	require.NoError(t, err, "A leads again with the new key")
 	time.Sleep(2 * time.Second) // some churn under the new key
-	stopChurn()
-	<-done
+	churned, churnErr := stopChurn()
 	require.NoError(t, churnErr)
 	require.NotEmpty(t, churned)
 
