@@ -358,8 +358,8 @@ func e2ePropagation(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) 
 		"clusters": 3, "from": "pod status patch in A", "to": "B's generated NetworkPolicy (watch) contains the IP",
 		"daemon":   "coastguardd defaults (debounce 50ms, max-delay 500ms), gossip profile local",
 		"c_p50_ms": round(percentileMS(sc, 0.5)), "c_p99_ms": round(percentileMS(sc, 0.99))}
-	rec.add("propagation_p50_ms", percentileMS(sb, 0.5), "ms", params, "<= 150", le(150))
-	rec.add("propagation_p99_ms", percentileMS(sb, 0.99), "ms", params, "<= 500", le(500))
+	rec.add("propagation_p50_ms", percentileMS(sb, 0.5), "ms", params, "<= 50", le(50))
+	rec.add("propagation_p99_ms", percentileMS(sb, 0.99), "ms", params, "<= 150", le(150))
 	return nil
 }
 
