@@ -87,10 +87,10 @@ func NewMemReplica(self string) *Replica {
 }
 
 // Load implements Backend. It also reopens a closed MemBackend and clears
-// a failure (as restarting the process does for a file).
+// a commit failure (as a restart does).
 func (m *MemBackend) Load(fn func(*Snapshot) error) error {
 	m.mu.Lock()
-	m.closed, m.failed = false, nil
+	m.closed, m.failed, m.failErr = false, nil, nil
 	snap := &Snapshot{
 		Self:    m.self,
 		Writer:  m.writer,
@@ -184,8 +184,8 @@ func (m *MemBackend) Close() error {
 }
 
 // FailCommits makes every later commit fail with a *CommitError wrapping
-// err, as a full disk would (nil stops injecting; a failure already hit
-// stays until the next Load). For tests of the fail-closed path.
+// err, as a full disk would, until the next Load (a restart on a repaired
+// disk). For tests of the fail-closed path.
 func (m *MemBackend) FailCommits(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
