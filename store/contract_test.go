@@ -22,7 +22,7 @@ type contractBackend struct {
 	name string
 	// fresh returns an empty store and a function that opens a replica on
 	// it; opening again after Close is a restart.
-	fresh func(t *testing.T) func(self string) (*Replica, error)
+	fresh func(t *testing.T, opts Options) func(self string) (*Replica, error)
 	// commits counts the commits so far.
 	commits func(t *testing.T, r *Replica) int
 	// durable returns the committed entries (safe from any goroutine).
@@ -34,9 +34,9 @@ type contractBackend struct {
 var contractBackends = []contractBackend{
 	{
 		name: "bbolt",
-		fresh: func(t *testing.T) func(string) (*Replica, error) {
+		fresh: func(t *testing.T, opts Options) func(string) (*Replica, error) {
 			path := filepath.Join(t.TempDir(), "r.db")
-			return func(self string) (*Replica, error) { return OpenReplica(path, self, Options{Logger: quiet}) }
+			return func(self string) (*Replica, error) { return OpenReplica(path, self, opts) }
 		},
 		commits: func(t *testing.T, r *Replica) int { return int(commitCount(t, r)) },
 		durable: func(r *Replica) (map[crdt.Key]crdt.Entry, error) {
@@ -51,9 +51,9 @@ var contractBackends = []contractBackend{
 	},
 	{
 		name: "memory",
-		fresh: func(*testing.T) func(string) (*Replica, error) {
+		fresh: func(_ *testing.T, opts Options) func(string) (*Replica, error) {
 			m := NewMemBackend()
-			return func(self string) (*Replica, error) { return NewReplica(m, self, Options{Logger: quiet}) }
+			return func(self string) (*Replica, error) { return NewReplica(m, self, opts) }
 		},
 		commits: func(_ *testing.T, r *Replica) int { return r.backend.(*MemBackend).Commits() },
 		durable: func(r *Replica) (map[crdt.Key]crdt.Entry, error) {
@@ -102,7 +102,12 @@ func TestReplicaContract(t *testing.T) {
 // open opens a replica on a fresh store of cb, closed at cleanup.
 func (cb contractBackend) open(t *testing.T, self string) (*Replica, func(string) (*Replica, error)) {
 	t.Helper()
-	reopen := cb.fresh(t)
+	return cb.openWith(t, self, Options{Logger: quiet})
+}
+
+func (cb contractBackend) openWith(t *testing.T, self string, opts Options) (*Replica, func(string) (*Replica, error)) {
+	t.Helper()
+	reopen := cb.fresh(t, opts)
 	r, err := reopen(self)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
@@ -373,11 +378,18 @@ func contractConcurrent(t *testing.T, cb contractBackend) {
 	require.Equal(t, dig["c1"].Hash, r2.Digest()["c1"].Hash)
 }
 
-// A failed commit reaches the caller as a local CommitError, is never
-// notified, and the replica refuses every later mutation without touching
-// its state; a restart brings back exactly what was committed.
+// A failed commit reaches the caller as a local CommitError and
+// OnCommitError (once), is never notified, and the replica refuses every
+// later mutation without touching its state; a restart brings back exactly
+// what was committed.
 func contractCommitFailure(t *testing.T, cb contractBackend) {
-	r, reopen := cb.open(t, "c1")
+	var reported []error
+	var repMu sync.Mutex
+	r, reopen := cb.openWith(t, "c1", Options{Logger: quiet, OnCommitError: func(err error) {
+		repMu.Lock()
+		reported = append(reported, err)
+		repMu.Unlock()
+	}})
 	var mu sync.Mutex
 	var notified []crdt.Key
 	r.Subscribe(func(chs []crdt.Change) {
@@ -415,6 +427,10 @@ func contractCommitFailure(t *testing.T, cb contractBackend) {
 	_, _, err = r.CollectGarbage(1)
 	require.ErrorAs(t, err, &ce)
 	require.Equal(t, frozen, r.Digest(), "a failed replica must not change its state")
+	repMu.Lock()
+	require.Len(t, reported, 1, "OnCommitError is called once, with the first failure")
+	require.ErrorAs(t, reported[0], &ce)
+	repMu.Unlock()
 	_ = r.Close()
 	mu.Lock()
 	require.Equal(t, []crdt.Key{{Origin: "c1", Kind: crdt.KindPod, Name: "ns/kept"}}, notified,

@@ -60,7 +60,9 @@ type Replica struct {
 // entries do not restore - is moved aside and the replica starts empty.
 func OpenReplica(path, self string, opts Options) (*Replica, error) {
 	opts.defaults()
-	s, err := open(path, opts, true)
+	sopts := opts
+	sopts.OnCommitError = nil // the replica reports it, for every backend
+	s, err := open(path, sopts, true)
 	if err != nil {
 		return nil, err
 	}
@@ -75,7 +77,8 @@ func OpenReplica(path, self string, opts Options) (*Replica, error) {
 // NewReplica loads backend into a fresh crdt.State for cluster self ("" =
 // observer, never writes), and, for a writer, commits a new epoch before
 // returning: max(persisted epoch + 1, state.MinEpoch()). Of opts it uses
-// Logger, Now and VerifyWorkers. The Replica owns backend from then on
+// Logger, Now, VerifyWorkers and OnCommitError (called once, by the caller
+// that hit the first failed commit). The Replica owns backend from then on
 // (Close closes it); on error the caller still does.
 func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
 	opts.defaults()
@@ -226,10 +229,14 @@ func (r *Replica) mutate(dedupe bool, fn func(*crdt.State) effect) error {
 	err := <-done
 	if err != nil && !errors.Is(err, ErrClosed) {
 		r.mu.Lock()
-		if r.failed == nil {
+		first := r.failed == nil
+		if first {
 			r.failed = err
 		}
 		r.mu.Unlock()
+		if first && r.opts.OnCommitError != nil {
+			r.opts.OnCommitError(err)
+		}
 	}
 	return err
 }

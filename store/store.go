@@ -85,10 +85,11 @@ type Options struct {
 	// last written without; opening without clears them, so they can never
 	// be stale.
 	Indexes bool
-	// OnCommitError, when set, is called once (from the committer
-	// goroutine) with the first failed commit: from then on the store
-	// refuses every write until it is reopened. The daemon makes it loud
-	// (readiness, Lease, exit).
+	// OnCommitError, when set, is called once with the first failed
+	// commit: from then on the store (or replica) refuses every write until
+	// it is reopened. A Store calls it from the committer goroutine, a
+	// Replica (any backend) from the caller that hit the failure. The
+	// daemon makes it loud (readiness, Lease, exit).
 	OnCommitError func(error)
 	// VerifyWorkers is the number of goroutines that pre-verify the
 	// signatures of a large incoming batch (Replica.Apply, preverify.go);
