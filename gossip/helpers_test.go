@@ -15,12 +15,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/gossip/internal/memreplica"
 )
 
 type tnode struct {
 	*Node
-	rep     *memreplica.Replica
+	rep     *memReplica
 	cluster string
 	reg     *prometheus.Registry
 	writer  *atomic.Bool
@@ -38,7 +37,7 @@ func startNode(t *testing.T, name, cluster string, keys [][]byte, mod func(*Conf
 	t.Helper()
 	inner, err := NewLoopbackTransport("127.0.0.1")
 	require.NoError(t, err)
-	rep := memreplica.New(cluster)
+	rep := newMemReplica(t, cluster)
 	reg := prometheus.NewRegistry()
 	w := &atomic.Bool{}
 	w.Store(true)
@@ -104,7 +103,7 @@ func podValue(t *testing.T, ip string) []byte {
 }
 
 // dump renders a replica's entries (excluding stamps) for comparison.
-func dump(r *memreplica.Replica) string {
+func dump(r *memReplica) string {
 	var lines []string
 	r.View(func(s *crdt.State) {
 		for _, o := range s.Origins() {

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -11,36 +12,40 @@ import (
 )
 
 // Replica is the daemon's single copy of the replicated state: a
-// crdt.State guarded by a mutex, mirrored durably in a Store, with a change
-// feed.
+// crdt.State guarded by a mutex, kept durable by a Backend (bbolt in the
+// daemon, memory in tests), with a change feed. It knows nothing of the
+// storage format; the Backend knows nothing of CRDT semantics.
 //
-// Durability contract: Write, Apply, ApplyRetire, CollectGarbage and
-// SetMinEpoch return only after the bbolt transaction holding their effect
-// (entries together with the digests covering them) has been committed and
-// fsynced. Concurrent callers are group-committed into one transaction.
-// Subscribers are called after the commit, in commit order, on a dedicated
-// goroutine outside every lock (a subscriber may call back into the
-// Replica).
+// Durability contract: Write, WriteMany, Apply, ApplyRetire,
+// CollectGarbage, SetMinEpoch and BumpEpoch return only after the batch
+// holding their effect (entries together with the digests covering them)
+// is committed (for bbolt: fsynced). Every one of them goes through
+// mutate, the one write path: concurrent callers are group-committed.
+// Subscribers are called after the commit, in commit order, on a
+// dedicated goroutine outside every lock (a subscriber may call back into
+// the Replica).
 //
-// Between the in-memory mutation and the fsync, readers (Digest,
+// Between the in-memory mutation and the commit, readers (Digest,
 // DeltaSince, View) may already see the new state. That is safe: data from
 // peers is re-pulled if lost, and the writer's own versions are fenced by
 // the epoch bump on every open, so a version seen by a peer but lost in a
-// crash is never reused. If a commit fails, the Replica refuses every
-// further mutation (the in-memory state is then ahead of the file); the
-// daemon must restart, reload the file and resync.
+// crash is never reused. If a commit fails, the caller gets the error, the
+// change feed never sees the failed batch, and the Replica refuses every
+// further mutation (the in-memory state is then ahead of the backend): it
+// fails closed until the daemon restarts, reloads and resyncs.
 type Replica struct {
-	mu    sync.RWMutex
-	state *crdt.State
-	store *Store
-	self  string
-	opts  Options
+	mu      sync.RWMutex
+	state   *crdt.State
+	backend Backend
+	self    string
+	opts    Options
+	log     *slog.Logger
+	failed  error // first commit error; guarded by mu
 
 	subsMu sync.Mutex
 	subs   []func([]crdt.Change)
 	notify *notifier
 
-	info  OpenInfo
 	reset []string
 
 	// pv pre-verifies large batches' signatures in parallel (preverify.go);
@@ -48,20 +53,20 @@ type Replica struct {
 	pv *preVerifier
 }
 
-// OpenReplica opens (or creates) the store at path, loads it into a fresh
-// crdt.State for cluster self ("" = observer, never writes), and, for a
-// writer, persists a new epoch before returning:
-// max(persisted epoch + 1, state.MinEpoch()).
+// OpenReplica opens (or creates) the bbolt store at path and returns a
+// replica on it (NewReplica).
 //
 // A corrupt file - detected at open, while loading, or because the loaded
 // entries do not restore - is moved aside and the replica starts empty.
 func OpenReplica(path, self string, opts Options) (*Replica, error) {
 	opts.defaults()
-	s, err := open(path, opts, true)
+	sopts := opts
+	sopts.OnCommitError = nil // the replica reports it, for every backend
+	s, err := open(path, sopts, true)
 	if err != nil {
 		return nil, err
 	}
-	r, err := newReplica(s, self, opts)
+	r, err := NewReplica(&boltBackend{s: s}, self, opts)
 	if err != nil {
 		_ = s.Close()
 		return nil, err
@@ -69,21 +74,27 @@ func OpenReplica(path, self string, opts Options) (*Replica, error) {
 	return r, nil
 }
 
-func newReplica(s *Store, self string, opts Options) (*Replica, error) {
+// NewReplica loads backend into a fresh crdt.State for cluster self ("" =
+// observer, never writes), and, for a writer, commits a new epoch before
+// returning: max(persisted epoch + 1, state.MinEpoch()). Of opts it uses
+// Logger, Now, VerifyWorkers and OnCommitError (called once, by the caller
+// that hit the first failed commit). The Replica owns backend from then on
+// (Close closes it); on error the caller still does.
+func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
+	opts.defaults()
 	var (
 		st        *crdt.State
 		writer    WriterMeta
 		reset     []string
-		resetDigs = crdt.Digest{}
+		resetDigs crdt.Digest
+		entries   int
 	)
 	start := time.Now()
-	entries := 0
-	// Restore inside the read transaction: values alias the mmap and
-	// Restore copies what it keeps, so nothing is copied twice.
-	err := s.load(false, func(snap *Snapshot) error {
+	// Called again with an empty snapshot if the stored data is corrupt.
+	err := backend.Load(func(snap *Snapshot) error {
 		if snap.Self != "" && snap.Self != self {
 			return fmt.Errorf("store: %s belongs to cluster %q, not %q; refusing to mix identities (move the file away to start over)",
-				s.path, snap.Self, self)
+				describe(backend), snap.Self, self)
 		}
 		st = crdt.NewState(self)
 		if err := st.Restore(snap.Digest, snap.Entries); err != nil {
@@ -91,38 +102,24 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 		}
 		st.RestoreProofs(snap.Proofs)
 		writer, reset, entries = snap.Writer, snap.Reset, len(snap.Entries)
+		resetDigs = crdt.Digest{}
 		for _, o := range reset {
 			resetDigs[o] = snap.Digest[o]
 		}
 		return nil
 	})
-	// The page check (if any) ran concurrently with the load; its verdict
-	// decides whether the loaded state may be used.
-	if cerr := s.finishOpen(); cerr != nil && (err == nil || errors.Is(err, ErrCorrupt)) {
-		err = cerr
-	}
-	if errors.Is(err, ErrCorrupt) {
-		if rerr := s.recoverCorrupt(err); rerr != nil {
-			return nil, rerr
-		}
-		err, st, reset, writer, resetDigs = nil, crdt.NewState(self), nil, WriterMeta{}, crdt.Digest{}
-	}
 	if err != nil {
 		return nil, err
 	}
-	took := time.Since(start)
-	s.m.loadSeconds.Set(took.Seconds())
-	info := s.Info()
-	s.log.Info("store loaded", "entries", entries, "duration", took, "self", self,
+	r := &Replica{state: st, backend: backend, self: self, opts: opts, reset: reset,
+		log: opts.Logger.With("component", "store")}
+	info := r.Info()
+	r.log.Info("store loaded", "backend", describe(backend), "entries", entries, "duration", time.Since(start), "self", self,
 		"unclean_shutdown", info.Unclean, "page_check", info.Checked, "reset_origins", reset)
-	r := &Replica{state: st, store: s, self: self, opts: opts, info: info, reset: reset}
 	r.notify = newNotifier(r.deliver)
-	req := &commitReq{self: &self, digests: resetDigs}
+	b := &Batch{Self: &self, Digests: resetDigs}
 	if self != "" {
-		epoch := writer.Epoch + 1
-		if m := st.MinEpoch(); m > epoch {
-			epoch = m
-		}
+		epoch := max(writer.Epoch+1, st.MinEpoch())
 		if writer.Epoch >= crdt.MaxEpoch || epoch > crdt.MaxEpoch {
 			r.notify.close()
 			return nil, fmt.Errorf("store: writer epoch exhausted (persisted %d)", writer.Epoch)
@@ -131,25 +128,45 @@ func newReplica(s *Store, self string, opts Options) (*Replica, error) {
 			r.notify.close()
 			return nil, fmt.Errorf("store: set epoch: %w", err)
 		}
-		req.writer = r.writerMeta()
+		b.Writer = r.writerMeta()
 	}
 	// Persist the new epoch (and any reset digests) before the first write.
-	if err := r.commit(req); err != nil {
+	if err := <-backend.Commit(b); err != nil {
 		r.notify.close()
 		return nil, err
 	}
 	return r, nil
 }
 
-// Info reports what opening the file found (fresh file, moved-aside file).
-func (r *Replica) Info() OpenInfo { return r.info }
+// describe names a backend in messages: the file path for bbolt.
+func describe(b Backend) string {
+	if bb, ok := b.(*boltBackend); ok {
+		return bb.s.path
+	}
+	return "the in-memory state"
+}
+
+// Info reports what opening the file found (fresh file, moved-aside file);
+// zero for a backend other than bbolt.
+func (r *Replica) Info() OpenInfo {
+	if s := r.Store(); s != nil {
+		return s.Info()
+	}
+	return OpenInfo{}
+}
 
 // ResetOrigins lists origins whose persisted digest disagreed with their
 // entries at load; they were marked for re-pull (Max lowered to 0).
 func (r *Replica) ResetOrigins() []string { return append([]string(nil), r.reset...) }
 
-// Store exposes the underlying store for index queries.
-func (r *Replica) Store() *Store { return r.store }
+// Store exposes the underlying bbolt store (pins, index queries); nil for
+// another backend.
+func (r *Replica) Store() *Store {
+	if b, ok := r.backend.(*boltBackend); ok {
+		return b.s
+	}
+	return nil
+}
 
 // Epoch returns the writer epoch in use.
 func (r *Replica) Epoch() uint32 {
@@ -163,71 +180,135 @@ func (r *Replica) writerMeta() *WriterMeta {
 	return &WriterMeta{Epoch: r.state.Epoch(), LastVersion: r.state.Digest()[r.self].Max}
 }
 
-// must hold r.mu (write). Returns the request for the caller to wait on.
-// With before non-nil, digests equal to before are not rewritten, and a
-// request with nothing to write is not enqueued at all (nil, nil): gossip
-// re-delivers known deltas constantly and each commit costs an fsync.
-func (r *Replica) enqueue(changes []crdt.Change, origins map[string]struct{}, writer bool, before crdt.Digest) (*commitReq, error) {
+// effect is what one mutation did to the state, for mutate to commit.
+type effect struct {
+	changes []crdt.Change
+	// origins whose digest (and signed proof) may have moved.
+	origins map[string]struct{}
+	// writer: persist this cluster's writer metadata (epoch, last version).
+	writer bool
+}
+
+// own is the effect of a mutation of this cluster's own origin.
+func (r *Replica) own(changes []crdt.Change) effect {
+	return effect{changes: changes, origins: map[string]struct{}{r.self: {}}, writer: true}
+}
+
+// mutate is the replica's one write path. Under the write lock it refuses
+// if a commit failed before, runs fn on the state and hands what fn did to
+// the backend as one Batch, so batches reach the backend (and the change
+// feed) in mutation order; it waits for the commit outside the lock, so
+// concurrent callers group-commit. fn reports its own errors through its
+// closure; an effect with nothing in it is not committed.
+//
+// With dedupe, digests equal to those before fn are not rewritten, and a
+// batch with no change and no moved digest is not committed at all:
+// gossip re-delivers known deltas constantly and each commit costs an
+// fsync.
+//
+// The error is a refusal or a commit error. A commit error makes the
+// replica refuse every further mutation (fail closed).
+func (r *Replica) mutate(dedupe bool, fn func(*crdt.State) effect) error {
+	r.mu.Lock()
+	if r.failed != nil {
+		r.mu.Unlock()
+		return r.failed
+	}
+	var before crdt.Digest
+	if dedupe {
+		before = r.state.Digest()
+	}
+	eff := fn(r.state)
+	b := r.batch(&eff, dedupe, before)
+	if b == nil {
+		r.mu.Unlock()
+		return nil
+	}
+	done := r.backend.Commit(b)
+	r.mu.Unlock()
+	err := <-done
+	if err != nil && !errors.Is(err, ErrClosed) {
+		r.mu.Lock()
+		first := r.failed == nil
+		if first {
+			r.failed = err
+		}
+		r.mu.Unlock()
+		if first && r.opts.OnCommitError != nil {
+			r.opts.OnCommitError(err)
+		}
+	}
+	return err
+}
+
+// batch turns an effect into the Batch to commit, or nil when there is
+// nothing to commit. Must hold r.mu (write).
+func (r *Replica) batch(eff *effect, dedupe bool, before crdt.Digest) *Batch {
+	if len(eff.changes) == 0 && len(eff.origins) == 0 && !eff.writer {
+		return nil
+	}
 	d := r.state.Digest()
-	digests := make(crdt.Digest, len(origins))
-	for o := range origins {
+	digests := make(crdt.Digest, len(eff.origins))
+	for o := range eff.origins {
 		if od, ok := d[o]; ok {
-			if prev, seen := before[o]; before != nil && seen && prev == od {
+			if prev, seen := before[o]; dedupe && seen && prev == od {
 				continue
 			}
 			digests[o] = od
 		}
 	}
-	if before != nil && len(changes) == 0 && len(digests) == 0 {
-		return nil, nil
+	if dedupe && len(eff.changes) == 0 && len(digests) == 0 {
+		return nil
 	}
-	var proofs map[string]crdt.Proof
+	b := &Batch{Changes: eff.changes, Digests: digests}
 	for o := range digests {
 		if p := r.state.Proof(o); p.Head != 0 || p.HeadSig != nil || p.GCSig != nil || p.RetiredSig != nil {
-			if proofs == nil {
-				proofs = map[string]crdt.Proof{}
+			if b.Proofs == nil {
+				b.Proofs = map[string]crdt.Proof{}
 			}
-			proofs[o] = p
+			b.Proofs[o] = p
 		}
 	}
-	req := &commitReq{changes: changes, digests: digests, proofs: proofs}
-	if writer {
-		req.writer = r.writerMeta()
+	if eff.writer {
+		b.Writer = r.writerMeta()
 	}
-	if len(changes) > 0 {
-		req.onCommit = func() { r.notify.push(changes) }
+	if changes := eff.changes; len(changes) > 0 {
+		b.OnCommit = func() { r.notify.push(changes) }
 	}
-	return req, r.store.enqueue(req)
+	return b
 }
 
-func (r *Replica) commit(req *commitReq) error {
-	if err := r.store.enqueue(req); err != nil {
-		return err
-	}
-	return <-req.done
-}
+var errObserver = errors.New("store: observer replica cannot write")
 
 // Write records a local change of this cluster's own entry and returns the
 // delta to gossip, after it is durable.
 func (r *Replica) Write(kind crdt.Kind, name string, value []byte, deleted bool) (crdt.Delta, error) {
 	if r.self == "" {
-		return crdt.Delta{}, errors.New("store: observer replica cannot write")
+		return crdt.Delta{}, errObserver
 	}
-	r.mu.Lock()
-	delta, changes, err := r.state.Write(kind, name, value, deleted, r.opts.Now().UnixNano())
-	if err != nil {
-		r.mu.Unlock()
-		return crdt.Delta{}, err
-	}
-	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true, nil)
-	r.mu.Unlock()
-	if err != nil {
-		return crdt.Delta{}, err
-	}
-	if err := <-req.done; err != nil {
+	var delta crdt.Delta
+	var werr error
+	err := r.mutate(false, func(st *crdt.State) effect {
+		d, changes, err := st.Write(kind, name, value, deleted, r.opts.Now().UnixNano())
+		if err != nil {
+			werr = err
+			return effect{}
+		}
+		delta = d
+		return r.own(changes)
+	})
+	if err = cmpErr(err, werr); err != nil {
 		return crdt.Delta{}, err
 	}
 	return delta, nil
+}
+
+// cmpErr is the error of a mutation: the commit's, else the operation's.
+func cmpErr(commitErr, opErr error) error {
+	if commitErr != nil {
+		return commitErr
+	}
+	return opErr
 }
 
 // WriteOp is one local write for WriteMany.
@@ -245,33 +326,30 @@ type WriteOp struct {
 // error.
 func (r *Replica) WriteMany(ops []WriteOp) ([]crdt.Delta, error) {
 	if r.self == "" {
-		return nil, errors.New("store: observer replica cannot write")
+		return nil, errObserver
 	}
-	r.mu.Lock()
-	stamp := r.opts.Now().UnixNano()
-	deltas := make([]crdt.Delta, 0, len(ops))
-	var changes []crdt.Change
+	var deltas []crdt.Delta
 	var werr error
-	for _, op := range ops {
-		d, ch, err := r.state.Write(op.Kind, op.Name, op.Value, op.Deleted, stamp)
-		if err != nil {
-			werr = fmt.Errorf("store: write %s %q: %w", op.Kind, op.Name, err)
-			break
+	err := r.mutate(false, func(st *crdt.State) effect {
+		stamp := r.opts.Now().UnixNano()
+		deltas = make([]crdt.Delta, 0, len(ops))
+		var changes []crdt.Change
+		for _, op := range ops {
+			d, ch, err := st.Write(op.Kind, op.Name, op.Value, op.Deleted, stamp)
+			if err != nil {
+				werr = fmt.Errorf("store: write %s %q: %w", op.Kind, op.Name, err)
+				break
+			}
+			deltas = append(deltas, d)
+			changes = append(changes, ch...)
 		}
-		deltas = append(deltas, d)
-		changes = append(changes, ch...)
-	}
-	if len(deltas) == 0 {
-		r.mu.Unlock()
-		return nil, werr
-	}
-	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true, nil)
-	r.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if err := <-req.done; err != nil {
-		return nil, err
+		if len(deltas) == 0 {
+			return effect{}
+		}
+		return r.own(changes)
+	})
+	if err != nil || len(deltas) == 0 {
+		return nil, cmpErr(err, werr)
 	}
 	return deltas, werr
 }
@@ -282,14 +360,13 @@ func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, 
 	if r.self == "" {
 		return crdt.Delta{}, nil, errors.New("store: observer replica cannot collect garbage")
 	}
-	r.mu.Lock()
-	delta, changes := r.state.CollectGarbage(upTo)
-	req, err := r.enqueue(changes, map[string]struct{}{r.self: {}}, true, nil)
-	r.mu.Unlock()
+	var delta crdt.Delta
+	var changes []crdt.Change
+	err := r.mutate(false, func(st *crdt.State) effect {
+		delta, changes = st.CollectGarbage(upTo)
+		return r.own(changes)
+	})
 	if err != nil {
-		return crdt.Delta{}, nil, err
-	}
-	if err := <-req.done; err != nil {
 		return crdt.Delta{}, nil, err
 	}
 	return delta, changes, nil
@@ -300,44 +377,38 @@ func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, 
 // stops, persists what was applied, and returns those changes with the
 // error.
 func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
-	r.mu.Lock()
-	before := r.state.Digest()
 	var all []crdt.Change
 	var applyErr error
-	origins := map[string]struct{}{}
-	var prepared []bool
-	if r.pv != nil && r.pv.workers > 1 && entryCount(deltas) >= preVerifyMin {
-		prepared = make([]bool, len(deltas))
-	}
-	for i, d := range deltas {
-		if prepared != nil && !prepared[i] {
-			// origins pinned by the deltas before (trust on first use)
-			// become eligible here
-			r.pv.prepare(deltas[i:], prepared[i:], r.state.Digest())
+	err := r.mutate(true, func(st *crdt.State) effect {
+		origins := map[string]struct{}{}
+		var prepared []bool
+		if r.pv != nil && r.pv.workers > 1 && entryCount(deltas) >= preVerifyMin {
+			prepared = make([]bool, len(deltas))
 		}
-		ch, err := r.state.Apply(d)
-		all = append(all, ch...)
-		origins[d.Origin] = struct{}{}
-		if err != nil {
-			applyErr = err
-			break
+		for i, d := range deltas {
+			if prepared != nil && !prepared[i] {
+				// origins pinned by the deltas before (trust on first use)
+				// become eligible here
+				r.pv.prepare(deltas[i:], prepared[i:], st.Digest())
+			}
+			ch, err := st.Apply(d)
+			all = append(all, ch...)
+			origins[d.Origin] = struct{}{}
+			if err != nil {
+				applyErr = err
+				break
+			}
 		}
-	}
-	if prepared != nil {
-		r.pv.reset()
-	}
-	for _, c := range all {
-		origins[c.Key.Origin] = struct{}{}
-	}
-	req, err := r.enqueue(all, origins, r.self != "" && hasOrigin(origins, r.self), before)
-	r.mu.Unlock()
+		if prepared != nil {
+			r.pv.reset()
+		}
+		for _, c := range all {
+			origins[c.Key.Origin] = struct{}{}
+		}
+		return effect{changes: all, origins: origins, writer: r.self != "" && hasOrigin(origins, r.self)}
+	})
 	if err != nil {
 		return nil, err
-	}
-	if req != nil {
-		if err := <-req.done; err != nil {
-			return nil, err
-		}
 	}
 	return all, applyErr
 }
@@ -355,22 +426,17 @@ func entryCount(ds []crdt.Delta) int {
 // ApplyRetire merges a retirement record and returns its effects after they
 // are durable.
 func (r *Replica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
-	r.mu.Lock()
-	before := r.state.Digest()
-	changes, aerr := r.state.ApplyRetire(rt)
-	if aerr != nil && len(changes) == 0 {
-		r.mu.Unlock()
-		return nil, aerr
-	}
-	req, err := r.enqueue(changes, map[string]struct{}{rt.Origin: {}}, rt.Origin == r.self && r.self != "", before)
-	r.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	if req != nil {
-		if err := <-req.done; err != nil {
-			return nil, err
+	var changes []crdt.Change
+	var aerr error
+	err := r.mutate(true, func(st *crdt.State) effect {
+		changes, aerr = st.ApplyRetire(rt)
+		if aerr != nil && len(changes) == 0 {
+			return effect{}
 		}
+		return effect{changes: changes, origins: map[string]struct{}{rt.Origin: {}}, writer: rt.Origin == r.self && r.self != ""}
+	})
+	if err != nil || (aerr != nil && len(changes) == 0) {
+		return nil, cmpErr(err, aerr)
 	}
 	return changes, aerr
 }
@@ -382,29 +448,26 @@ func (r *Replica) RetireRecord(origin string) crdt.Retire {
 	return r.state.RetireRecord(origin)
 }
 
+var errNoEpoch = errors.New("store: observer replica has no writer epoch")
+
 // SetMinEpoch raises the writer epoch to at least epoch (the daemon feeds
 // the Lease's leaseTransitions here) and persists it before returning. It
 // never lowers the epoch.
 func (r *Replica) SetMinEpoch(epoch uint32) error {
 	if r.self == "" {
-		return errors.New("store: observer replica has no writer epoch")
+		return errNoEpoch
 	}
-	r.mu.Lock()
-	if epoch <= r.state.Epoch() {
-		r.mu.Unlock()
-		return nil
-	}
-	if err := r.state.SetEpoch(epoch); err != nil {
-		r.mu.Unlock()
-		return err
-	}
-	req := &commitReq{writer: r.writerMeta()}
-	err := r.store.enqueue(req)
-	r.mu.Unlock()
-	if err != nil {
-		return err
-	}
-	return <-req.done
+	var serr error
+	err := r.mutate(false, func(st *crdt.State) effect {
+		if epoch <= st.Epoch() {
+			return effect{}
+		}
+		if serr = st.SetEpoch(epoch); serr != nil {
+			return effect{}
+		}
+		return effect{writer: true}
+	})
+	return cmpErr(err, serr)
 }
 
 // BumpEpoch moves the writer to a fresh epoch, max(MinEpoch, Epoch+1),
@@ -413,24 +476,21 @@ func (r *Replica) SetMinEpoch(epoch uint32) error {
 // of it was seen), then re-publish every live object.
 func (r *Replica) BumpEpoch() (uint32, error) {
 	if r.self == "" {
-		return 0, errors.New("store: observer replica has no writer epoch")
+		return 0, errNoEpoch
 	}
-	r.mu.Lock()
-	epoch := r.state.Epoch() + 1
-	if m := r.state.MinEpoch(); m > epoch {
-		epoch = m
-	}
-	if err := r.state.SetEpoch(epoch); err != nil {
-		r.mu.Unlock()
+	var epoch uint32
+	var serr error
+	err := r.mutate(false, func(st *crdt.State) effect {
+		epoch = max(st.Epoch()+1, st.MinEpoch())
+		if serr = st.SetEpoch(epoch); serr != nil {
+			return effect{}
+		}
+		return effect{writer: true}
+	})
+	if err = cmpErr(err, serr); err != nil {
 		return 0, err
 	}
-	req := &commitReq{writer: r.writerMeta()}
-	err := r.store.enqueue(req)
-	r.mu.Unlock()
-	if err != nil {
-		return 0, err
-	}
-	return epoch, <-req.done
+	return epoch, nil
 }
 
 // Digest returns the current digest.
@@ -480,9 +540,9 @@ func (r *Replica) deliver(changes []crdt.Change) {
 }
 
 // Close flushes pending commits, delivers pending notifications and closes
-// the file.
+// the backend.
 func (r *Replica) Close() error {
-	err := r.store.Close()
+	err := r.backend.Close()
 	r.notify.close()
 	return err
 }
@@ -576,5 +636,10 @@ func (r *Replica) SetLimits(l crdt.Limits) {
 	r.state.SetLimits(l)
 }
 
-// Failed returns the commit error that made the store refuse writes, or nil.
-func (r *Replica) Failed() error { return r.store.Failed() }
+// Failed returns the commit error that made the replica refuse writes, or
+// nil.
+func (r *Replica) Failed() error {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.failed
+}

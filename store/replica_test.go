@@ -170,36 +170,6 @@ func mustEncode(t testing.TB, v any) []byte {
 	return b
 }
 
-func TestReplicaSubscribeCommitOrder(t *testing.T) {
-	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{Indexes: true})
-	var mu sync.Mutex
-	var versions []crdt.Version
-	r.Subscribe(func(ch []crdt.Change) {
-		mu.Lock()
-		for _, c := range ch {
-			versions = append(versions, c.New.Version)
-		}
-		mu.Unlock()
-	})
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 20 {
-				_, err := r.Write(crdt.KindPod, fmt.Sprintf("ns/g%d-%d", g, i), podValue(t, nil), false)
-				require.NoError(t, err)
-			}
-		}()
-	}
-	wg.Wait()
-	require.NoError(t, r.Close())
-	require.Len(t, versions, 320)
-	for i := 1; i < len(versions); i++ {
-		require.Greater(t, versions[i], versions[i-1], "notifications out of commit order")
-	}
-}
-
 func TestReplicaSetMinEpoch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	r, err := OpenReplica(path, "c1", Options{Indexes: true})
@@ -214,22 +184,6 @@ func TestReplicaSetMinEpoch(t *testing.T) {
 	require.NoError(t, r.Close())
 	r2 := openReplica(t, path, "c1", Options{Indexes: true})
 	require.Equal(t, uint32(51), r2.Epoch())
-}
-
-func TestReplicaRefusesOtherIdentity(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
-	require.NoError(t, err)
-	require.NoError(t, r.Close())
-	_, err = OpenReplica(path, "c2", Options{Indexes: true})
-	require.ErrorContains(t, err, `belongs to cluster "c1"`)
-}
-
-func TestReplicaObserver(t *testing.T) {
-	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "", Options{Indexes: true})
-	_, err := r.Write(crdt.KindPod, "ns/p", nil, true)
-	require.Error(t, err)
-	require.Error(t, r.SetMinEpoch(3))
 }
 
 func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
@@ -307,36 +261,6 @@ func commitCount(t *testing.T, r *Replica) uint64 {
 	var m dto.Metric
 	require.NoError(t, r.Store().m.commitLatency.Write(&m))
 	return m.GetHistogram().GetSampleCount()
-}
-
-func TestReplicaIdempotentApplyDoesNotCommit(t *testing.T) {
-	r := openReplica(t, filepath.Join(t.TempDir(), "r.db"), "c1", Options{Indexes: true})
-	peer := crdt.NewState("peer")
-	require.NoError(t, peer.SetEpoch(1))
-	d, _, err := peer.Write(crdt.KindPod, "ns/p", podValue(t, nil, "10.0.0.1"), false, 0)
-	require.NoError(t, err)
-	ch, err := r.Apply(d)
-	require.NoError(t, err)
-	require.Len(t, ch, 1)
-	n := commitCount(t, r)
-	for range 5 {
-		ch, err = r.Apply(d) // gossip re-delivery
-		require.NoError(t, err)
-		require.Empty(t, ch)
-	}
-	require.Equal(t, n, commitCount(t, r), "re-delivered deltas must not cost an fsync")
-	rt := r.RetireRecord("peer")
-	ch, err = r.ApplyRetire(rt)
-	require.NoError(t, err)
-	require.Len(t, ch, 1)
-	n = commitCount(t, r)
-	ch, err = r.ApplyRetire(rt)
-	require.NoError(t, err)
-	require.Empty(t, ch)
-	ch, err = r.Apply(d)
-	require.NoError(t, err)
-	require.Empty(t, ch)
-	require.Equal(t, n, commitCount(t, r), "re-delivered retirements must not cost an fsync")
 }
 
 func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {

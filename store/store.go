@@ -85,10 +85,11 @@ type Options struct {
 	// last written without; opening without clears them, so they can never
 	// be stale.
 	Indexes bool
-	// OnCommitError, when set, is called once (from the committer
-	// goroutine) with the first failed commit: from then on the store
-	// refuses every write until it is reopened. The daemon makes it loud
-	// (readiness, Lease, exit).
+	// OnCommitError, when set, is called once with the first failed
+	// commit: from then on the store (or replica) refuses every write until
+	// it is reopened. A Store calls it from the committer goroutine, a
+	// Replica (any backend) from the caller that hit the failure. The
+	// daemon makes it loud (readiness, Lease, exit).
 	OnCommitError func(error)
 	// VerifyWorkers is the number of goroutines that pre-verify the
 	// signatures of a large incoming batch (Replica.Apply, preverify.go);
@@ -776,19 +777,12 @@ func loadEntries(b *bolt.Bucket, copyValues bool, hint int) ([]crdt.Entry, error
 
 // ---------------------------------------------------------------- writes
 
-// commitReq is one unit of the group committer: a set of changes and the
-// digests that cover them, persisted atomically (possibly together with
-// other requests) in one bbolt transaction.
+// commitReq is one unit of the group committer: a Batch, persisted
+// atomically (possibly together with other requests) in one bbolt
+// transaction, and the channel its result goes to.
 type commitReq struct {
-	changes []crdt.Change
-	digests crdt.Digest
-	proofs  map[string]crdt.Proof
-	writer  *WriterMeta
-	self    *string
-	// onCommit runs on the committer goroutine after a successful commit,
-	// in commit order, before the waiter is released.
-	onCommit func()
-	done     chan error
+	Batch
+	done chan error
 }
 
 func (s *Store) start() {
@@ -797,19 +791,23 @@ func (s *Store) start() {
 	go s.committer()
 }
 
-// enqueue hands req to the committer. Requests commit in enqueue order.
-func (s *Store) enqueue(req *commitReq) error {
-	req.done = make(chan error, 1)
+// submit hands b to the committer and returns the channel its result
+// arrives on. Batches commit in submit order; b.OnCommit runs on the
+// committer goroutine after a successful commit, in commit order, before
+// the result is sent.
+func (s *Store) submit(b *Batch) <-chan error {
+	req := &commitReq{Batch: *b, done: make(chan error, 1)}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return ErrClosed
+	switch {
+	case s.closed:
+		req.done <- ErrClosed
+	case s.failed != nil:
+		req.done <- s.failed
+	default:
+		s.queue <- req
 	}
-	if s.failed != nil {
-		return s.failed
-	}
-	s.queue <- req
-	return nil
+	return req.done
 }
 
 // Commit persists changes, the digests of the origins they touch, and
@@ -817,20 +815,12 @@ func (s *Store) enqueue(req *commitReq) error {
 // transaction is fsynced. Concurrent Commit calls are coalesced into one
 // transaction (group commit).
 func (s *Store) Commit(changes []crdt.Change, digests crdt.Digest, writer *WriterMeta) error {
-	req := &commitReq{changes: changes, digests: digests, writer: writer}
-	if err := s.enqueue(req); err != nil {
-		return err
-	}
-	return <-req.done
+	return <-s.submit(&Batch{Changes: changes, Digests: digests, Writer: writer})
 }
 
 // SetSelf records the local cluster ID the file belongs to.
 func (s *Store) SetSelf(self string) error {
-	req := &commitReq{self: &self}
-	if err := s.enqueue(req); err != nil {
-		return err
-	}
-	return <-req.done
+	return <-s.submit(&Batch{Self: &self})
 }
 
 func (s *Store) committer() {
@@ -874,27 +864,27 @@ func (s *Store) commitBatch(batch []*commitReq) {
 		proofs := map[string]crdt.Proof{}
 		var writer *WriterMeta
 		for _, r := range batch {
-			for i := range r.changes {
-				d, err := w.apply(&r.changes[i])
+			for i := range r.Changes {
+				d, err := w.apply(&r.Changes[i])
 				if err != nil {
 					return err
 				}
 				if d != 0 {
-					countDelta[r.changes[i].Key.Origin] += d
+					countDelta[r.Changes[i].Key.Origin] += d
 				}
 			}
-			nchanges += len(r.changes)
-			for o, d := range r.digests {
+			nchanges += len(r.Changes)
+			for o, d := range r.Digests {
 				digests[o] = d
 			}
-			for o, p := range r.proofs {
+			for o, p := range r.Proofs {
 				proofs[o] = p
 			}
-			if r.writer != nil {
-				writer = r.writer
+			if r.Writer != nil {
+				writer = r.Writer
 			}
-			if r.self != nil {
-				if err := w.meta.Put(metaSelf, []byte(*r.self)); err != nil {
+			if r.Self != nil {
+				if err := w.meta.Put(metaSelf, []byte(*r.Self)); err != nil {
 					return err
 				}
 			}
@@ -964,8 +954,8 @@ func (s *Store) commitBatch(batch []*commitReq) {
 		s.countMu.Unlock()
 	}
 	for _, r := range batch {
-		if err == nil && r.onCommit != nil {
-			r.onCommit()
+		if err == nil && r.OnCommit != nil {
+			r.OnCommit()
 		}
 		r.done <- err
 	}

@@ -25,7 +25,7 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
-	"github.com/coastguard-mcnp/coastguard/gossip/internal/memreplica"
+	"github.com/coastguard-mcnp/coastguard/store"
 )
 
 // Options configures one simulation run.
@@ -360,7 +360,7 @@ func origin(i int) string { return fmt.Sprintf("c%03d", i) }
 type cgMember struct {
 	idx  int
 	node *gossip.Node
-	rep  *memreplica.Replica
+	rep  *store.Replica
 }
 
 func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []crdt.Delta) (*cgMember, error) {
@@ -368,17 +368,19 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 	if err != nil {
 		return nil, err
 	}
-	rep := memreplica.New(origin(i))
+	rep := store.NewMemReplica(origin(i))
 	if len(preload) > 0 {
 		if _, err := rep.Apply(preload...); err != nil {
 			return nil, fmt.Errorf("sim: preload: %w", err)
 		}
-		rep.BumpEpoch()
+		if _, err := rep.BumpEpoch(); err != nil {
+			return nil, err
+		}
 	}
-	rep.OnApply = func(chs []crdt.Change) {
+	rep.Subscribe(func(chs []crdt.Change) { // own writes too: node 0 skips
 		now := time.Now().UnixNano()
 		for _, ch := range chs {
-			if ch.New == nil || ch.Key.Origin != origin(0) || !strings.HasPrefix(ch.Key.Name, "sim/u-") {
+			if ch.New == nil || i == 0 || ch.Key.Origin != origin(0) || !strings.HasPrefix(ch.Key.Name, "sim/u-") {
 				continue
 			}
 			var u int
@@ -386,7 +388,7 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 				arr.record(i, u, time.Duration(now-ch.New.Stamp))
 			}
 		}
-	}
+	})
 	n, err := gossip.New(gossip.Config{
 		NodeName:      fmt.Sprintf("n%03d", i),
 		ClusterID:     origin(i),
