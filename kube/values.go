@@ -234,19 +234,8 @@ func copyLabels(in map[string]string) map[string]string {
 // detection and Diff against persisted entries work; crdt.DecodeValue reads
 // the result unchanged.
 func EncodeCanonical(v any) ([]byte, error) {
-	switch x := v.(type) {
-	case *crdt.ClusterValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.NamespaceValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.PodValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.PolicyValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.ReportValue:
-		x.Format = crdt.ValueFormat
-	default:
-		return nil, fmt.Errorf("kube: cannot encode value of type %T", v)
+	if err := crdt.StampFormat(v); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
