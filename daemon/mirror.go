@@ -63,8 +63,8 @@ func ParsePolicyKey(k string) (enforce.PolicyRef, bool) {
 func (m *Mirror) Load(st *crdt.State) []error {
 	var errs []error
 	for _, origin := range st.Origins() {
-		for _, k := range []crdt.Kind{crdt.KindCluster, crdt.KindNamespace, crdt.KindPod, crdt.KindPolicy, crdt.KindReport} {
-			st.Range(origin, k, func(e crdt.Entry) bool {
+		for _, spec := range crdt.Kinds() {
+			st.Range(origin, spec.Kind, func(e crdt.Entry) bool {
 				if _, err := m.apply(crdt.Change{Key: e.Key, New: &e}); err != nil {
 					errs = append(errs, err)
 				}
@@ -204,19 +204,11 @@ func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	if isLive {
 		m.ensureCluster(k.Origin)
 	}
-	switch k.Kind {
-	case crdt.KindCluster:
-		return m.applyCluster(ch, isLive)
-	case crdt.KindNamespace:
-		return m.applyNamespace(ch, isLive)
-	case crdt.KindPod:
-		return m.applyPod(ch, isLive)
-	case crdt.KindPolicy:
-		return m.applyPolicy(ch, isLive)
-	case crdt.KindReport:
-		return m.applyReport(ch, isLive)
+	decode, ok := mirrorKinds[k.Kind]
+	if !ok {
+		return nil, fmt.Errorf("%s: unknown kind", k)
 	}
-	return nil, fmt.Errorf("%s: unknown kind", k)
+	return decode(m, ch, isLive)
 }
 
 // applyCluster mirrors a cluster entry (labels, CIDRs, Globalnet).
