@@ -85,8 +85,11 @@ func stripPod(p *corev1.Pod) *corev1.Pod {
 }
 
 // PodToValue converts a pod into its replicated value. The pod's IPs come
-// from status.podIPs (primary first), falling back to status.podIP.
-func PodToValue(p *corev1.Pod) crdt.PodValue {
+// from status.podIPs (primary first), falling back to status.podIP; an
+// address that is not an IP is an error (the daemon and `coastguardd
+// render` both convert with this function, so they refuse the same pods).
+// EgressIPs (Globalnet) are the caller's to fill in.
+func PodToValue(p *corev1.Pod) (crdt.PodValue, error) {
 	v := crdt.PodValue{
 		Labels:      copyLabels(p.Labels),
 		Phase:       string(p.Status.Phase),
@@ -100,6 +103,11 @@ func PodToValue(p *corev1.Pod) crdt.PodValue {
 	if len(v.IPs) == 0 && p.Status.PodIP != "" {
 		v.IPs = []string{p.Status.PodIP}
 	}
+	for _, ip := range v.IPs {
+		if msgs := validation.IsValidIP(nil, ip); len(msgs) > 0 {
+			return v, fmt.Errorf("status.podIPs: %q is not an IP address", ip)
+		}
+	}
 	for _, c := range p.Spec.Containers {
 		for _, port := range c.Ports {
 			proto := string(port.Protocol)
@@ -109,7 +117,7 @@ func PodToValue(p *corev1.Pod) crdt.PodValue {
 			v.Ports = append(v.Ports, crdt.NamedPort{Name: port.Name, Port: port.ContainerPort, Protocol: proto})
 		}
 	}
-	return v
+	return v, nil
 }
 
 // NamespaceToValue converts a namespace into its replicated value.
