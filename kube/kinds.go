@@ -131,15 +131,9 @@ func podEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	if !inv.cfg.PodFilter(p) {
-		return nil, false, nil
-	}
-	v, err := PodToValue(p)
-	if err != nil {
-		return nil, false, fmt.Errorf("pod %s: %w", name, err)
-	}
-	if inv.cfg.PodEgressIPs != nil {
-		v.EgressIPs = inv.cfg.PodEgressIPs(p.Namespace, p.Labels)
+	v, present, err := PodEntryValue(p, inv.cfg.PodFilter, inv.cfg.PodEgressIPs)
+	if err != nil || !present {
+		return nil, false, err
 	}
 	return encodeEntry(&v)
 }

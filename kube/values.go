@@ -120,6 +120,25 @@ func PodToValue(p *corev1.Pod) (crdt.PodValue, error) {
 	return v, nil
 }
 
+// PodEntryValue is the replicated value of a pod as the inventory writes it:
+// present=false when filter (nil: PodRelevant) leaves the pod out, else
+// PodToValue with the pod's Globalnet egress IPs from egress (may be nil).
+func PodEntryValue(p *corev1.Pod, filter func(*corev1.Pod) bool, egress func(namespace string, labels map[string]string) []string) (v crdt.PodValue, present bool, err error) {
+	if filter == nil {
+		filter = PodRelevant
+	}
+	if !filter(p) {
+		return v, false, nil
+	}
+	if v, err = PodToValue(p); err != nil {
+		return v, false, err
+	}
+	if egress != nil {
+		v.EgressIPs = egress(p.Namespace, p.Labels)
+	}
+	return v, true, nil
+}
+
 // NamespaceToValue converts a namespace into its replicated value.
 func NamespaceToValue(ns *corev1.Namespace) crdt.NamespaceValue {
 	return crdt.NamespaceValue{Labels: copyLabels(ns.Labels)}
