@@ -17,14 +17,12 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
 	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -190,32 +188,24 @@ func marshalNetworkPolicy(np *networkingv1.NetworkPolicy) ([]byte, error) {
 	return yaml.Marshal(m)
 }
 
-// renderLoader accumulates the input of every cluster.
+// renderLoader reads the input of every cluster.
 type renderLoader struct {
-	inv   *enforce.Inventory
-	log   io.Writer
-	errs  []error
-	seen  map[string]string            // cluster/kind/ns/name -> file
-	props map[string]map[string]string // cluster -> ClusterProperty labels
-	sub   map[string]*renderSubmariner // cluster -> Submariner objects
-	pods  map[string][]enforce.Pod     // cluster -> pods (egress IPs set last)
+	log  io.Writer
+	errs []error
+	seen map[string]string          // cluster/kind/ns/name -> file
+	objs map[string]*clusterObjects // cluster -> its objects
 }
 
-// renderSubmariner is what a cluster directory says about Submariner.
-type renderSubmariner struct {
-	cluster       *kube.SubmarinerCluster
-	known         []kube.SubmarinerCluster // every Cluster object, any cluster ID
-	clusterEgress []string
-	egress        []kube.GlobalEgressIP
-}
-
+// loadRenderInput reads IN and ingests it like the daemons would
+// (renderpipeline.go). It returns the inventory, the sorted cluster IDs
+// and what each cluster trusts of every cluster's CIDRs (the Submariner
+// Cluster objects in its directory).
 func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, map[string]enforce.Networks, error) {
 	entries, err := os.ReadDir(in)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading input: %w", err)
 	}
-	l := &renderLoader{inv: enforce.NewInventory(), log: log, seen: map[string]string{}, props: map[string]map[string]string{},
-		sub: map[string]*renderSubmariner{}, pods: map[string][]enforce.Pod{}}
+	l := &renderLoader{log: log, seen: map[string]string{}, objs: map[string]*clusterObjects{}}
 	var clusters []string
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -231,8 +221,7 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, ma
 			continue
 		}
 		clusters = append(clusters, id)
-		l.props[id] = map[string]string{}
-		l.sub[id] = &renderSubmariner{}
+		l.objs[id] = &clusterObjects{}
 		l.loadCluster(id, filepath.Join(in, id))
 	}
 	if len(clusters) == 0 && len(l.errs) == 0 {
@@ -240,22 +229,19 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, ma
 	}
 	trusted := map[string]enforce.Networks{}
 	for _, id := range clusters {
-		n, errs := daemon.NetworksFromSubmariner(l.sub[id].known)
+		n, errs := kube.SubmarinerNetworks(l.objs[id].known())
 		l.errs = append(l.errs, errs...)
 		trusted[id] = n
-	}
-	for _, id := range clusters {
-		l.inv.SetCluster(l.sub[id].apply(enforce.Cluster{ID: id, Labels: l.props[id]}))
-		for _, p := range l.pods[id] {
-			p.EgressIPs = l.sub[id].podEgressIPs(p.Namespace, p.Labels)
-			l.inv.SetPod(id, p)
-		}
 	}
 	if len(l.errs) > 0 {
 		return nil, nil, nil, errors.Join(l.errs...)
 	}
 	sort.Strings(clusters)
-	return l.inv, clusters, trusted, nil
+	inv, err := ingest(clusters, l.objs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return inv, clusters, trusted, nil
 }
 
 func (l *renderLoader) loadCluster(id, dir string) {
@@ -396,7 +382,7 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		if !l.validLabels(where, "Namespace "+ns.Name, ns.Labels) || !l.unique(cluster, where, "Namespace", "", ns.Name) {
 			return
 		}
-		l.inv.SetNamespace(cluster, enforce.Namespace{Name: ns.Name, Labels: ns.Labels})
+		l.objs[cluster].namespaces = append(l.objs[cluster].namespaces, &ns)
 	case "Pod":
 		var p corev1.Pod
 		if err := json.Unmarshal(raw, &p); err != nil {
@@ -414,12 +400,7 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		if !l.validLabels(where, what, p.Labels) || !l.unique(cluster, where, "Pod", p.Namespace, p.Name) {
 			return
 		}
-		pod, err := renderPod(&p)
-		if err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		l.pods[cluster] = append(l.pods[cluster], pod)
+		l.objs[cluster].pods = append(l.objs[cluster].pods, located[*corev1.Pod]{where, &p})
 	case "NetworkPolicy":
 		var np networkingv1.NetworkPolicy
 		if err := json.Unmarshal(raw, &np); err != nil {
@@ -449,12 +430,21 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		if !l.unique(cluster, where, apiv1.KindMultiClusterNetworkPolicy, m.Namespace, m.Name) {
 			return
 		}
-		if err := l.inv.SetPolicy(enforce.Policy{
-			Origin: cluster, Namespace: m.Namespace, Name: m.Name,
-			UID: string(m.UID), Generation: m.Generation, Spec: m.Spec,
+		// Translatable? (The daemon replicates such a policy and reports
+		// the error in its status; render refuses it.)
+		if err := enforce.NewInventory().SetPolicy(enforce.Policy{
+			Origin: cluster, Namespace: m.Namespace, Name: m.Name, Spec: m.Spec,
 		}); err != nil {
 			l.fail(where, what, err)
+			return
 		}
+		var u unstructured.Unstructured
+		if err := u.UnmarshalJSON(raw); err != nil {
+			l.fail(where, what, err)
+			return
+		}
+		u.SetNamespace(m.Namespace)
+		l.objs[cluster].policies = append(l.objs[cluster].policies, located[*unstructured.Unstructured]{where, &u})
 	case "Cluster", "ClusterGlobalEgressIP", "GlobalEgressIP":
 		l.loadSubmariner(cluster, where, tm.Kind, raw)
 	case mcsv1alpha1.Kind:
@@ -479,7 +469,7 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		if !l.unique(cluster, where, mcsv1alpha1.Kind, "", cp.Name) {
 			return
 		}
-		l.props[cluster][cp.Name] = cp.Spec.Value
+		l.objs[cluster].props = append(l.objs[cluster].props, kube.ClusterProperty{Name: cp.Name, Value: cp.Spec.Value})
 	}
 }
 
@@ -491,36 +481,6 @@ func (l *renderLoader) validLabels(where, what string, lbls map[string]string) b
 		}
 	}
 	return true
-}
-
-// renderPod extracts what translation needs from a Pod manifest.
-func renderPod(p *corev1.Pod) (enforce.Pod, error) {
-	out := enforce.Pod{
-		Namespace:   p.Namespace,
-		Name:        p.Name,
-		Labels:      p.Labels,
-		Phase:       p.Status.Phase,
-		HostNetwork: p.Spec.HostNetwork,
-	}
-	for _, ip := range p.Status.PodIPs {
-		if ip.IP != "" {
-			out.IPs = append(out.IPs, ip.IP)
-		}
-	}
-	if len(out.IPs) == 0 && p.Status.PodIP != "" {
-		out.IPs = []string{p.Status.PodIP}
-	}
-	for _, ip := range out.IPs {
-		if msgs := validation.IsValidIP(nil, ip); len(msgs) > 0 {
-			return out, fmt.Errorf("status.podIPs: %q is not an IP address", ip)
-		}
-	}
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			out.Ports = append(out.Ports, enforce.Port{Name: cp.Name, Port: cp.ContainerPort, Protocol: cp.Protocol})
-		}
-	}
-	return out, nil
 }
 
 // loadSubmariner reads a Submariner object the way the daemon's watcher
@@ -543,7 +503,7 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 	if !l.unique(cluster, where, kind, u.GetNamespace(), u.GetName()) {
 		return
 	}
-	sub := l.sub[cluster]
+	sub := l.objs[cluster]
 	switch kind {
 	case "Cluster":
 		c := kube.SubmarinerClusterFrom(&u)
@@ -555,22 +515,18 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 		}
 		// Every Cluster object is what this cluster knows of that
 		// cluster's CIDRs (broker-synced); its own one also describes it.
-		sub.known = append(sub.known, c)
-		if c.ClusterID != cluster {
-			return
-		}
-		if sub.cluster != nil {
+		if c.ClusterID == cluster && sub.hasOwn {
 			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
 			return
 		}
-		sub.cluster = &c
+		sub.hasOwn = sub.hasOwn || c.ClusterID == cluster
+		sub.subClusters = append(sub.subClusters, &u)
 	case "ClusterGlobalEgressIP":
-		ips, bad := kube.AllocatedIPs(&u)
-		if len(bad) > 0 {
+		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
 			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
 			return
 		}
-		sub.clusterEgress = append(sub.clusterEgress, ips...)
+		sub.clusterEgress = append(sub.clusterEgress, &u)
 	case "GlobalEgressIP":
 		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
 			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
@@ -581,34 +537,7 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 			l.fail(where, what, err)
 			return
 		}
-		sub.egress = append(sub.egress, g)
+		sub.egress = append(sub.egress, &u)
+		sub.egressIPs = append(sub.egressIPs, g)
 	}
-}
-
-// apply adds the Submariner view to a cluster, like SubmarinerWatcher.Info.
-func (s *renderSubmariner) apply(c enforce.Cluster) enforce.Cluster {
-	if s.cluster != nil {
-		c.PodCIDRs, c.GlobalCIDRs = s.cluster.PodCIDRs, s.cluster.GlobalCIDRs
-		c.Globalnet = len(s.cluster.GlobalCIDRs) > 0
-	}
-	c.ClusterEgressIPs = s.clusterEgress
-	for _, g := range s.egress {
-		if g.Selector == nil && len(g.IPs) > 0 {
-			if c.NamespaceEgressIPs == nil {
-				c.NamespaceEgressIPs = map[string][]string{}
-			}
-			c.NamespaceEgressIPs[g.Namespace] = append(c.NamespaceEgressIPs[g.Namespace], g.IPs...)
-		}
-	}
-	return c
-}
-
-func (s *renderSubmariner) podEgressIPs(ns string, lbls map[string]string) []string {
-	var out []string
-	for _, g := range s.egress {
-		if g.Namespace == ns && g.Selector != nil && g.Selector.Matches(labels.Set(lbls)) {
-			out = append(out, g.IPs...)
-		}
-	}
-	return out
 }
