@@ -377,18 +377,3 @@ func (m *Mirror) Reports(policyKey string) map[string]crdt.ReportValue {
 	}
 	return out
 }
-
-// ClusterLabels returns the labels of every known cluster (with the implied
-// cluster.clusterset.k8s.io label).
-func (m *Mirror) ClusterLabels() map[string]map[string]string {
-	out := make(map[string]map[string]string, len(m.clusters))
-	for id, l := range m.clusters {
-		c := make(map[string]string, len(l)+1)
-		for k, v := range l {
-			c[k] = v
-		}
-		c[enforce.ClusterIDLabel] = id
-		out[id] = c
-	}
-	return out
-}
