@@ -201,6 +201,20 @@ type renderLoader struct {
 // and what each cluster trusts of every cluster's CIDRs (the Submariner
 // Cluster objects in its directory).
 func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, map[string]enforce.Networks, error) {
+	clusters, objs, trusted, err := readRenderInput(in, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	inv, err := ingest(clusters, objs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return inv, clusters, trusted, nil
+}
+
+// readRenderInput reads and checks the objects of every cluster directory
+// of IN.
+func readRenderInput(in string, log io.Writer) ([]string, map[string]*clusterObjects, map[string]enforce.Networks, error) {
 	entries, err := os.ReadDir(in)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading input: %w", err)
@@ -237,11 +251,7 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, ma
 		return nil, nil, nil, errors.Join(l.errs...)
 	}
 	sort.Strings(clusters)
-	inv, err := ingest(clusters, l.objs)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	return inv, clusters, trusted, nil
+	return clusters, l.objs, trusted, nil
 }
 
 func (l *renderLoader) loadCluster(id, dir string) {
