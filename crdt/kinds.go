@@ -6,13 +6,13 @@ import "fmt"
 type NameShape uint8
 
 const (
-	// NameEmpty: the name is "" (one entry per origin).
+	// NameEmpty means the name is "" (one entry per origin).
 	NameEmpty NameShape = iota + 1
-	// NameSimple: a non-empty name without further structure (a namespace).
+	// NameSimple is a non-empty name without further structure (a namespace).
 	NameSimple
-	// NameNamespaced: "namespace/name".
+	// NameNamespaced is "namespace/name".
 	NameNamespaced
-	// NameOriginNamespaced: "origin/namespace/name".
+	// NameOriginNamespaced is "origin/namespace/name".
 	NameOriginNamespaced
 )
 

@@ -76,7 +76,7 @@ func clusterEntries(id string, o *clusterObjects) (kube.Snapshot, []error) {
 	for _, ns := range o.namespaces {
 		v := kube.NamespaceToValue(ns)
 		if err := set(crdt.KindNamespace, ns.Name, &v); err != nil {
-			errs = append(errs, fmt.Errorf("Namespace %s: %w", ns.Name, err))
+			errs = append(errs, fmt.Errorf("namespace %s: %w", ns.Name, err))
 		}
 	}
 	egress := func(ns string, lbls map[string]string) []string { return kube.PodEgressIPsFrom(o.egressIPs, ns, lbls) }
