@@ -13,16 +13,12 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
-	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -355,132 +351,16 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		}
 		return
 	}
-	known := map[string]string{
-		"Namespace":                         "v1",
-		"Pod":                               "v1",
-		"NetworkPolicy":                     "networking.k8s.io/v1",
-		apiv1.KindMultiClusterNetworkPolicy: apiv1.SchemeGroupVersion.String(),
-		mcsv1alpha1.Kind:                    mcsv1alpha1.APIVersion,
-		"Cluster":                           "submariner.io/v1",
-		"ClusterGlobalEgressIP":             "submariner.io/v1",
-		"GlobalEgressIP":                    "submariner.io/v1",
-	}
-	want, ok := known[tm.Kind]
-	if !ok {
+	r, ok := renderReaders[tm.Kind]
+	if !ok || (tm.APIVersion != r.apiVersion && r.foreign) {
 		logf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
 		return
 	}
-	if tm.APIVersion != want && strings.HasPrefix(want, "submariner.io/") {
-		logf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
+	if tm.APIVersion != r.apiVersion {
+		l.fail(where, tm.Kind, fmt.Errorf("apiVersion %q not supported (want %q)", tm.APIVersion, r.apiVersion))
 		return
 	}
-	if tm.APIVersion != want {
-		l.fail(where, tm.Kind, fmt.Errorf("apiVersion %q not supported (want %q)", tm.APIVersion, want))
-		return
-	}
-	switch tm.Kind {
-	case "Namespace":
-		var ns corev1.Namespace
-		if err := json.Unmarshal(raw, &ns); err != nil {
-			l.fail(where, "Namespace", err)
-			return
-		}
-		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
-			l.fail(where, "Namespace "+ns.Name, fmt.Errorf("metadata.name: %s", strings.Join(msgs, "; ")))
-			return
-		}
-		if !l.validLabels(where, "Namespace "+ns.Name, ns.Labels) || !l.unique(cluster, where, "Namespace", "", ns.Name) {
-			return
-		}
-		l.objs[cluster].namespaces = append(l.objs[cluster].namespaces, &ns)
-	case "Pod":
-		var p corev1.Pod
-		if err := json.Unmarshal(raw, &p); err != nil {
-			l.fail(where, "Pod", err)
-			return
-		}
-		if p.Namespace == "" {
-			p.Namespace = metav1.NamespaceDefault
-		}
-		what := "Pod " + objName(p.Namespace, p.Name)
-		if p.Name == "" {
-			l.fail(where, what, errors.New("metadata.name: Required value"))
-			return
-		}
-		if !l.validLabels(where, what, p.Labels) || !l.unique(cluster, where, "Pod", p.Namespace, p.Name) {
-			return
-		}
-		l.objs[cluster].pods = append(l.objs[cluster].pods, located[*corev1.Pod]{where, &p})
-	case "NetworkPolicy":
-		var np networkingv1.NetworkPolicy
-		if err := json.Unmarshal(raw, &np); err != nil {
-			l.fail(where, "NetworkPolicy", err)
-			return
-		}
-		if np.Namespace == "" {
-			np.Namespace = metav1.NamespaceDefault
-		}
-		// User-authored: coexists with the generated ones (policies are
-		// additive); not re-emitted.
-		l.unique(cluster, where, "NetworkPolicy", np.Namespace, np.Name)
-	case apiv1.KindMultiClusterNetworkPolicy:
-		var m apiv1.MultiClusterNetworkPolicy
-		if err := strictUnmarshal(raw, &m); err != nil {
-			l.fail(where, "MultiClusterNetworkPolicy", err)
-			return
-		}
-		if m.Namespace == "" {
-			m.Namespace = metav1.NamespaceDefault
-		}
-		what := "MultiClusterNetworkPolicy " + objName(m.Namespace, m.Name)
-		if err := apiv1.Validate(&m); err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		if !l.unique(cluster, where, apiv1.KindMultiClusterNetworkPolicy, m.Namespace, m.Name) {
-			return
-		}
-		// Translatable? (The daemon replicates such a policy and reports
-		// the error in its status; render refuses it.)
-		if err := enforce.NewInventory().SetPolicy(enforce.Policy{
-			Origin: cluster, Namespace: m.Namespace, Name: m.Name, Spec: m.Spec,
-		}); err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		var u unstructured.Unstructured
-		if err := u.UnmarshalJSON(raw); err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		u.SetNamespace(m.Namespace)
-		l.objs[cluster].policies = append(l.objs[cluster].policies, located[*unstructured.Unstructured]{where, &u})
-	case "Cluster", "ClusterGlobalEgressIP", "GlobalEgressIP":
-		l.loadSubmariner(cluster, where, tm.Kind, raw)
-	case mcsv1alpha1.Kind:
-		var cp mcsv1alpha1.ClusterProperty
-		if err := strictUnmarshal(raw, &cp); err != nil {
-			l.fail(where, "ClusterProperty", err)
-			return
-		}
-		what := "ClusterProperty " + cp.Name
-		if msgs := validation.IsQualifiedName(cp.Name); len(msgs) > 0 {
-			l.fail(where, what, fmt.Errorf("metadata.name must be usable as a label key: %s", strings.Join(msgs, "; ")))
-			return
-		}
-		if msgs := validation.IsValidLabelValue(cp.Spec.Value); len(msgs) > 0 {
-			l.fail(where, what, fmt.Errorf("spec.value must be usable as a label value: %s", strings.Join(msgs, "; ")))
-			return
-		}
-		if cp.Name == mcsv1alpha1.ClusterIDLabel && cp.Spec.Value != cluster {
-			l.fail(where, what, fmt.Errorf("spec.value %q contradicts the cluster ID %q given by the directory name", cp.Spec.Value, cluster))
-			return
-		}
-		if !l.unique(cluster, where, mcsv1alpha1.Kind, "", cp.Name) {
-			return
-		}
-		l.objs[cluster].props = append(l.objs[cluster].props, kube.ClusterProperty{Name: cp.Name, Value: cp.Spec.Value})
-	}
+	r.read(l, cluster, where, raw)
 }
 
 func (l *renderLoader) validLabels(where, what string, lbls map[string]string) bool {
@@ -491,63 +371,4 @@ func (l *renderLoader) validLabels(where, what string, lbls map[string]string) b
 		}
 	}
 	return true
-}
-
-// loadSubmariner reads a Submariner object the way the daemon's watcher
-// does (kube.SubmarinerClusterFrom, kube.AllocatedIPs,
-// kube.GlobalEgressIPFrom), so render and the daemon agree.
-func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
-	var u unstructured.Unstructured
-	if err := u.UnmarshalJSON(raw); err != nil {
-		l.fail(where, kind, err)
-		return
-	}
-	if u.GetNamespace() == "" {
-		u.SetNamespace(metav1.NamespaceDefault)
-	}
-	what := kind + " " + objName(u.GetNamespace(), u.GetName())
-	if u.GetName() == "" {
-		l.fail(where, what, errors.New("metadata.name: Required value"))
-		return
-	}
-	if !l.unique(cluster, where, kind, u.GetNamespace(), u.GetName()) {
-		return
-	}
-	sub := l.objs[cluster]
-	switch kind {
-	case "Cluster":
-		c := kube.SubmarinerClusterFrom(&u)
-		for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
-			if _, errs := enforce.ParseCIDRs(cidrs); len(errs) > 0 {
-				l.fail(where, what, errs[0])
-				return
-			}
-		}
-		// Every Cluster object is what this cluster knows of that
-		// cluster's CIDRs (broker-synced); its own one also describes it.
-		if c.ClusterID == cluster && sub.hasOwn {
-			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
-			return
-		}
-		sub.hasOwn = sub.hasOwn || c.ClusterID == cluster
-		sub.subClusters = append(sub.subClusters, &u)
-	case "ClusterGlobalEgressIP":
-		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
-			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
-			return
-		}
-		sub.clusterEgress = append(sub.clusterEgress, &u)
-	case "GlobalEgressIP":
-		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
-			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
-			return
-		}
-		g, err := kube.GlobalEgressIPFrom(&u)
-		if err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		sub.egress = append(sub.egress, &u)
-		sub.egressIPs = append(sub.egressIPs, g)
-	}
 }

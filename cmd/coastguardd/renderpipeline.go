@@ -54,9 +54,22 @@ func (o *clusterObjects) known() []kube.SubmarinerCluster {
 	return out
 }
 
+// entrySetter encodes one entry's value into the cluster's snapshot.
+type entrySetter func(kind crdt.Kind, name string, v any) error
+
+// renderEntries is render's layer of the kind registry: for every kind the
+// daemon's inventory writes (kube.InventoryKinds), how render makes that
+// kind's entries from a cluster's objects, with the inventory's own
+// converters. TestRenderKindsComplete checks it against kube.
+var renderEntries = map[crdt.Kind]func(id string, o *clusterObjects, set entrySetter) []error{
+	crdt.KindCluster:   clusterEntry,
+	crdt.KindNamespace: namespaceEntries,
+	crdt.KindPod:       podEntries,
+	crdt.KindPolicy:    policyEntries,
+}
+
 // clusterEntries converts one cluster's objects into the entries its
-// daemon's inventory would write (kube's converters, the inventory's pod
-// filter and Globalnet egress IPs from the Submariner objects).
+// daemon's inventory would write.
 func clusterEntries(id string, o *clusterObjects) (kube.Snapshot, []error) {
 	snap := kube.Snapshot{}
 	var errs []error
@@ -67,18 +80,44 @@ func clusterEntries(id string, o *clusterObjects) (kube.Snapshot, []error) {
 		}
 		return err
 	}
-	info, ierrs := kube.SubmarinerInfo(id, kube.ClusterInfo{}, o.subClusters, o.clusterEgress, o.egress)
+	for _, kind := range kube.InventoryKinds {
+		entries, ok := renderEntries[kind]
+		if !ok {
+			errs = append(errs, fmt.Errorf("render cannot make %v entries", kind))
+			continue
+		}
+		errs = append(errs, entries(id, o, set)...)
+	}
+	return snap, errs
+}
+
+// clusterEntry is the cluster's own entry: its ClusterProperty labels and
+// what its Submariner objects say (kube.SubmarinerInfo, as the watcher).
+func clusterEntry(id string, o *clusterObjects, set entrySetter) []error {
+	info, errs := kube.SubmarinerInfo(id, kube.ClusterInfo{}, o.subClusters, o.clusterEgress, o.egress)
 	cv, cerrs := kube.ClusterValueFrom(id, o.props, info)
-	errs = append(append(errs, ierrs...), cerrs...)
+	errs = append(errs, cerrs...)
 	if err := set(crdt.KindCluster, "", &cv); err != nil {
 		errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
 	}
+	return errs
+}
+
+func namespaceEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
 	for _, ns := range o.namespaces {
 		v := kube.NamespaceToValue(ns)
 		if err := set(crdt.KindNamespace, ns.Name, &v); err != nil {
 			errs = append(errs, fmt.Errorf("namespace %s: %w", ns.Name, err))
 		}
 	}
+	return errs
+}
+
+// podEntries converts pods as the inventory does: its pod filter, and the
+// Globalnet egress IPs of the cluster's per-pod GlobalEgressIPs.
+func podEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
 	egress := func(ns string, lbls map[string]string) []string { return kube.PodEgressIPsFrom(o.egressIPs, ns, lbls) }
 	for _, p := range o.pods {
 		v, present, err := kube.PodEntryValue(p.obj, kube.PodRelevant, egress)
@@ -89,6 +128,11 @@ func clusterEntries(id string, o *clusterObjects) (kube.Snapshot, []error) {
 			errs = append(errs, fmt.Errorf("%s: Pod %s: %w", p.where, objName(p.obj.Namespace, p.obj.Name), err))
 		}
 	}
+	return errs
+}
+
+func policyEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
 	for _, u := range o.policies {
 		v, err := kube.PolicyToValue(u.obj)
 		if err == nil {
@@ -98,7 +142,7 @@ func clusterEntries(id string, o *clusterObjects) (kube.Snapshot, []error) {
 			errs = append(errs, fmt.Errorf("%s: MultiClusterNetworkPolicy %s: %w", u.where, objName(u.obj.GetNamespace(), u.obj.GetName()), err))
 		}
 	}
-	return snap, errs
+	return errs
 }
 
 // replicate writes each cluster's entries as that cluster (epoch 1) and
