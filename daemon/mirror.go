@@ -100,20 +100,13 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 			m.DecodeErrors++
 			continue
 		}
-		switch ch.Key.Kind {
-		case crdt.KindReport:
-			if pk, ok := reportPolicyKey(ch.Key.Name); ok && strings.HasPrefix(pk, m.self+"/") {
+		kind := mirrorKinds[ch.Key.Kind] // known: apply succeeded
+		if kind.status != nil {
+			if pk := kind.status(m, ch.Key); pk != "" {
 				status[pk] = true
 			}
-			continue
-		case crdt.KindCluster:
-			res.All = true
-		case crdt.KindPolicy:
-			ref, _ := policyRef(ch.Key)
-			if ref.Origin == m.self {
-				status[PolicyKey(ref)] = true
-			}
 		}
+		res.All = res.All || kind.all
 		if ech == nil {
 			continue
 		}
@@ -204,11 +197,11 @@ func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	if isLive {
 		m.ensureCluster(k.Origin)
 	}
-	decode, ok := mirrorKinds[k.Kind]
+	kind, ok := mirrorKinds[k.Kind]
 	if !ok {
 		return nil, fmt.Errorf("%s: unknown kind", k)
 	}
-	return decode(m, ch, isLive)
+	return kind.decode(m, ch, isLive)
 }
 
 // applyCluster mirrors a cluster entry (labels, CIDRs, Globalnet).

@@ -15,8 +15,9 @@ func TestMirrorKindsComplete(t *testing.T) {
 		require.Contains(t, mirrorKinds, spec.Kind,
 			"crdt declares kind %q but daemon/mirrorkinds.go has no decoder for it: add one to mirrorKinds", spec.Name)
 	}
-	for k := range mirrorKinds {
+	for k, mk := range mirrorKinds {
 		require.True(t, k.Valid(), "daemon/mirrorkinds.go registers %v, which crdt does not declare", k)
+		require.NotNil(t, mk.decode, "kind %v has no decoder", k)
 	}
 	require.Len(t, mirrorKinds, len(crdt.Kinds()))
 }
