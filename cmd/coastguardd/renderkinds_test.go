@@ -14,7 +14,7 @@ import (
 func TestRenderKindsComplete(t *testing.T) {
 	for _, k := range kube.InventoryKinds {
 		_, ok := renderEntries[k]
-		require.True(t, ok, "the daemon's inventory writes %q entries but cmd/coastguardd/renderpipeline.go has no entry maker for them in renderEntries", k)
+		require.True(t, ok, "the daemon's inventory writes %q entries but cmd/coastguardd/renderkinds.go has no entry maker for them in renderEntries", k)
 	}
 	for k := range renderEntries {
 		require.Contains(t, kube.InventoryKinds, k, "renderEntries makes %v entries, which the daemon's inventory does not write", k)
