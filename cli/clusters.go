@@ -229,7 +229,10 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 		l.pods[m.ID] = pods.Items
 		for i := range pods.Items {
 			p := &pods.Items[i]
-			v := kube.PodToValue(p)
+			v, err := kube.PodToValue(p)
+			if err != nil {
+				return nil, fmt.Errorf("%s: pod %s/%s: %w", m.ID, p.Namespace, p.Name, err)
+			}
 			ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: v.Labels, IPs: v.IPs,
 				Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork}
 			for _, port := range v.Ports {

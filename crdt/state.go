@@ -71,8 +71,6 @@ func recLess(a, b *record) bool {
 	return a.name < b.name
 }
 
-const numKinds = int(KindReport)
-
 // originState is everything a replica holds of one origin.
 type originState struct {
 	name    string
@@ -434,12 +432,13 @@ func validOrigin(origin string) error {
 }
 
 func validName(kind Kind, name string) error {
-	if !kind.Valid() {
+	spec, ok := kind.Spec()
+	if !ok {
 		return invalidf("unknown kind %d", uint8(kind))
 	}
-	if kind == KindCluster {
+	if spec.Shape == NameEmpty {
 		if name != "" {
-			return invalidf("cluster entry must have an empty name")
+			return invalidf("%s entry must have an empty name", kind)
 		}
 		return nil
 	}
@@ -452,11 +451,15 @@ func validName(kind Kind, name string) error {
 	if !utf8.ValidString(name) {
 		return invalidf("%s name is not valid UTF-8", kind)
 	}
-	if (kind == KindPod || kind == KindPolicy) && strings.Count(name, "/") != 1 {
-		return invalidf("%s name %q must be namespace/name", kind, name)
-	}
-	if kind == KindReport && strings.Count(name, "/") != 2 {
-		return invalidf("report name %q must be origin/namespace/name", name)
+	switch spec.Shape {
+	case NameNamespaced:
+		if strings.Count(name, "/") != 1 {
+			return invalidf("%s name %q must be namespace/name", kind, name)
+		}
+	case NameOriginNamespaced:
+		if strings.Count(name, "/") != 2 {
+			return invalidf("%s name %q must be origin/namespace/name", kind, name)
+		}
 	}
 	return nil
 }

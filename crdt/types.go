@@ -33,24 +33,9 @@ const (
 	KindReport Kind = 5
 )
 
-func (k Kind) String() string {
-	switch k {
-	case KindCluster:
-		return "cluster"
-	case KindNamespace:
-		return "namespace"
-	case KindPod:
-		return "pod"
-	case KindPolicy:
-		return "policy"
-	case KindReport:
-		return "report"
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
-// Valid reports whether k is a kind this build understands.
-func (k Kind) Valid() bool { return k >= KindCluster && k <= KindReport }
+// Each kind is described once, in the registry in kinds.go: its name,
+// entry-name shape and value type. String, Valid, name validation and value
+// decoding all read that table.
 
 // Version orders the writes of ONE origin. The high 24 bits are the writer
 // epoch, the low 40 bits a sequence number within the epoch. A writer that

@@ -90,21 +90,34 @@ type ReportValue struct {
 	InventoryHash uint64 `msgpack:"ih,omitempty"`
 }
 
+// Value is implemented by the value type of every kind (pointer receivers):
+// ClusterValue, NamespaceValue, PodValue, PolicyValue and ReportValue.
+type Value interface {
+	// formatTag returns the value's format field.
+	formatTag() *uint8
+}
+
+func (v *ClusterValue) formatTag() *uint8   { return &v.Format }
+func (v *NamespaceValue) formatTag() *uint8 { return &v.Format }
+func (v *PodValue) formatTag() *uint8       { return &v.Format }
+func (v *PolicyValue) formatTag() *uint8    { return &v.Format }
+func (v *ReportValue) formatTag() *uint8    { return &v.Format }
+
+// StampFormat sets the format tag of a value about to be encoded; an error
+// for anything that is not a pointer to one of the value types.
+func StampFormat(v any) error {
+	x, ok := v.(Value)
+	if !ok {
+		return fmt.Errorf("crdt: cannot encode value of type %T", v)
+	}
+	*x.formatTag() = ValueFormat
+	return nil
+}
+
 // EncodeValue msgpack-encodes a value struct, stamping its Format.
 func EncodeValue(v any) ([]byte, error) {
-	switch x := v.(type) {
-	case *ClusterValue:
-		x.Format = ValueFormat
-	case *NamespaceValue:
-		x.Format = ValueFormat
-	case *PodValue:
-		x.Format = ValueFormat
-	case *PolicyValue:
-		x.Format = ValueFormat
-	case *ReportValue:
-		x.Format = ValueFormat
-	default:
-		return nil, fmt.Errorf("crdt: cannot encode value of type %T", v)
+	if err := StampFormat(v); err != nil {
+		return nil, err
 	}
 	b, err := msgpack.Marshal(v)
 	if err != nil {
@@ -119,6 +132,10 @@ func EncodeValue(v any) ([]byte, error) {
 // DecodeValue decodes b into out (a pointer to one of the value structs).
 // Unknown fields are ignored; a missing or zero format tag is an error.
 func DecodeValue(b []byte, out any) error {
+	x, ok := out.(Value)
+	if !ok {
+		return fmt.Errorf("crdt: cannot decode into %T", out)
+	}
 	if len(b) > MaxValueBytes {
 		return ErrValueTooLarge
 	}
@@ -128,22 +145,7 @@ func DecodeValue(b []byte, out any) error {
 	if err := msgpack.Unmarshal(b, out); err != nil {
 		return fmt.Errorf("crdt: decode %T: %w", out, err)
 	}
-	var f uint8
-	switch x := out.(type) {
-	case *ClusterValue:
-		f = x.Format
-	case *NamespaceValue:
-		f = x.Format
-	case *PodValue:
-		f = x.Format
-	case *PolicyValue:
-		f = x.Format
-	case *ReportValue:
-		f = x.Format
-	default:
-		return fmt.Errorf("crdt: cannot decode into %T", out)
-	}
-	if f == 0 {
+	if *x.formatTag() == 0 {
 		return fmt.Errorf("crdt: decode %T: missing value format tag", out)
 	}
 	return nil

@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
@@ -192,25 +190,4 @@ func (o *Outputs) SetSetDegraded(reason string) bool {
 	}
 	o.setDegraded = reason
 	return true
-}
-
-// EnforcingClusters lists the clusters a policy's spec.clusterSelector selects:
-// the origin only when absent, every cluster for {}, else those whose labels
-// match.
-func EnforcingClusters(p enforce.Policy, clusterLabels map[string]map[string]string) ([]string, error) {
-	if p.Spec.ClusterSelector == nil {
-		return []string{p.Origin}, nil
-	}
-	sel, err := metav1.LabelSelectorAsSelector(p.Spec.ClusterSelector)
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for id, l := range clusterLabels {
-		if sel.Matches(labels.Set(l)) {
-			out = append(out, id)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
 }

@@ -63,8 +63,8 @@ func ParsePolicyKey(k string) (enforce.PolicyRef, bool) {
 func (m *Mirror) Load(st *crdt.State) []error {
 	var errs []error
 	for _, origin := range st.Origins() {
-		for _, k := range []crdt.Kind{crdt.KindCluster, crdt.KindNamespace, crdt.KindPod, crdt.KindPolicy, crdt.KindReport} {
-			st.Range(origin, k, func(e crdt.Entry) bool {
+		for _, spec := range crdt.Kinds() {
+			st.Range(origin, spec.Kind, func(e crdt.Entry) bool {
 				if _, err := m.apply(crdt.Change{Key: e.Key, New: &e}); err != nil {
 					errs = append(errs, err)
 				}
@@ -100,20 +100,13 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 			m.DecodeErrors++
 			continue
 		}
-		switch ch.Key.Kind {
-		case crdt.KindReport:
-			if pk, ok := reportPolicyKey(ch.Key.Name); ok && strings.HasPrefix(pk, m.self+"/") {
+		kind := mirrorKinds[ch.Key.Kind] // known: apply succeeded
+		if kind.status != nil {
+			if pk := kind.status(m, ch.Key); pk != "" {
 				status[pk] = true
 			}
-			continue
-		case crdt.KindCluster:
-			res.All = true
-		case crdt.KindPolicy:
-			ref, _ := policyRef(ch.Key)
-			if ref.Origin == m.self {
-				status[PolicyKey(ref)] = true
-			}
 		}
+		res.All = res.All || kind.all
 		if ech == nil {
 			continue
 		}
@@ -204,19 +197,11 @@ func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	if isLive {
 		m.ensureCluster(k.Origin)
 	}
-	switch k.Kind {
-	case crdt.KindCluster:
-		return m.applyCluster(ch, isLive)
-	case crdt.KindNamespace:
-		return m.applyNamespace(ch, isLive)
-	case crdt.KindPod:
-		return m.applyPod(ch, isLive)
-	case crdt.KindPolicy:
-		return m.applyPolicy(ch, isLive)
-	case crdt.KindReport:
-		return m.applyReport(ch, isLive)
+	kind, ok := mirrorKinds[k.Kind]
+	if !ok {
+		return nil, fmt.Errorf("%s: unknown kind", k)
 	}
-	return nil, fmt.Errorf("%s: unknown kind", k)
+	return kind.decode(m, ch, isLive)
 }
 
 // applyCluster mirrors a cluster entry (labels, CIDRs, Globalnet).
@@ -382,21 +367,6 @@ func (m *Mirror) Reports(policyKey string) map[string]crdt.ReportValue {
 	out := make(map[string]crdt.ReportValue, len(m.reports[policyKey]))
 	for c, r := range m.reports[policyKey] {
 		out[c] = r
-	}
-	return out
-}
-
-// ClusterLabels returns the labels of every known cluster (with the implied
-// cluster.clusterset.k8s.io label).
-func (m *Mirror) ClusterLabels() map[string]map[string]string {
-	out := make(map[string]map[string]string, len(m.clusters))
-	for id, l := range m.clusters {
-		c := make(map[string]string, len(l)+1)
-		for k, v := range l {
-			c[k] = v
-		}
-		c[enforce.ClusterIDLabel] = id
-		out[id] = c
 	}
 	return out
 }

@@ -178,7 +178,7 @@ func TestRetirementRemovesClusterAndItsPolicies(t *testing.T) {
 			require.Nil(t, p.IPBlock, "b's pod IP must be gone")
 		}
 	}
-	require.NotContains(t, w.mirror.ClusterLabels(), "b")
+	require.NotContains(t, w.mirror.Inventory().Clusters(), "b")
 }
 
 func TestReportsAndStatusDirty(t *testing.T) {
@@ -203,20 +203,6 @@ func TestUndecodableEntryIsSkipped(t *testing.T) {
 	res := m.Apply([]crdt.Change{{Key: e.Key, New: &e}})
 	require.Len(t, res.Errors, 1)
 	require.Equal(t, 1, m.DecodeErrors)
-}
-
-func TestEnforcingClusters(t *testing.T) {
-	labels := map[string]map[string]string{"a": {"region": "eu"}, "b": {"region": "us"}, "c": {"region": "eu"}}
-	p := enforce.Policy{Origin: "b"}
-	got, err := EnforcingClusters(p, labels)
-	require.NoError(t, err)
-	require.Equal(t, []string{"b"}, got, "absent selector = origin only")
-	p.Spec.ClusterSelector = &metav1.LabelSelector{}
-	got, _ = EnforcingClusters(p, labels)
-	require.Equal(t, []string{"a", "b", "c"}, got)
-	p.Spec.ClusterSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}
-	got, _ = EnforcingClusters(p, labels)
-	require.Equal(t, []string{"a", "c"}, got)
 }
 
 // Entries of an origin that is not a DNS-1123 label (possible only from a

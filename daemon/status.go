@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
@@ -74,14 +75,16 @@ func (s *statusLoop) aggregate(k string) (st v1.MultiClusterNetworkPolicyStatus,
 		return st, "", "", false
 	}
 	s.view.mu.Lock()
-	p, exists := s.view.mirror.Inventory().Policy(ref)
+	inv := s.view.mirror.Inventory()
+	p, exists := inv.Policy(ref)
 	reports := s.view.mirror.Reports(k)
-	labels := s.view.mirror.ClusterLabels()
+	// the clusterSelector evaluated by the translator's own code, so
+	// status cannot disagree with what is enforced
+	enforcing, err := enforce.EnforcingClusters(inv, ref)
 	s.view.mu.Unlock()
 	if !exists {
 		return st, "", "", false
 	}
-	enforcing, err := EnforcingClusters(p, labels)
 	if err != nil {
 		enforcing = nil
 	}

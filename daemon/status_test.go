@@ -74,3 +74,27 @@ func TestStatusLoopAggregatesReports(t *testing.T) {
 	s.Fire(t.Context(), []string{"a/shop/db"})
 	require.Equal(t, []string{"a/shop/db"}, marked, "a failed update is retried")
 }
+
+// The status counts exactly the clusters the translator enforces the
+// policy in (enforce.EnforcingClusters): here only a carries region=eu.
+func TestStatusEnforcingSetIsTheTranslators(t *testing.T) {
+	w := newWorld(t, "a", "a", "b")
+	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+		ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}}, 1))
+	w.write("a", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": "eu"}})
+	w.write("b", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": "us"}})
+	w.write("a", crdt.KindReport, "a/shop/db", &crdt.ReportValue{ObservedGeneration: 1})
+	m, err := newMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	var r roles
+	r.leader.Store(true)
+	store := &fakeStatusStore{updates: map[string]apiv1.MultiClusterNetworkPolicyStatus{}}
+	s := &statusLoop{self: "a", view: &view{mirror: w.mirror, outputs: w.outputs}, roles: &r, store: store,
+		mark: func(...string) {}, m: m, log: discard}
+	s.Fire(t.Context(), []string{"a/shop/db"})
+	require.Equal(t, "1/1", store.updates["shop/db"].EnforcedSummary, "b (region=us) is not selected")
+
+	w.write("b", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": "eu"}})
+	s.Fire(t.Context(), []string{"a/shop/db"})
+	require.Equal(t, "1/2", store.updates["shop/db"].EnforcedSummary, "b now selected, has not reported")
+}

@@ -249,10 +249,7 @@ func ipBlockSize(b *networkingv1.IPBlock) int {
 
 // enforcedAt reports whether the policy is enforced in cluster c.
 func (cp *compiledPolicy) enforcedAt(inv *Inventory, c string) bool {
-	if cp.clusterSel == nil {
-		return c == cp.ref.Origin
-	}
-	return cp.clusterSel.Matches(inv.clusterLabels(c))
+	return inv.selects(cp.clusterSel, cp.ref.Origin, c)
 }
 
 // peerClusters calls fn for each cluster the peer's cluster dimension

@@ -28,10 +28,6 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// InventoryKinds are the kinds the inventory writes for this cluster. Other
-// kinds (reports) belong to other writers and are never touched by Diff.
-var InventoryKinds = []crdt.Kind{crdt.KindCluster, crdt.KindNamespace, crdt.KindPod, crdt.KindPolicy}
-
 // PodRelevant is the default pod filter: only pods that can be policy peers
 // (they have an IP and have not terminated) are replicated. This keeps pod
 // creation to one write instead of three (pending, IP assigned, running).
@@ -174,28 +170,20 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 		lastWritten: Snapshot{},
 	}
 
-	podInf := inv.factory.Core().V1().Pods()
-	if err := podInf.Informer().SetTransform(TransformPod); err != nil {
-		return nil, fmt.Errorf("inventory: pod transform: %w", err)
-	}
-	inv.pods = podInf.Lister()
-	nsInf := inv.factory.Core().V1().Namespaces()
-	inv.namespaces = nsInf.Lister()
-	mcnpInf := inv.dynFactory.ForResource(MCNPResource)
-	if err := mcnpInf.Informer().SetTransform(stripManagedFields); err != nil {
-		return nil, fmt.Errorf("inventory: MCNP transform: %w", err)
-	}
-	inv.mcnps = mcnpInf.Lister()
-	inv.synced = []cache.InformerSynced{podInf.Informer().HasSynced, nsInf.Informer().HasSynced, mcnpInf.Informer().HasSynced}
-
-	for _, h := range []struct {
-		inf  cache.SharedIndexInformer
-		kind crdt.Kind
-	}{{podInf.Informer(), crdt.KindPod}, {nsInf.Informer(), crdt.KindNamespace}, {mcnpInf.Informer(), crdt.KindPolicy}} {
-		if _, err := h.inf.AddEventHandler(inv.handler(h.kind)); err != nil {
+	for _, kind := range InventoryKinds {
+		src := kindSources[kind]
+		if src.watch == nil {
+			continue
+		}
+		inf, err := src.watch(inv)
+		if err != nil {
+			return nil, fmt.Errorf("inventory: %v informer: %w", kind, err)
+		}
+		inv.synced = append(inv.synced, inf.HasSynced)
+		if _, err := inf.AddEventHandler(inv.handler(kind)); err != nil {
 			return nil, fmt.Errorf("inventory: add handler: %w", err)
 		}
-		if err := h.inf.SetWatchErrorHandlerWithContext(inv.onWatchError); err != nil {
+		if err := inf.SetWatchErrorHandlerWithContext(inv.onWatchError); err != nil {
 			return nil, fmt.Errorf("inventory: watch error handler: %w", err)
 		}
 	}
@@ -372,71 +360,11 @@ func (inv *Inventory) NamespacePodsChanged(namespace string) {
 // means the object is gone (or filtered out) and its entry should be a
 // tombstone.
 func (inv *Inventory) desiredValue(key InventoryKey) (value []byte, present bool, err error) {
-	switch key.Kind {
-	case crdt.KindCluster:
-		v, errs := inv.clusterValue()
-		for _, e := range errs {
-			inv.log.Warn("cluster label skipped", "err", e)
-		}
-		b, err := EncodeCanonical(&v)
-		return b, err == nil, err
-	case crdt.KindNamespace:
-		ns, err := inv.namespaces.Get(key.Name)
-		if apierrors.IsNotFound(err) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		v := NamespaceToValue(ns)
-		b, err := EncodeCanonical(&v)
-		return b, err == nil, err
-	case crdt.KindPod:
-		ns, name, err := cache.SplitMetaNamespaceKey(key.Name)
-		if err != nil {
-			return nil, false, err
-		}
-		p, err := inv.pods.Pods(ns).Get(name)
-		if apierrors.IsNotFound(err) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		if !inv.cfg.PodFilter(p) {
-			return nil, false, nil
-		}
-		v := PodToValue(p)
-		if inv.cfg.PodEgressIPs != nil {
-			v.EgressIPs = inv.cfg.PodEgressIPs(p.Namespace, p.Labels)
-		}
-		b, err := EncodeCanonical(&v)
-		return b, err == nil, err
-	case crdt.KindPolicy:
-		obj, err := inv.mcnps.Get(key.Name)
-		if apierrors.IsNotFound(err) {
-			return nil, false, nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
-			return nil, false, fmt.Errorf("policy %s: unexpected cache type %T", key.Name, obj)
-		}
-		v, err := PolicyToValue(u)
-		if err == nil {
-			var b []byte
-			if b, err = EncodeCanonical(&v); err == nil {
-				return b, true, nil
-			}
-		}
-		if inv.cfg.Recorder != nil {
-			inv.cfg.Recorder.Eventf(u, corev1.EventTypeWarning, "InvalidPolicy", "not replicated to the cluster set: %v", err)
-		}
-		return nil, false, err
+	src, ok := kindSources[key.Kind]
+	if !ok {
+		return nil, false, fmt.Errorf("inventory: unknown kind %v", key.Kind)
 	}
-	return nil, false, fmt.Errorf("inventory: unknown kind %v", key.Kind)
+	return src.value(inv, key.Name)
 }
 
 func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
@@ -480,31 +408,14 @@ func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err er
 		desired[k] = map[string][]byte{}
 	}
 	var keys []InventoryKey
-	keys = append(keys, InventoryKey{Kind: crdt.KindCluster})
-	nss, err := inv.namespaces.List(labels.Everything())
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, ns := range nss {
-		keys = append(keys, InventoryKey{Kind: crdt.KindNamespace, Name: ns.Name})
-	}
-	pods, err := inv.pods.List(labels.Everything())
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, p := range pods {
-		keys = append(keys, InventoryKey{Kind: crdt.KindPod, Name: PodName(p.Namespace, p.Name)})
-	}
-	pols, err := inv.mcnps.List(labels.Everything())
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, o := range pols {
-		k, err := cache.MetaNamespaceKeyFunc(o)
+	for _, kind := range InventoryKinds {
+		names, err := kindSources[kind].names(inv)
 		if err != nil {
-			continue
+			return nil, nil, err
 		}
-		keys = append(keys, InventoryKey{Kind: crdt.KindPolicy, Name: k})
+		for _, n := range names {
+			keys = append(keys, InventoryKey{Kind: kind, Name: n})
+		}
 	}
 	for _, k := range keys {
 		v, present, err := inv.desiredValue(k)

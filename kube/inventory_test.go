@@ -173,7 +173,8 @@ func (r *invRig) eventually(t *testing.T, cond func() bool, msg string) {
 }
 
 func podValue(t *testing.T, p *corev1.Pod) []byte {
-	v := PodToValue(p)
+	v, err := PodToValue(p)
+	require.NoError(t, err)
 	return encoded(t, &v)
 }
 

@@ -219,27 +219,51 @@ func toAny[T any](in []T, err error) ([]any, error) {
 // from this cluster's Submariner Cluster object and the Globalnet egress
 // IPs Submariner allocated. Invalid entries are skipped and logged.
 func (w *SubmarinerWatcher) Info() ClusterInfo {
-	info := w.cfg.Base
-	for _, u := range list(w.clusters, w.cfg.Namespace) {
+	info, errs := SubmarinerInfo(w.cfg.ClusterID, w.cfg.Base,
+		list(w.clusters, w.cfg.Namespace), list(w.clusterEgress, w.cfg.Namespace), list(w.egress, ""))
+	for _, err := range errs {
+		w.log.Warn("ignoring invalid allocated IP", "err", err)
+	}
+	return info
+}
+
+// SubmarinerInfo is what Submariner's objects say about cluster clusterID
+// (the converter behind SubmarinerWatcher.Info, and `coastguardd render`):
+// base, with the CIDRs of clusterID's Cluster object (the last one wins)
+// and the egress IPs allocated by its ClusterGlobalEgressIPs and by the
+// GlobalEgressIPs without a podSelector (per namespace; those with one are
+// per pod, see PodEgressIPsFrom). Invalid allocated IPs are skipped and
+// returned as errors.
+func SubmarinerInfo(clusterID string, base ClusterInfo, clusters, clusterEgress, egress []*unstructured.Unstructured) (ClusterInfo, []error) {
+	info := base
+	var errs []error
+	allocated := func(u *unstructured.Unstructured) []string {
+		ips, bad := AllocatedIPs(u)
+		for _, s := range bad {
+			errs = append(errs, fmt.Errorf("%s %s: status.allocatedIPs: %q is not an IP address", u.GetKind(), objectName(u), s))
+		}
+		return ips
+	}
+	for _, u := range clusters {
 		c := SubmarinerClusterFrom(u)
-		if c.ClusterID != w.cfg.ClusterID {
+		if c.ClusterID != clusterID {
 			continue
 		}
 		info.PodCIDRs, info.ServiceCIDRs, info.GlobalCIDRs = c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs
 		info.Globalnet = len(c.GlobalCIDRs) > 0
 	}
 	var cluster []string
-	for _, u := range list(w.clusterEgress, w.cfg.Namespace) {
-		cluster = append(cluster, w.allocated(u)...)
+	for _, u := range clusterEgress {
+		cluster = append(cluster, allocated(u)...)
 	}
 	info.ClusterEgressIPs = sortedUnique(cluster)
 	nsIPs := map[string][]string{}
-	for _, u := range list(w.egress, "") {
+	for _, u := range egress {
 		g, err := GlobalEgressIPFrom(u)
 		if err != nil || g.Selector != nil {
-			continue // per pod: see PodEgressIPs
+			continue // per pod: see PodEgressIPsFrom
 		}
-		nsIPs[u.GetNamespace()] = append(nsIPs[u.GetNamespace()], w.allocated(u)...)
+		nsIPs[u.GetNamespace()] = append(nsIPs[u.GetNamespace()], allocated(u)...)
 	}
 	info.NamespaceEgressIPs = nil
 	for ns, ips := range nsIPs {
@@ -250,7 +274,14 @@ func (w *SubmarinerWatcher) Info() ClusterInfo {
 			info.NamespaceEgressIPs[ns] = ips
 		}
 	}
-	return info
+	return info, errs
+}
+
+func objectName(u *unstructured.Unstructured) string {
+	if u.GetNamespace() == "" {
+		return u.GetName()
+	}
+	return u.GetNamespace() + "/" + u.GetName()
 }
 
 // Clusters returns every Submariner Cluster object in the namespace: this
@@ -269,14 +300,26 @@ func (w *SubmarinerWatcher) Clusters() []SubmarinerCluster {
 // PodEgressIPs returns the egress IPs of the GlobalEgressIPs whose
 // spec.podSelector selects a pod with these labels in namespace ns.
 func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string) []string {
-	var out []string
+	var gs []GlobalEgressIP
 	for _, u := range list(w.egress, ns) {
 		g, err := GlobalEgressIPFrom(u)
 		if err != nil {
 			w.log.Warn("GlobalEgressIP ignored", "err", err)
 			continue
 		}
-		if g.Selector != nil && g.Selector.Matches(labels.Set(podLabels)) {
+		gs = append(gs, g)
+	}
+	return PodEgressIPsFrom(gs, ns, podLabels)
+}
+
+// PodEgressIPsFrom returns the egress IPs (sorted, unique) of the
+// GlobalEgressIPs of namespace ns whose spec.podSelector selects a pod with
+// these labels (the converter behind PodEgressIPs, and `coastguardd
+// render`).
+func PodEgressIPsFrom(egress []GlobalEgressIP, ns string, podLabels map[string]string) []string {
+	var out []string
+	for _, g := range egress {
+		if g.Namespace == ns && g.Selector != nil && g.Selector.Matches(labels.Set(podLabels)) {
 			out = append(out, g.IPs...)
 		}
 	}
@@ -290,15 +333,6 @@ func (w *SubmarinerWatcher) PodEgressIPsFunc() func(string, map[string]string) [
 		return nil
 	}
 	return w.PodEgressIPs
-}
-
-// allocated reads status.allocatedIPs, logging invalid entries.
-func (w *SubmarinerWatcher) allocated(u *unstructured.Unstructured) []string {
-	ips, bad := AllocatedIPs(u)
-	for _, s := range bad {
-		w.log.Warn("ignoring invalid allocated IP", "kind", u.GetKind(), "namespace", u.GetNamespace(), "name", u.GetName(), "ip", s)
-	}
-	return ips
 }
 
 // AllocatedIPs reads status.allocatedIPs of a ClusterGlobalEgressIP or

@@ -85,8 +85,11 @@ func stripPod(p *corev1.Pod) *corev1.Pod {
 }
 
 // PodToValue converts a pod into its replicated value. The pod's IPs come
-// from status.podIPs (primary first), falling back to status.podIP.
-func PodToValue(p *corev1.Pod) crdt.PodValue {
+// from status.podIPs (primary first), falling back to status.podIP; an
+// address that is not an IP is an error (the daemon and `coastguardd
+// render` both convert with this function, so they refuse the same pods).
+// EgressIPs (Globalnet) are the caller's to fill in.
+func PodToValue(p *corev1.Pod) (crdt.PodValue, error) {
 	v := crdt.PodValue{
 		Labels:      copyLabels(p.Labels),
 		Phase:       string(p.Status.Phase),
@@ -100,6 +103,11 @@ func PodToValue(p *corev1.Pod) crdt.PodValue {
 	if len(v.IPs) == 0 && p.Status.PodIP != "" {
 		v.IPs = []string{p.Status.PodIP}
 	}
+	for _, ip := range v.IPs {
+		if msgs := validation.IsValidIP(nil, ip); len(msgs) > 0 {
+			return v, fmt.Errorf("status.podIPs: %q is not an IP address", ip)
+		}
+	}
 	for _, c := range p.Spec.Containers {
 		for _, port := range c.Ports {
 			proto := string(port.Protocol)
@@ -109,7 +117,26 @@ func PodToValue(p *corev1.Pod) crdt.PodValue {
 			v.Ports = append(v.Ports, crdt.NamedPort{Name: port.Name, Port: port.ContainerPort, Protocol: proto})
 		}
 	}
-	return v
+	return v, nil
+}
+
+// PodEntryValue is the replicated value of a pod as the inventory writes it:
+// present=false when filter (nil: PodRelevant) leaves the pod out, else
+// PodToValue with the pod's Globalnet egress IPs from egress (may be nil).
+func PodEntryValue(p *corev1.Pod, filter func(*corev1.Pod) bool, egress func(namespace string, labels map[string]string) []string) (v crdt.PodValue, present bool, err error) {
+	if filter == nil {
+		filter = PodRelevant
+	}
+	if !filter(p) {
+		return v, false, nil
+	}
+	if v, err = PodToValue(p); err != nil {
+		return v, false, err
+	}
+	if egress != nil {
+		v.EgressIPs = egress(p.Namespace, p.Labels)
+	}
+	return v, true, nil
 }
 
 // NamespaceToValue converts a namespace into its replicated value.
@@ -234,19 +261,8 @@ func copyLabels(in map[string]string) map[string]string {
 // detection and Diff against persisted entries work; crdt.DecodeValue reads
 // the result unchanged.
 func EncodeCanonical(v any) ([]byte, error) {
-	switch x := v.(type) {
-	case *crdt.ClusterValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.NamespaceValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.PodValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.PolicyValue:
-		x.Format = crdt.ValueFormat
-	case *crdt.ReportValue:
-		x.Format = crdt.ValueFormat
-	default:
-		return nil, fmt.Errorf("kube: cannot encode value of type %T", v)
+	if err := crdt.StampFormat(v); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)

@@ -69,7 +69,7 @@ func TestTransformPodStripsEverythingElse(t *testing.T) {
 	assert.Nil(t, s.Status.Conditions)
 	assert.Empty(t, s.Status.HostIP)
 	// the stripped pod converts to exactly the same value
-	assert.Equal(t, PodToValue(p), PodToValue(s))
+	assert.Equal(t, mustPodValue(t, p), mustPodValue(t, s))
 
 	tomb, err := TransformPod(cache.DeletedFinalStateUnknown{Key: "shop/web-1", Obj: p})
 	require.NoError(t, err)
@@ -82,7 +82,7 @@ func TestTransformPodStripsEverythingElse(t *testing.T) {
 }
 
 func TestPodToValue(t *testing.T) {
-	v := PodToValue(fullPod())
+	v := mustPodValue(t, fullPod())
 	assert.Equal(t, []string{"10.0.0.5", "fd00::5"}, v.IPs)
 	assert.Equal(t, "Running", v.Phase)
 	assert.True(t, v.HostNetwork)
@@ -90,9 +90,29 @@ func TestPodToValue(t *testing.T) {
 	assert.Equal(t, map[string]string{"app": "web", "tier": "front"}, v.Labels)
 
 	legacy := &corev1.Pod{Status: corev1.PodStatus{PodIP: "10.1.1.1", Phase: corev1.PodPending}}
-	assert.Equal(t, []string{"10.1.1.1"}, PodToValue(legacy).IPs)
-	assert.Nil(t, PodToValue(&corev1.Pod{}).IPs)
-	assert.Nil(t, PodToValue(&corev1.Pod{}).Labels)
+	assert.Equal(t, []string{"10.1.1.1"}, mustPodValue(t, legacy).IPs)
+	assert.Nil(t, mustPodValue(t, &corev1.Pod{}).IPs)
+	assert.Nil(t, mustPodValue(t, &corev1.Pod{}).Labels)
+}
+
+func mustPodValue(t *testing.T, p *corev1.Pod) crdt.PodValue {
+	t.Helper()
+	v, err := PodToValue(p)
+	require.NoError(t, err)
+	return v
+}
+
+// A pod address that is not an IP is refused by the converter (so by the
+// daemon and by render alike), never replicated.
+func TestPodToValueRefusesInvalidIP(t *testing.T) {
+	for _, st := range []corev1.PodStatus{
+		{PodIPs: []corev1.PodIP{{IP: "10.0.0.1"}, {IP: "not-an-ip"}}},
+		{PodIP: "10.0.0.300"},
+	} {
+		_, err := PodToValue(&corev1.Pod{Status: st})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "is not an IP address")
+	}
 }
 
 func TestEncodeCanonicalIsDeterministicAndDecodable(t *testing.T) {

@@ -13,18 +13,12 @@ import (
 	"sort"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
-	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -190,32 +184,38 @@ func marshalNetworkPolicy(np *networkingv1.NetworkPolicy) ([]byte, error) {
 	return yaml.Marshal(m)
 }
 
-// renderLoader accumulates the input of every cluster.
+// renderLoader reads the input of every cluster.
 type renderLoader struct {
-	inv   *enforce.Inventory
-	log   io.Writer
-	errs  []error
-	seen  map[string]string            // cluster/kind/ns/name -> file
-	props map[string]map[string]string // cluster -> ClusterProperty labels
-	sub   map[string]*renderSubmariner // cluster -> Submariner objects
-	pods  map[string][]enforce.Pod     // cluster -> pods (egress IPs set last)
+	log  io.Writer
+	errs []error
+	seen map[string]string          // cluster/kind/ns/name -> file
+	objs map[string]*clusterObjects // cluster -> its objects
 }
 
-// renderSubmariner is what a cluster directory says about Submariner.
-type renderSubmariner struct {
-	cluster       *kube.SubmarinerCluster
-	known         []kube.SubmarinerCluster // every Cluster object, any cluster ID
-	clusterEgress []string
-	egress        []kube.GlobalEgressIP
-}
-
+// loadRenderInput reads IN and ingests it like the daemons would
+// (renderpipeline.go). It returns the inventory, the sorted cluster IDs
+// and what each cluster trusts of every cluster's CIDRs (the Submariner
+// Cluster objects in its directory).
 func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, map[string]enforce.Networks, error) {
+	clusters, objs, trusted, err := readRenderInput(in, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	inv, err := ingest(clusters, objs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return inv, clusters, trusted, nil
+}
+
+// readRenderInput reads and checks the objects of every cluster directory
+// of IN.
+func readRenderInput(in string, log io.Writer) ([]string, map[string]*clusterObjects, map[string]enforce.Networks, error) {
 	entries, err := os.ReadDir(in)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("reading input: %w", err)
 	}
-	l := &renderLoader{inv: enforce.NewInventory(), log: log, seen: map[string]string{}, props: map[string]map[string]string{},
-		sub: map[string]*renderSubmariner{}, pods: map[string][]enforce.Pod{}}
+	l := &renderLoader{log: log, seen: map[string]string{}, objs: map[string]*clusterObjects{}}
 	var clusters []string
 	for _, e := range entries {
 		if !e.IsDir() {
@@ -231,8 +231,7 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, ma
 			continue
 		}
 		clusters = append(clusters, id)
-		l.props[id] = map[string]string{}
-		l.sub[id] = &renderSubmariner{}
+		l.objs[id] = &clusterObjects{}
 		l.loadCluster(id, filepath.Join(in, id))
 	}
 	if len(clusters) == 0 && len(l.errs) == 0 {
@@ -240,22 +239,15 @@ func loadRenderInput(in string, log io.Writer) (*enforce.Inventory, []string, ma
 	}
 	trusted := map[string]enforce.Networks{}
 	for _, id := range clusters {
-		n, errs := daemon.NetworksFromSubmariner(l.sub[id].known)
+		n, errs := kube.SubmarinerNetworks(l.objs[id].known())
 		l.errs = append(l.errs, errs...)
 		trusted[id] = n
-	}
-	for _, id := range clusters {
-		l.inv.SetCluster(l.sub[id].apply(enforce.Cluster{ID: id, Labels: l.props[id]}))
-		for _, p := range l.pods[id] {
-			p.EgressIPs = l.sub[id].podEgressIPs(p.Namespace, p.Labels)
-			l.inv.SetPod(id, p)
-		}
 	}
 	if len(l.errs) > 0 {
 		return nil, nil, nil, errors.Join(l.errs...)
 	}
 	sort.Strings(clusters)
-	return l.inv, clusters, trusted, nil
+	return clusters, l.objs, trusted, nil
 }
 
 func (l *renderLoader) loadCluster(id, dir string) {
@@ -359,128 +351,16 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 		}
 		return
 	}
-	known := map[string]string{
-		"Namespace":                         "v1",
-		"Pod":                               "v1",
-		"NetworkPolicy":                     "networking.k8s.io/v1",
-		apiv1.KindMultiClusterNetworkPolicy: apiv1.SchemeGroupVersion.String(),
-		mcsv1alpha1.Kind:                    mcsv1alpha1.APIVersion,
-		"Cluster":                           "submariner.io/v1",
-		"ClusterGlobalEgressIP":             "submariner.io/v1",
-		"GlobalEgressIP":                    "submariner.io/v1",
-	}
-	want, ok := known[tm.Kind]
-	if !ok {
+	r, ok := renderReaders[tm.Kind]
+	if !ok || (tm.APIVersion != r.apiVersion && r.foreign) {
 		logf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
 		return
 	}
-	if tm.APIVersion != want && strings.HasPrefix(want, "submariner.io/") {
-		logf(l.log, "warning: %s: kind %s (%s) is not used by coastguard, ignored\n", where, tm.Kind, tm.APIVersion)
+	if tm.APIVersion != r.apiVersion {
+		l.fail(where, tm.Kind, fmt.Errorf("apiVersion %q not supported (want %q)", tm.APIVersion, r.apiVersion))
 		return
 	}
-	if tm.APIVersion != want {
-		l.fail(where, tm.Kind, fmt.Errorf("apiVersion %q not supported (want %q)", tm.APIVersion, want))
-		return
-	}
-	switch tm.Kind {
-	case "Namespace":
-		var ns corev1.Namespace
-		if err := json.Unmarshal(raw, &ns); err != nil {
-			l.fail(where, "Namespace", err)
-			return
-		}
-		if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
-			l.fail(where, "Namespace "+ns.Name, fmt.Errorf("metadata.name: %s", strings.Join(msgs, "; ")))
-			return
-		}
-		if !l.validLabels(where, "Namespace "+ns.Name, ns.Labels) || !l.unique(cluster, where, "Namespace", "", ns.Name) {
-			return
-		}
-		l.inv.SetNamespace(cluster, enforce.Namespace{Name: ns.Name, Labels: ns.Labels})
-	case "Pod":
-		var p corev1.Pod
-		if err := json.Unmarshal(raw, &p); err != nil {
-			l.fail(where, "Pod", err)
-			return
-		}
-		if p.Namespace == "" {
-			p.Namespace = metav1.NamespaceDefault
-		}
-		what := "Pod " + objName(p.Namespace, p.Name)
-		if p.Name == "" {
-			l.fail(where, what, errors.New("metadata.name: Required value"))
-			return
-		}
-		if !l.validLabels(where, what, p.Labels) || !l.unique(cluster, where, "Pod", p.Namespace, p.Name) {
-			return
-		}
-		pod, err := renderPod(&p)
-		if err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		l.pods[cluster] = append(l.pods[cluster], pod)
-	case "NetworkPolicy":
-		var np networkingv1.NetworkPolicy
-		if err := json.Unmarshal(raw, &np); err != nil {
-			l.fail(where, "NetworkPolicy", err)
-			return
-		}
-		if np.Namespace == "" {
-			np.Namespace = metav1.NamespaceDefault
-		}
-		// User-authored: coexists with the generated ones (policies are
-		// additive); not re-emitted.
-		l.unique(cluster, where, "NetworkPolicy", np.Namespace, np.Name)
-	case apiv1.KindMultiClusterNetworkPolicy:
-		var m apiv1.MultiClusterNetworkPolicy
-		if err := strictUnmarshal(raw, &m); err != nil {
-			l.fail(where, "MultiClusterNetworkPolicy", err)
-			return
-		}
-		if m.Namespace == "" {
-			m.Namespace = metav1.NamespaceDefault
-		}
-		what := "MultiClusterNetworkPolicy " + objName(m.Namespace, m.Name)
-		if err := apiv1.Validate(&m); err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		if !l.unique(cluster, where, apiv1.KindMultiClusterNetworkPolicy, m.Namespace, m.Name) {
-			return
-		}
-		if err := l.inv.SetPolicy(enforce.Policy{
-			Origin: cluster, Namespace: m.Namespace, Name: m.Name,
-			UID: string(m.UID), Generation: m.Generation, Spec: m.Spec,
-		}); err != nil {
-			l.fail(where, what, err)
-		}
-	case "Cluster", "ClusterGlobalEgressIP", "GlobalEgressIP":
-		l.loadSubmariner(cluster, where, tm.Kind, raw)
-	case mcsv1alpha1.Kind:
-		var cp mcsv1alpha1.ClusterProperty
-		if err := strictUnmarshal(raw, &cp); err != nil {
-			l.fail(where, "ClusterProperty", err)
-			return
-		}
-		what := "ClusterProperty " + cp.Name
-		if msgs := validation.IsQualifiedName(cp.Name); len(msgs) > 0 {
-			l.fail(where, what, fmt.Errorf("metadata.name must be usable as a label key: %s", strings.Join(msgs, "; ")))
-			return
-		}
-		if msgs := validation.IsValidLabelValue(cp.Spec.Value); len(msgs) > 0 {
-			l.fail(where, what, fmt.Errorf("spec.value must be usable as a label value: %s", strings.Join(msgs, "; ")))
-			return
-		}
-		if cp.Name == mcsv1alpha1.ClusterIDLabel && cp.Spec.Value != cluster {
-			l.fail(where, what, fmt.Errorf("spec.value %q contradicts the cluster ID %q given by the directory name", cp.Spec.Value, cluster))
-			return
-		}
-		if !l.unique(cluster, where, mcsv1alpha1.Kind, "", cp.Name) {
-			return
-		}
-		l.props[cluster][cp.Name] = cp.Spec.Value
-	}
+	r.read(l, cluster, where, raw)
 }
 
 func (l *renderLoader) validLabels(where, what string, lbls map[string]string) bool {
@@ -491,124 +371,4 @@ func (l *renderLoader) validLabels(where, what string, lbls map[string]string) b
 		}
 	}
 	return true
-}
-
-// renderPod extracts what translation needs from a Pod manifest.
-func renderPod(p *corev1.Pod) (enforce.Pod, error) {
-	out := enforce.Pod{
-		Namespace:   p.Namespace,
-		Name:        p.Name,
-		Labels:      p.Labels,
-		Phase:       p.Status.Phase,
-		HostNetwork: p.Spec.HostNetwork,
-	}
-	for _, ip := range p.Status.PodIPs {
-		if ip.IP != "" {
-			out.IPs = append(out.IPs, ip.IP)
-		}
-	}
-	if len(out.IPs) == 0 && p.Status.PodIP != "" {
-		out.IPs = []string{p.Status.PodIP}
-	}
-	for _, ip := range out.IPs {
-		if msgs := validation.IsValidIP(nil, ip); len(msgs) > 0 {
-			return out, fmt.Errorf("status.podIPs: %q is not an IP address", ip)
-		}
-	}
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			out.Ports = append(out.Ports, enforce.Port{Name: cp.Name, Port: cp.ContainerPort, Protocol: cp.Protocol})
-		}
-	}
-	return out, nil
-}
-
-// loadSubmariner reads a Submariner object the way the daemon's watcher
-// does (kube.SubmarinerClusterFrom, kube.AllocatedIPs,
-// kube.GlobalEgressIPFrom), so render and the daemon agree.
-func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
-	var u unstructured.Unstructured
-	if err := u.UnmarshalJSON(raw); err != nil {
-		l.fail(where, kind, err)
-		return
-	}
-	if u.GetNamespace() == "" {
-		u.SetNamespace(metav1.NamespaceDefault)
-	}
-	what := kind + " " + objName(u.GetNamespace(), u.GetName())
-	if u.GetName() == "" {
-		l.fail(where, what, errors.New("metadata.name: Required value"))
-		return
-	}
-	if !l.unique(cluster, where, kind, u.GetNamespace(), u.GetName()) {
-		return
-	}
-	sub := l.sub[cluster]
-	switch kind {
-	case "Cluster":
-		c := kube.SubmarinerClusterFrom(&u)
-		for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
-			if _, errs := enforce.ParseCIDRs(cidrs); len(errs) > 0 {
-				l.fail(where, what, errs[0])
-				return
-			}
-		}
-		// Every Cluster object is what this cluster knows of that
-		// cluster's CIDRs (broker-synced); its own one also describes it.
-		sub.known = append(sub.known, c)
-		if c.ClusterID != cluster {
-			return
-		}
-		if sub.cluster != nil {
-			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
-			return
-		}
-		sub.cluster = &c
-	case "ClusterGlobalEgressIP":
-		ips, bad := kube.AllocatedIPs(&u)
-		if len(bad) > 0 {
-			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
-			return
-		}
-		sub.clusterEgress = append(sub.clusterEgress, ips...)
-	case "GlobalEgressIP":
-		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
-			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
-			return
-		}
-		g, err := kube.GlobalEgressIPFrom(&u)
-		if err != nil {
-			l.fail(where, what, err)
-			return
-		}
-		sub.egress = append(sub.egress, g)
-	}
-}
-
-// apply adds the Submariner view to a cluster, like SubmarinerWatcher.Info.
-func (s *renderSubmariner) apply(c enforce.Cluster) enforce.Cluster {
-	if s.cluster != nil {
-		c.PodCIDRs, c.GlobalCIDRs = s.cluster.PodCIDRs, s.cluster.GlobalCIDRs
-		c.Globalnet = len(s.cluster.GlobalCIDRs) > 0
-	}
-	c.ClusterEgressIPs = s.clusterEgress
-	for _, g := range s.egress {
-		if g.Selector == nil && len(g.IPs) > 0 {
-			if c.NamespaceEgressIPs == nil {
-				c.NamespaceEgressIPs = map[string][]string{}
-			}
-			c.NamespaceEgressIPs[g.Namespace] = append(c.NamespaceEgressIPs[g.Namespace], g.IPs...)
-		}
-	}
-	return c
-}
-
-func (s *renderSubmariner) podEgressIPs(ns string, lbls map[string]string) []string {
-	var out []string
-	for _, g := range s.egress {
-		if g.Namespace == ns && g.Selector != nil && g.Selector.Matches(labels.Set(lbls)) {
-			out = append(out, g.IPs...)
-		}
-	}
-	return out
 }

@@ -163,6 +163,8 @@ func TestRenderInvalidInput(t *testing.T) {
 		{"wrong apiVersion", map[string]string{"a/p.yaml": "apiVersion: networking.submariner.io/v2\nkind: MultiClusterNetworkPolicy\nmetadata: {name: x}\n"},
 			[]string{"apiVersion \"networking.submariner.io/v2\" not supported"}},
 		{"missing kind", map[string]string{"a/p.yaml": "metadata: {name: x}\n"}, []string{"missing kind"}},
+		{"mcnp without spec (the daemon never replicates one)", map[string]string{"a/p.yaml": "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: nospec, namespace: shop}\n"},
+			[]string{"a/p.yaml: document 1: MultiClusterNetworkPolicy shop/nospec", "has no spec"}},
 		{"bad cluster dir", map[string]string{"Bad_Cluster/ns.yaml": nsShop}, []string{"Bad_Cluster: directory name is not a valid cluster ID"}},
 	}
 	for _, tc := range cases {

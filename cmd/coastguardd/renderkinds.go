@@ -1,0 +1,322 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/kube"
+)
+
+// located is an object read from a file, with where it was read (for
+// errors found when it is converted).
+type located[T any] struct {
+	where string
+	obj   T
+}
+
+// clusterObjects is what one cluster directory holds, as Kubernetes
+// objects (already checked for what render reports with a file location).
+type clusterObjects struct {
+	namespaces []*corev1.Namespace
+	pods       []located[*corev1.Pod]
+	policies   []located[*unstructured.Unstructured]
+	props      []kube.ClusterProperty
+	// Submariner objects: Cluster (of every cluster: the broker syncs
+	// them), ClusterGlobalEgressIP and GlobalEgressIP.
+	subClusters   []*unstructured.Unstructured
+	clusterEgress []*unstructured.Unstructured
+	egress        []*unstructured.Unstructured
+	egressIPs     []kube.GlobalEgressIP
+	hasOwn        bool // the cluster's own Submariner Cluster object was read
+}
+
+// known lists every Submariner Cluster object of the directory: the
+// trusted CIDRs this cluster checks remote pod IPs against.
+func (o *clusterObjects) known() []kube.SubmarinerCluster {
+	out := make([]kube.SubmarinerCluster, 0, len(o.subClusters))
+	for _, u := range o.subClusters {
+		out = append(out, kube.SubmarinerClusterFrom(u))
+	}
+	return out
+}
+
+// renderReader reads one Kubernetes kind from render's input files into
+// the cluster's objects, with the checks that need a file location.
+type renderReader struct {
+	apiVersion string
+	// foreign: another apiVersion of this kind is someone else's kind
+	// (warned about and ignored) rather than an unsupported version of
+	// ours (an error).
+	foreign bool
+	read    func(l *renderLoader, cluster, where string, raw []byte)
+}
+
+// renderReaders are the Kubernetes kinds render reads, by kind.
+var renderReaders = map[string]renderReader{
+	"Namespace":                         {apiVersion: "v1", read: (*renderLoader).readNamespace},
+	"Pod":                               {apiVersion: "v1", read: (*renderLoader).readPod},
+	"NetworkPolicy":                     {apiVersion: "networking.k8s.io/v1", read: (*renderLoader).readNetworkPolicy},
+	apiv1.KindMultiClusterNetworkPolicy: {apiVersion: apiv1.SchemeGroupVersion.String(), read: (*renderLoader).readMCNP},
+	mcsv1alpha1.Kind:                    {apiVersion: mcsv1alpha1.APIVersion, read: (*renderLoader).readClusterProperty},
+	"Cluster":                           {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("Cluster")},
+	"ClusterGlobalEgressIP":             {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("ClusterGlobalEgressIP")},
+	"GlobalEgressIP":                    {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("GlobalEgressIP")},
+}
+
+// entrySetter encodes one entry's value into the cluster's snapshot.
+type entrySetter func(kind crdt.Kind, name string, v any) error
+
+// renderEntries is render's layer of the kind registry: for every kind the
+// daemon's inventory writes (kube.InventoryKinds), how render makes that
+// kind's entries from a cluster's objects, with the inventory's own
+// converters. TestRenderKindsComplete checks it against kube.
+var renderEntries = map[crdt.Kind]func(id string, o *clusterObjects, set entrySetter) []error{
+	crdt.KindCluster:   clusterEntry,
+	crdt.KindNamespace: namespaceEntries,
+	crdt.KindPod:       podEntries,
+	crdt.KindPolicy:    policyEntries,
+}
+
+// clusterEntry is the cluster's own entry: its ClusterProperty labels and
+// what its Submariner objects say (kube.SubmarinerInfo, as the watcher).
+func clusterEntry(id string, o *clusterObjects, set entrySetter) []error {
+	info, errs := kube.SubmarinerInfo(id, kube.ClusterInfo{}, o.subClusters, o.clusterEgress, o.egress)
+	cv, cerrs := kube.ClusterValueFrom(id, o.props, info)
+	errs = append(errs, cerrs...)
+	if err := set(crdt.KindCluster, "", &cv); err != nil {
+		errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
+	}
+	return errs
+}
+
+func namespaceEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
+	for _, ns := range o.namespaces {
+		v := kube.NamespaceToValue(ns)
+		if err := set(crdt.KindNamespace, ns.Name, &v); err != nil {
+			errs = append(errs, fmt.Errorf("namespace %s: %w", ns.Name, err))
+		}
+	}
+	return errs
+}
+
+// podEntries converts pods as the inventory does: its pod filter, and the
+// Globalnet egress IPs of the cluster's per-pod GlobalEgressIPs.
+func podEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
+	egress := func(ns string, lbls map[string]string) []string { return kube.PodEgressIPsFrom(o.egressIPs, ns, lbls) }
+	for _, p := range o.pods {
+		v, present, err := kube.PodEntryValue(p.obj, kube.PodRelevant, egress)
+		if err == nil && present {
+			err = set(crdt.KindPod, kube.PodName(p.obj.Namespace, p.obj.Name), &v)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: Pod %s: %w", p.where, objName(p.obj.Namespace, p.obj.Name), err))
+		}
+	}
+	return errs
+}
+
+func policyEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
+	for _, u := range o.policies {
+		v, err := kube.PolicyToValue(u.obj)
+		if err == nil {
+			err = set(crdt.KindPolicy, kube.PodName(u.obj.GetNamespace(), u.obj.GetName()), &v)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: MultiClusterNetworkPolicy %s: %w", u.where, objName(u.obj.GetNamespace(), u.obj.GetName()), err))
+		}
+	}
+	return errs
+}
+
+func submarinerReader(kind string) func(*renderLoader, string, string, []byte) {
+	return func(l *renderLoader, cluster, where string, raw []byte) { l.loadSubmariner(cluster, where, kind, raw) }
+}
+
+// readNamespace reads a Namespace.
+func (l *renderLoader) readNamespace(cluster, where string, raw []byte) {
+	var ns corev1.Namespace
+	if err := json.Unmarshal(raw, &ns); err != nil {
+		l.fail(where, "Namespace", err)
+		return
+	}
+	if msgs := validation.IsDNS1123Label(ns.Name); len(msgs) > 0 {
+		l.fail(where, "Namespace "+ns.Name, fmt.Errorf("metadata.name: %s", strings.Join(msgs, "; ")))
+		return
+	}
+	if !l.validLabels(where, "Namespace "+ns.Name, ns.Labels) || !l.unique(cluster, where, "Namespace", "", ns.Name) {
+		return
+	}
+	l.objs[cluster].namespaces = append(l.objs[cluster].namespaces, &ns)
+}
+
+// readPod reads a Pod (converted later, with the Globalnet egress IPs of its cluster).
+func (l *renderLoader) readPod(cluster, where string, raw []byte) {
+	var p corev1.Pod
+	if err := json.Unmarshal(raw, &p); err != nil {
+		l.fail(where, "Pod", err)
+		return
+	}
+	if p.Namespace == "" {
+		p.Namespace = metav1.NamespaceDefault
+	}
+	what := "Pod " + objName(p.Namespace, p.Name)
+	if p.Name == "" {
+		l.fail(where, what, errors.New("metadata.name: Required value"))
+		return
+	}
+	if !l.validLabels(where, what, p.Labels) || !l.unique(cluster, where, "Pod", p.Namespace, p.Name) {
+		return
+	}
+	l.objs[cluster].pods = append(l.objs[cluster].pods, located[*corev1.Pod]{where, &p})
+}
+
+// readNetworkPolicy reads a user-authored NetworkPolicy: it coexists with the generated ones
+// (policies are additive) and is not re-emitted; only duplicates are errors.
+func (l *renderLoader) readNetworkPolicy(cluster, where string, raw []byte) {
+	var np networkingv1.NetworkPolicy
+	if err := json.Unmarshal(raw, &np); err != nil {
+		l.fail(where, "NetworkPolicy", err)
+		return
+	}
+	if np.Namespace == "" {
+		np.Namespace = metav1.NamespaceDefault
+	}
+	// User-authored: coexists with the generated ones (policies are
+	// additive); not re-emitted.
+	l.unique(cluster, where, "NetworkPolicy", np.Namespace, np.Name)
+}
+
+// readMCNP reads a MultiClusterNetworkPolicy, strictly typed and validated.
+func (l *renderLoader) readMCNP(cluster, where string, raw []byte) {
+	var m apiv1.MultiClusterNetworkPolicy
+	if err := strictUnmarshal(raw, &m); err != nil {
+		l.fail(where, "MultiClusterNetworkPolicy", err)
+		return
+	}
+	if m.Namespace == "" {
+		m.Namespace = metav1.NamespaceDefault
+	}
+	what := "MultiClusterNetworkPolicy " + objName(m.Namespace, m.Name)
+	if err := apiv1.Validate(&m); err != nil {
+		l.fail(where, what, err)
+		return
+	}
+	if !l.unique(cluster, where, apiv1.KindMultiClusterNetworkPolicy, m.Namespace, m.Name) {
+		return
+	}
+	// Translatable? (The daemon replicates such a policy and reports
+	// the error in its status; render refuses it.)
+	if err := enforce.NewInventory().SetPolicy(enforce.Policy{
+		Origin: cluster, Namespace: m.Namespace, Name: m.Name, Spec: m.Spec,
+	}); err != nil {
+		l.fail(where, what, err)
+		return
+	}
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(raw); err != nil {
+		l.fail(where, what, err)
+		return
+	}
+	u.SetNamespace(m.Namespace)
+	l.objs[cluster].policies = append(l.objs[cluster].policies, located[*unstructured.Unstructured]{where, &u})
+}
+
+// readClusterProperty reads a ClusterProperty (a cluster label).
+func (l *renderLoader) readClusterProperty(cluster, where string, raw []byte) {
+	var cp mcsv1alpha1.ClusterProperty
+	if err := strictUnmarshal(raw, &cp); err != nil {
+		l.fail(where, "ClusterProperty", err)
+		return
+	}
+	what := "ClusterProperty " + cp.Name
+	if msgs := validation.IsQualifiedName(cp.Name); len(msgs) > 0 {
+		l.fail(where, what, fmt.Errorf("metadata.name must be usable as a label key: %s", strings.Join(msgs, "; ")))
+		return
+	}
+	if msgs := validation.IsValidLabelValue(cp.Spec.Value); len(msgs) > 0 {
+		l.fail(where, what, fmt.Errorf("spec.value must be usable as a label value: %s", strings.Join(msgs, "; ")))
+		return
+	}
+	if cp.Name == mcsv1alpha1.ClusterIDLabel && cp.Spec.Value != cluster {
+		l.fail(where, what, fmt.Errorf("spec.value %q contradicts the cluster ID %q given by the directory name", cp.Spec.Value, cluster))
+		return
+	}
+	if !l.unique(cluster, where, mcsv1alpha1.Kind, "", cp.Name) {
+		return
+	}
+	l.objs[cluster].props = append(l.objs[cluster].props, kube.ClusterProperty{Name: cp.Name, Value: cp.Spec.Value})
+}
+
+// loadSubmariner reads a Submariner object the way the daemon's watcher
+// does (kube.SubmarinerClusterFrom, kube.AllocatedIPs,
+// kube.GlobalEgressIPFrom), so render and the daemon agree.
+func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(raw); err != nil {
+		l.fail(where, kind, err)
+		return
+	}
+	if u.GetNamespace() == "" {
+		u.SetNamespace(metav1.NamespaceDefault)
+	}
+	what := kind + " " + objName(u.GetNamespace(), u.GetName())
+	if u.GetName() == "" {
+		l.fail(where, what, errors.New("metadata.name: Required value"))
+		return
+	}
+	if !l.unique(cluster, where, kind, u.GetNamespace(), u.GetName()) {
+		return
+	}
+	sub := l.objs[cluster]
+	switch kind {
+	case "Cluster":
+		c := kube.SubmarinerClusterFrom(&u)
+		for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
+			if _, errs := enforce.ParseCIDRs(cidrs); len(errs) > 0 {
+				l.fail(where, what, errs[0])
+				return
+			}
+		}
+		// Every Cluster object is what this cluster knows of that
+		// cluster's CIDRs (broker-synced); its own one also describes it.
+		if c.ClusterID == cluster && sub.hasOwn {
+			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
+			return
+		}
+		sub.hasOwn = sub.hasOwn || c.ClusterID == cluster
+		sub.subClusters = append(sub.subClusters, &u)
+	case "ClusterGlobalEgressIP":
+		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
+			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
+			return
+		}
+		sub.clusterEgress = append(sub.clusterEgress, &u)
+	case "GlobalEgressIP":
+		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
+			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
+			return
+		}
+		g, err := kube.GlobalEgressIPFrom(&u)
+		if err != nil {
+			l.fail(where, what, err)
+			return
+		}
+		sub.egress = append(sub.egress, &u)
+		sub.egressIPs = append(sub.egressIPs, g)
+	}
+}
