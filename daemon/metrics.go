@@ -1,6 +1,9 @@
 package daemon
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 type metrics struct {
 	leader          prometheus.Gauge
@@ -39,11 +42,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "coastguard_entry_decode_errors_total",
 			Help: "Replicated entries skipped because their value could not be decoded."}),
 	}
-	for _, c := range []prometheus.Collector{m.leader, m.enforceRuns, m.enforceErrors, m.enforceDuration, m.enforceLag,
-		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors} {
-		if err := reg.Register(c); err != nil {
-			return nil, err
-		}
+	if err := metricsreg.All(reg, m.leader, m.enforceRuns, m.enforceErrors, m.enforceDuration, m.enforceLag,
+		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors); err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"maps"
 	"slices"
@@ -88,7 +89,7 @@ func newPodIPReport(reg prometheus.Registerer) (*podIPReport, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coastguard_pod_ips_dropped",
 		Help: "Remote pod IPs (or Globalnet addresses) never rendered into NetworkPolicies here, by remote_cluster and reason " +
 			"(cidrs_unknown, reserved_address, outside_owner_cidrs, inside_local_cidrs)."}, []string{"remote_cluster", "reason"})
-	if err := reg.Register(g); err != nil {
+	if err := metricsreg.All(reg, g); err != nil {
 		return nil, err
 	}
 	return &podIPReport{gauge: g, counts: map[[2]string]int{}, logged: map[[2]string]time.Time{}}, nil

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"os/signal"
 	"strings"
 	"sync"
@@ -38,7 +39,7 @@ func (d *Daemon) initSafety() error {
 		Name: "coastguard_empty_view_gate_closed",
 		Help: "1 while this leader holds back deletes and shrinks of generated NetworkPolicies until its view is complete.",
 	})
-	if err := d.opts.Registry.Register(d.gateGauge); err != nil {
+	if err := metricsreg.All(d.opts.Registry, d.gateGauge); err != nil {
 		return fmt.Errorf("register gate metric: %w", err)
 	}
 	return nil

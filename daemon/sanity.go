@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"sort"
 	"strings"
 	"time"
@@ -43,7 +44,7 @@ type sanity struct {
 func newSanity(reg prometheus.Registerer) (*sanity, error) {
 	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coastguard_sanity_problems",
 		Help: "Cluster-set problems currently detected, by check (duplicate_cluster_id, overlapping_pod_cidrs, pod_ip_outside_cidr)."}, []string{"check"})
-	if err := reg.Register(g); err != nil {
+	if err := metricsreg.All(reg, g); err != nil {
 		return nil, err
 	}
 	for _, c := range []string{CheckDuplicateClusterID, CheckOverlappingPodCIDRs, CheckPodIPOutsideCIDR} {

@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"fmt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -59,7 +61,7 @@ func (m *metrics) setVersions(v map[string]float64) {
 	m.versionSkew.Set(skew)
 }
 
-func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, error) {
 	m := &metrics{
 		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "coastguard_gossip_members", Help: "Gossip members by state (alive, dead, left).",
@@ -111,15 +113,11 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 		dropQueueFull, dropStateTooLarge} {
 		m.dropped.WithLabelValues(r)
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
-			m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew} {
-			if err := reg.Register(c); err != nil {
-				// Already registered (e.g. second Node in one process with a
-				// shared registry): keep our private collectors unexported.
-				continue
-			}
-		}
+	// One Node per registry: a second one would export another node's
+	// queue length and counters under the same names.
+	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
+		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew); err != nil {
+		return nil, fmt.Errorf("gossip metrics: %w", err)
 	}
-	return m
+	return m, nil
 }

@@ -187,7 +187,11 @@ func New(cfg Config, rep Replica) (*Node, error) {
 		NumNodes:       func() int { return n.numMembers() },
 		RetransmitMult: HeadRetransmitMult,
 	}
-	n.m = newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
+	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
+	if err != nil {
+		return nil, err
+	}
+	n.m = m
 	mc := cfg.memberlistConfig()
 	if len(cfg.Keyring) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.Keyring[1:], cfg.Keyring[0])

@@ -135,7 +135,8 @@ func TestMetaRoundTrip(t *testing.T) {
 
 // Members announce their build version; the skew gauge reports a mixed set.
 func TestVersionSkewMetric(t *testing.T) {
-	m := newMetrics(nil, func() float64 { return 0 })
+	m, err := newMetrics(nil, func() float64 { return 0 })
+	require.NoError(t, err)
 	m.setVersions(map[string]float64{"v1": 2})
 	require.Equal(t, 0.0, testutil.ToFloat64(m.versionSkew))
 	require.Equal(t, 2.0, testutil.ToFloat64(m.versions.WithLabelValues("v1")))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"slices"
 	"sort"
@@ -463,12 +464,8 @@ func NewApplierMetrics(reg prometheus.Registerer) (*ApplierMetrics, error) {
 			Name: "coastguard_networkpolicy_op_duration_seconds", Help: "Duration of NetworkPolicy API operations.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"op"}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.Applies, m.Deletes, m.Conflicts, m.Repairs, m.Foreign, m.Held, m.Rejected, m.Errors, m.Duration} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register applier metrics: %w", err)
-			}
-		}
+	if err := metricsreg.All(reg, m.Applies, m.Deletes, m.Conflicts, m.Repairs, m.Foreign, m.Held, m.Rejected, m.Errors, m.Duration); err != nil {
+		return nil, fmt.Errorf("applier metrics: %w", err)
 	}
 	return m, nil
 }

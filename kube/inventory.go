@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"sync"
 	"time"
@@ -95,12 +96,8 @@ func newInventoryMetrics(reg prometheus.Registerer) (*inventoryMetrics, error) {
 		fullSyncs: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coastguard_inventory_full_syncs_total", Help: "Full diffs of the informer caches against persisted own entries."}),
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.writes, m.errors, m.fullSyncs} {
-			if err := reg.Register(c); err != nil {
-				return nil, fmt.Errorf("register inventory metrics: %w", err)
-			}
-		}
+	if err := metricsreg.All(reg, m.writes, m.errors, m.fullSyncs); err != nil {
+		return nil, fmt.Errorf("inventory metrics: %w", err)
 	}
 	return m, nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 )
 
 type metrics struct {
@@ -17,7 +19,10 @@ type metrics struct {
 	commitErrors     prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+// newMetrics creates the store's metrics. A store reopened in the same
+// process keeps counting into the series already registered
+// (metricsreg.Register).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
 		commitLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "coastguard_store_commit_seconds",
@@ -55,29 +60,24 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Duration of the last cold start: file load and in-memory state restore.",
 		}),
 	}
-	if reg != nil {
-		m.commitLatency = register(reg, m.commitLatency)
-		m.batchRequests = register(reg, m.batchRequests)
-		m.batchChanges = register(reg, m.batchChanges)
-		m.entriesPerOrigin = register(reg, m.entriesPerOrigin)
-		m.corruptFiles = register(reg, m.corruptFiles)
-		m.resetOrigins = register(reg, m.resetOrigins)
-		m.loadSeconds = register(reg, m.loadSeconds)
-		m.commitErrors = register(reg, m.commitErrors)
-	}
-	return m
-}
-
-// register registers c, or returns the collector already registered under
-// the same descriptor (a store reopened in the same process keeps counting).
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if existing, ok := are.ExistingCollector.(C); ok {
-				return existing
-			}
-		}
-	}
-	return c
+	errs := make([]error, 0, 8)
+	reuse := func(err error) { errs = append(errs, err) }
+	var err error
+	m.commitLatency, err = metricsreg.Register(reg, m.commitLatency)
+	reuse(err)
+	m.batchRequests, err = metricsreg.Register(reg, m.batchRequests)
+	reuse(err)
+	m.batchChanges, err = metricsreg.Register(reg, m.batchChanges)
+	reuse(err)
+	m.entriesPerOrigin, err = metricsreg.Register(reg, m.entriesPerOrigin)
+	reuse(err)
+	m.corruptFiles, err = metricsreg.Register(reg, m.corruptFiles)
+	reuse(err)
+	m.resetOrigins, err = metricsreg.Register(reg, m.resetOrigins)
+	reuse(err)
+	m.loadSeconds, err = metricsreg.Register(reg, m.loadSeconds)
+	reuse(err)
+	m.commitErrors, err = metricsreg.Register(reg, m.commitErrors)
+	reuse(err)
+	return m, errors.Join(errs...)
 }

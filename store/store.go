@@ -284,11 +284,15 @@ func Open(path string, opts Options) (*Store, error) {
 // the state meanwhile, using both cores).
 func open(path string, opts Options, deferCheck bool) (*Store, error) {
 	opts.defaults()
+	m, err := newMetrics(opts.Registerer)
+	if err != nil {
+		return nil, fmt.Errorf("store: %w", err)
+	}
 	s := &Store{
 		path:   path,
 		opts:   opts,
 		log:    opts.Logger.With("component", "store", "path", path),
-		m:      newMetrics(opts.Registerer),
+		m:      m,
 		counts: map[string]int{},
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {

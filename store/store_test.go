@@ -540,7 +540,7 @@ func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
 	// damage must surface as ErrCorrupt errors, never as a crash.
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err, "bbolt's own open does not notice page damage")
-	s := &Store{db: db, path: path, opts: Options{Indexes: true}, m: newMetrics(nil), counts: map[string]int{}}
+	s := &Store{db: db, path: path, opts: Options{Indexes: true}, m: mustMetrics(t), counts: map[string]int{}}
 	s.opts.defaults()
 	s.log = s.opts.Logger
 	s.start()
@@ -596,4 +596,11 @@ func TestCommitErrorIsLoudAndLocal(t *testing.T) {
 	require.ErrorAs(t, got, &ce)
 	require.ErrorAs(t, s.Failed(), &ce)
 	require.Equal(t, 1.0, testutil.ToFloat64(s.m.commitErrors))
+}
+
+func mustMetrics(t *testing.T) *metrics {
+	t.Helper()
+	m, err := newMetrics(nil)
+	require.NoError(t, err)
+	return m
 }

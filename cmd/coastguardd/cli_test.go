@@ -167,7 +167,9 @@ func TestMetricsAuth(t *testing.T) {
 
 func TestWorkqueueMetricsProvider(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	workqueue.SetProvider(newWorkqueueMetrics(reg))
+	wq, err := newWorkqueueMetrics(reg)
+	require.NoError(t, err)
+	workqueue.SetProvider(wq)
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "coastguard-test"})
 	defer q.ShutDown()

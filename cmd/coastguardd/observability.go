@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,7 +29,7 @@ type workqueueMetrics struct {
 	latency, duration          *prometheus.HistogramVec
 }
 
-func newWorkqueueMetrics(reg prometheus.Registerer) *workqueueMetrics {
+func newWorkqueueMetrics(reg prometheus.Registerer) (*workqueueMetrics, error) {
 	buckets := prometheus.ExponentialBuckets(1e-6, 10, 10) // 1µs .. 1000s
 	m := &workqueueMetrics{
 		depth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
@@ -52,8 +54,10 @@ func newWorkqueueMetrics(reg prometheus.Registerer) *workqueueMetrics {
 			Name: "workqueue_retries_total", Help: "Retries handled by the workqueue.",
 		}, []string{"name"}),
 	}
-	reg.MustRegister(m.depth, m.adds, m.latency, m.duration, m.unfinished, m.longest, m.retries)
-	return m
+	if err := metricsreg.All(reg, m.depth, m.adds, m.latency, m.duration, m.unfinished, m.longest, m.retries); err != nil {
+		return nil, fmt.Errorf("workqueue metrics: %w", err)
+	}
+	return m, nil
 }
 
 func (m *workqueueMetrics) NewDepthMetric(name string) workqueue.GaugeMetric {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"net/http"
 	"os"
@@ -166,10 +167,16 @@ func run(cfg Config, log *slog.Logger) error {
 	gcfg.BuildVersion = version.Get()
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		version.BuildInfo())
+	if err := metricsreg.All(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		version.BuildInfo()); err != nil {
+		return err
+	}
+	wq, err := newWorkqueueMetrics(reg)
+	if err != nil {
+		return err
+	}
 	// Before any queue exists: the provider applies to queues created later.
-	workqueue.SetProvider(newWorkqueueMetrics(reg))
+	workqueue.SetProvider(wq)
 	h := newHealth("state", "enforcement")
 
 	signingKey, endorsement, bundle, err := loadTrust(ctx, cfg, client, log)
