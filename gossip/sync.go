@@ -22,7 +22,7 @@ const (
 	syncEntryBudget = 16384
 	maxFastPulls    = 256
 	quietPeriod     = 1500 * time.Millisecond
-	maxQuietSkip    = 5 * time.Second
+	maxQuietSkip    = 1500 * time.Millisecond
 )
 
 func (n *Node) worker() {

@@ -29,42 +29,126 @@ func (h *healNode) write(name string, value []byte, deleted bool) error {
 	return h.node.Publish(d)
 }
 
-// runHeal partitions an in-process mesh (real store.Replica on bbolt, real
-// gossip.Node with daemon defaults, loopback UDP/TCP through the gossip
-// package's fault transport) into two halves long enough for each side to
-// declare the other dead, writes on both sides, lifts the partition and
-// measures until every replica holds the same state (equal digests).
+// healRuns is how many partitions the full bench measures (issue 18: the
+// target must hold in each of 5 runs); quick mode measures one.
+const healRuns = 5
+
+// runHeal measures healRuns partitions and records the worst heal time,
+// with every run's time and slowest origin in the params.
 func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
-	const nodes = 6
-	partition := 30 * time.Second
+	runs, partition := healRuns, 30*time.Second
 	if cfg.quick {
-		partition = 6 * time.Second
+		runs, partition = 1, 6*time.Second
 	}
-	prof := gossip.ProfileWAN
+	var worst time.Duration
+	var times []float64
+	var last healResult
+	for i := 0; i < runs; i++ {
+		r, err := healOnce(ctx, cfg.seed+uint64(i), partition)
+		if err != nil {
+			return fmt.Errorf("heal run %d: %w", i+1, err)
+		}
+		times = append(times, ms(r.took))
+		worst = max(worst, r.took)
+		last = r
+	}
+	target, ok := "<= 2000", le(2000)
+	rec.add("heal_convergence_ms", ms(worst), "ms", map[string]any{
+		"nodes": healNodes, "split": "3|3", "partition_s": partition.Seconds(), "runs": runs,
+		"runs_ms": times, "value_is": "worst run", "writes_during_partition": last.writes,
+		"sides_declared_each_other_dead": last.deadSeen, "profile": string(gossip.ProfileWAN),
+		"rejoin_interval":         "30s (daemon default, +-25% jitter)",
+		"last_run_slowest":        last.slowest,
+		"how":                     "in-process: store.Replica (bbolt) + gossip.Node over loopback, partition by gossip.FaultTransport.Block; writes on both sides until the partition lifts",
+		"quick_shorter_partition": cfg.quick,
+	}, target, ok)
+	return nil
+}
+
+const healNodes = 6
+
+type healResult struct {
+	took     time.Duration
+	writes   int
+	deadSeen bool
+	slowest  string // "node N <- origin O at T": the last (node, origin) pair to reach the final state
+}
+
+// healOnce partitions an in-process mesh (real store.Replica on bbolt, real
+// gossip.Node with daemon defaults, loopback UDP/TCP through the gossip
+// package's fault transport) into two halves, writes on both sides until
+// the partition lifts, and measures until every replica holds the same
+// state (equal digests).
+func healOnce(ctx context.Context, seed uint64, partition time.Duration) (healResult, error) {
 	dir, err := os.MkdirTemp("", "coastguard-bench-heal-")
 	if err != nil {
-		return err
+		return healResult{}, err
 	}
 	defer removeScratch(dir)
-	quiet := slog.New(slog.DiscardHandler)
-	key := []byte("0123456789abcdef0123456789abcdef")
-	var mesh []*healNode
+	mesh, err := startHealMesh(dir)
 	defer func() {
 		for _, h := range mesh {
 			_ = h.node.Shutdown()
 			_ = h.rep.Close()
 		}
 	}()
-	for i := 0; i < nodes; i++ {
+	if err != nil {
+		return healResult{}, err
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x4ea1))
+	for i, h := range mesh {
+		for j := 0; j < 200; j++ {
+			if err := h.write(fmt.Sprintf("ns/p%03d", j), healValue(i*1000+j), false); err != nil {
+				return healResult{}, err
+			}
+		}
+	}
+	if _, err := waitConverged(ctx, mesh, 60*time.Second); err != nil {
+		return healResult{}, fmt.Errorf("initial convergence: %w", err)
+	}
+	left, right := mesh[:healNodes/2], mesh[healNodes/2:]
+	for _, l := range left {
+		for _, r := range right {
+			l.node.Transport().Block(r.node.Addr())
+			r.node.Transport().Block(l.node.Addr())
+		}
+	}
+	res := healResult{}
+	if res.writes, err = partitionWrites(ctx, mesh, rng, partition); err != nil {
+		return res, err
+	}
+	res.deadSeen = true
+	for _, h := range mesh {
+		if h.node.NumAlive() != healNodes/2 {
+			res.deadSeen = false
+		}
+	}
+	for _, h := range mesh {
+		h.node.Transport().UnblockAll()
+	}
+	res.took, res.slowest, err = watchHeal(ctx, mesh, 120*time.Second)
+	return res, err
+}
+
+func healValue(i int) []byte {
+	b, _ := realisticPodValue(i)
+	return b
+}
+
+func startHealMesh(dir string) ([]*healNode, error) {
+	quiet := slog.New(slog.DiscardHandler)
+	key := []byte("0123456789abcdef0123456789abcdef")
+	var mesh []*healNode
+	for i := 0; i < healNodes; i++ {
 		cl := fmt.Sprintf("heal-%d", i)
 		rep, err := store.OpenReplica(filepath.Join(dir, cl+".db"), cl, store.Options{Logger: quiet})
 		if err != nil {
-			return err
+			return mesh, err
 		}
 		inner, err := gossip.NewLoopbackTransport("127.0.0.1")
 		if err != nil {
 			_ = rep.Close()
-			return err
+			return mesh, err
 		}
 		var seeds []string
 		for _, h := range mesh {
@@ -72,48 +156,28 @@ func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
 		}
 		n, err := gossip.New(gossip.Config{
 			NodeName: cl + "-0", ClusterID: cl, BindAddr: "127.0.0.1", EphemeralPort: true,
-			Keyring: [][]byte{key}, Profile: prof, Seeds: seeds, Logger: quiet,
+			Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: quiet,
 			Transport: gossip.NewFaultTransport(inner),
 		}, rep)
 		if err != nil {
 			_ = rep.Close()
-			return err
+			return mesh, err
 		}
 		mesh = append(mesh, &healNode{cluster: cl, rep: rep, node: n})
 	}
-	rng := rand.New(rand.NewPCG(cfg.seed, 0x4ea1))
-	val := func(i int) []byte {
-		b, _ := realisticPodValue(i)
-		return b
-	}
-	for i, h := range mesh {
-		for j := 0; j < 200; j++ {
-			if err := h.write(fmt.Sprintf("ns/p%03d", j), val(i*1000+j), false); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := waitConverged(ctx, mesh, 60*time.Second); err != nil {
-		return fmt.Errorf("initial convergence: %w", err)
-	}
+	return mesh, nil
+}
 
-	left, right := mesh[:nodes/2], mesh[nodes/2:]
-	for _, l := range left {
-		for _, r := range right {
-			l.node.Transport().Block(r.node.Addr())
-			r.node.Transport().Block(l.node.Addr())
-		}
-	}
-	cutAt := time.Now()
-	// Writes on both sides spread over the partition: updates, deletes,
-	// new pods.
+// partitionWrites writes on both sides, spread over the partition (updates,
+// deletes, new pods), the last round right before the partition lifts.
+func partitionWrites(ctx context.Context, mesh []*healNode, rng *rand.Rand, partition time.Duration) (int, error) {
 	writes := 0
 	tick := time.NewTicker(partition / 20)
+	defer tick.Stop()
 	for round := 0; round < 20; round++ {
 		select {
 		case <-ctx.Done():
-			tick.Stop()
-			return ctx.Err()
+			return writes, ctx.Err()
 		case <-tick.C:
 		}
 		for _, h := range mesh {
@@ -122,43 +186,59 @@ func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
 				del := rng.IntN(4) == 0
 				var v []byte
 				if !del {
-					v = val(rng.IntN(1 << 20))
+					v = healValue(rng.IntN(1 << 20))
 				}
 				if err := h.write(fmt.Sprintf("ns/p%03d", j), v, del); err != nil {
-					return err
+					return writes, err
 				}
 				writes++
 			}
 		}
 	}
-	tick.Stop()
-	sleepUntil(ctx, cutAt.Add(partition))
-	deadSeen := true
-	for _, h := range mesh {
-		if h.node.NumAlive() != nodes/2 {
-			deadSeen = false
+	return writes, nil
+}
+
+// watchHeal polls every replica's digest until all are equal and returns
+// how long that took and the last (node, origin) pair to reach the final
+// state, for the analysis of a slow heal.
+func watchHeal(ctx context.Context, mesh []*healNode, timeout time.Duration) (time.Duration, string, error) {
+	type snap struct {
+		at time.Duration
+		d  []crdt.Digest
+	}
+	var snaps []snap
+	t0 := time.Now()
+	for !converged(mesh) {
+		if time.Since(t0) > timeout {
+			return 0, "", fmt.Errorf("not converged after %s", timeout)
+		}
+		var ds []crdt.Digest
+		for _, h := range mesh {
+			ds = append(ds, h.rep.Digest())
+		}
+		snaps = append(snaps, snap{time.Since(t0), ds})
+		select {
+		case <-ctx.Done():
+			return 0, "", ctx.Err()
+		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	if !converged(left) || !converged(right) {
-		slog.Warn("heal: a side had not converged internally when the partition lifted")
+	took := time.Since(t0)
+	final := mesh[0].rep.Digest()
+	slowest, at := "none", time.Duration(0)
+	for i := range mesh {
+		for o := range final {
+			reached := took
+			for j := len(snaps) - 1; j >= 0 && snaps[j].d[i][o] == final[o]; j-- {
+				reached = snaps[j].at
+			}
+			if reached > at {
+				at = reached
+				slowest = fmt.Sprintf("node %d <- origin %s at %d ms", i, o, reached.Milliseconds())
+			}
+		}
 	}
-	healAt := time.Now()
-	for _, h := range mesh {
-		h.node.Transport().UnblockAll()
-	}
-	took, err := waitConverged(ctx, mesh, 120*time.Second)
-	if err != nil {
-		return fmt.Errorf("after heal: %w", err)
-	}
-	_ = healAt
-	target, ok := "<= 5000", le(5000)
-	rec.add("heal_convergence_ms", ms(took), "ms", map[string]any{
-		"nodes": nodes, "split": "3|3", "partition_s": partition.Seconds(), "writes_during_partition": writes,
-		"sides_declared_each_other_dead": deadSeen, "profile": string(prof), "rejoin_interval": "30s (daemon default, +-25% jitter)",
-		"how":                     "in-process: store.Replica (bbolt) + gossip.Node over loopback, partition by gossip.FaultTransport.Block",
-		"quick_shorter_partition": cfg.quick,
-	}, target, ok)
-	return nil
+	return took, slowest, nil
 }
 
 func converged(ns []*healNode) bool {
