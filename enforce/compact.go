@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"iter"
 	"net/netip"
@@ -45,12 +46,13 @@ type labelShape struct {
 }
 
 // labelSet is an interned, immutable label set: a shape and the value of
-// each of its keys.
+// each of its keys. The values live in one string, each preceded by its
+// length as a uvarint, so a set is two allocations (32 bytes each for the
+// typical pod) however many labels it has.
 type labelSet struct {
 	shape *labelShape
-	vals  []string
+	data  string
 	refs  int32
-	next  *labelSet // same-hash chain
 }
 
 // emptyLabels is shared by every pod without labels; it is never released.
@@ -75,13 +77,56 @@ func (s *labelSet) find(key string) int {
 	return i
 }
 
+// nextValue returns the value starting at offset off of data and the offset of
+// the one after it.
+func nextValue(data string, off int) (string, int) {
+	n := uint64(data[off])
+	off++
+	if n >= 0x80 { // a value of 128 bytes or more (label values have <= 63)
+		n &= 0x7f
+		for shift := 7; ; shift += 7 {
+			b := data[off]
+			off++
+			n |= uint64(b&0x7f) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+	}
+	return data[off : off+int(n)], off + int(n)
+}
+
+// val returns the value of the i-th key of the shape.
+func (s *labelSet) val(i int) string {
+	off := 0
+	var v string
+	for ; i >= 0; i-- {
+		v, off = nextValue(s.data, off)
+	}
+	return v
+}
+
+// vals yields the values in key order.
+func (s *labelSet) vals() iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		off := 0
+		for i := range s.shape.keys {
+			var v string
+			v, off = nextValue(s.data, off)
+			if !yield(i, v) {
+				return
+			}
+		}
+	}
+}
+
 // Has implements labels.Labels.
 func (s *labelSet) Has(key string) bool { return s.find(key) >= 0 }
 
 // Get implements labels.Labels.
 func (s *labelSet) Get(key string) string {
 	if i := s.find(key); i >= 0 {
-		return s.vals[i]
+		return s.val(i)
 	}
 	return ""
 }
@@ -90,13 +135,13 @@ func (s *labelSet) Get(key string) string {
 // separated); used only in log and error messages.
 func (s *labelSet) String() string {
 	var b strings.Builder
-	for i, k := range s.shape.keys {
+	for i, v := range s.vals() {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(k)
+		b.WriteString(s.shape.keys[i])
 		b.WriteByte('=')
-		b.WriteString(s.vals[i])
+		b.WriteString(v)
 	}
 	return b.String()
 }
@@ -105,74 +150,81 @@ func (s *labelSet) String() string {
 // data (ports, extra addresses) of one inventory.
 type interner struct {
 	seed   maphash.Seed
-	sets   map[uint64]*labelSet
+	sets   ptrTable[labelSet]
 	shapes map[string]*labelShape
 	aux    map[string]*podAux
+	// scratch buffers of labels and podAux (the inventory is not safe
+	// for concurrent use)
+	keys []string
+	buf  []byte
 }
 
 func newInterner() *interner {
 	return &interner{
 		seed:   maphash.MakeSeed(),
-		sets:   map[uint64]*labelSet{},
 		shapes: map[string]*labelShape{},
 		aux:    map[string]*podAux{},
 	}
 }
 
-func (in *interner) hash(keys []string, val func(i int) string) uint64 {
+func (in *interner) hash(keys []string, data string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(in.seed)
-	for i, k := range keys {
+	for _, k := range keys {
 		h.WriteString(k)
 		h.WriteByte(0)
-		h.WriteString(val(i))
-		h.WriteByte(0)
 	}
+	h.WriteString(data)
 	return h.Sum64()
 }
+
+func (in *interner) setHash(s *labelSet) uint64 { return in.hash(s.shape.keys, s.data) }
 
 // labels returns the interned set equal to m, taking a reference.
 func (in *interner) labels(m map[string]string) *labelSet {
 	if len(m) == 0 {
 		return emptyLabels
 	}
-	keys := make([]string, 0, len(m))
+	keys := in.keys[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	h := in.hash(keys, func(i int) string { return m[keys[i]] })
-	for s := in.sets[h]; s != nil; s = s.next {
-		if slices.Equal(s.shape.keys, keys) && s.valsEqual(m) {
-			s.refs++
-			return s
-		}
+	data := in.buf[:0]
+	for _, k := range keys {
+		v := m[k]
+		data = binary.AppendUvarint(data, uint64(len(v)))
+		data = append(data, v...)
 	}
-	s := &labelSet{shape: in.shape(keys), vals: make([]string, len(keys)), refs: 1, next: in.sets[h]}
-	for i, k := range keys {
-		s.vals[i] = m[k]
+	in.keys, in.buf = keys, data
+	h := in.hash(keys, string(data))
+	if s := in.sets.find(h, func(s *labelSet) bool {
+		return s.data == string(data) && slices.Equal(s.shape.keys, keys)
+	}); s != nil {
+		s.refs++
+		clear(keys) // do not pin decoded strings
+		return s
 	}
-	in.sets[h] = s
+	s := &labelSet{shape: in.shape(keys), data: string(data), refs: 1}
+	in.sets.insert(h, s, in.setHash)
+	clear(keys)
 	return s
 }
 
-func (s *labelSet) valsEqual(m map[string]string) bool {
-	for i, k := range s.shape.keys {
-		if m[k] != s.vals[i] {
-			return false
-		}
-	}
-	return true
-}
-
 func (in *interner) shape(keys []string) *labelShape {
-	id := strings.Join(keys, "\x00")
-	if sh := in.shapes[id]; sh != nil {
+	var id []byte
+	for i, k := range keys {
+		if i > 0 {
+			id = append(id, 0)
+		}
+		id = append(id, k...)
+	}
+	if sh := in.shapes[string(id)]; sh != nil {
 		sh.refs++
 		return sh
 	}
-	sh := &labelShape{keys: keys, id: id, refs: 1}
-	in.shapes[id] = sh
+	sh := &labelShape{keys: slices.Clone(keys), id: string(id), refs: 1}
+	in.shapes[sh.id] = sh
 	return sh
 }
 
@@ -184,21 +236,7 @@ func (in *interner) releaseLabels(s *labelSet) {
 	if s.refs--; s.refs > 0 {
 		return
 	}
-	h := in.hash(s.shape.keys, func(i int) string { return s.vals[i] })
-	head := in.sets[h]
-	switch {
-	case head == s && s.next == nil:
-		delete(in.sets, h)
-	case head == s:
-		in.sets[h] = s.next
-	default:
-		for p := head; p != nil; p = p.next {
-			if p.next == s {
-				p.next = s.next
-				break
-			}
-		}
-	}
+	in.sets.remove(in.setHash(s), s, in.setHash)
 	if sh := s.shape; sh != nil {
 		if sh.refs--; sh.refs <= 0 {
 			delete(in.shapes, sh.id)
@@ -219,38 +257,38 @@ type podAux struct {
 
 var noAux = &podAux{}
 
-func auxKey(ports []Port, more []netip.Addr, egress []netip.Prefix) string {
-	var b strings.Builder
+func appendAuxKey(b []byte, ports []Port, more []netip.Addr, egress []netip.Prefix) []byte {
 	for _, p := range ports {
-		b.WriteString(p.Name)
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatInt(int64(p.Port), 10))
-		b.WriteByte(0)
-		b.WriteString(string(p.Protocol))
-		b.WriteByte(0)
+		b = append(b, p.Name...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(p.Port), 10)
+		b = append(b, 0)
+		b = append(b, p.Protocol...)
+		b = append(b, 0)
 	}
-	b.WriteByte(1)
+	b = append(b, 1)
 	for _, a := range more {
-		b.WriteString(a.String())
-		b.WriteByte(0)
+		b = a.AppendTo(b)
+		b = append(b, 0)
 	}
-	b.WriteByte(1)
+	b = append(b, 1)
 	for _, p := range egress {
-		b.WriteString(p.String())
-		b.WriteByte(0)
+		b = p.AppendTo(b)
+		b = append(b, 0)
 	}
-	return b.String()
+	return b
 }
 
 func (in *interner) podAux(ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
 	if len(ports) == 0 && len(more) == 0 && len(egress) == 0 {
 		return noAux
 	}
-	k := auxKey(ports, more, egress)
-	if a := in.aux[k]; a != nil {
+	in.buf = appendAuxKey(in.buf[:0], ports, more, egress)
+	if a := in.aux[string(in.buf)]; a != nil {
 		a.refs++
 		return a
 	}
+	k := string(in.buf)
 	a := &podAux{ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
 	in.aux[k] = a
 	return a
@@ -314,12 +352,35 @@ func comparePodKeys(a, b *podEntry) int {
 	return strings.Compare(a.key(), b.key())
 }
 
-// internedLabelSets is the number of distinct label sets; for tests.
-func (inv *Inventory) internedLabelSets() (sets int) {
-	for _, s := range inv.intern.sets {
-		for ; s != nil; s = s.next {
-			sets++
-		}
-	}
-	return sets
+// podTable holds the pods of one namespace by name.
+type podTable struct {
+	t ptrTable[podEntry]
 }
+
+// podSeed seeds the pod tables' name hash.
+var podSeed = maphash.MakeSeed()
+
+func podHash(e *podEntry) uint64 { return maphash.String(podSeed, e.name) }
+
+func (pt *podTable) Len() int { return pt.t.n }
+
+func (pt *podTable) get(name string) *podEntry {
+	return pt.t.find(maphash.String(podSeed, name), func(e *podEntry) bool { return e.name == name })
+}
+
+// put adds e, replacing the pod of the same name (old, nil if none).
+func (pt *podTable) put(e, old *podEntry) {
+	if old != nil {
+		pt.t.replace(podHash(old), old, e)
+		return
+	}
+	pt.t.insert(podHash(e), e, podHash)
+}
+
+func (pt *podTable) remove(e *podEntry) { pt.t.remove(podHash(e), e, podHash) }
+
+// all yields every pod; the table must not change meanwhile.
+func (pt *podTable) all() iter.Seq[*podEntry] { return pt.t.all() }
+
+// internedLabelSets is the number of distinct label sets; for tests.
+func (inv *Inventory) internedLabelSets() int { return inv.intern.sets.Len() }

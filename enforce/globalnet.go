@@ -397,8 +397,8 @@ func Findings(inv *Inventory) []Finding {
 		n, example := 0, ""
 		for _, nsName := range slices.Sorted(maps.Keys(inv.clusters[id].namespaces)) {
 			ns := inv.clusters[id].namespaces[nsName]
-			for _, podName := range slices.Sorted(maps.Keys(ns.pods)) {
-				pod := ns.pods[podName]
+			for _, pod := range slices.SortedFunc(ns.pods.all(), func(a, b *podEntry) int { return strings.Compare(a.name, b.name) }) {
+				podName := pod.name
 				if !pod.eligible() {
 					continue
 				}
