@@ -244,20 +244,25 @@ func (in *interner) releaseLabels(s *labelSet) {
 	}
 }
 
-// podAux is what few pods differ in, interned by content: container ports
-// (shared by the pods of a workload), addresses after the first
-// (dual-stack) and Globalnet egress IPs.
+// podAux is what the pods of a namespace share, interned by content: the
+// namespace, the family of the first address, container ports (shared by
+// the pods of a workload), addresses after the first (dual-stack) and
+// Globalnet egress IPs.
 type podAux struct {
+	ns     *namespaceState // cluster and namespace names
 	ports  []Port
 	more   []netip.Addr
 	egress []netip.Prefix // parseAddrs(EgressIPs)
 	key    string
 	refs   int32
+	// family of the pod's first address (podEntry.ip): 4, 6, or 0 when
+	// the pod is not eligible.
+	family uint8
 }
 
-var noAux = &podAux{}
-
-func appendAuxKey(b []byte, ports []Port, more []netip.Addr, egress []netip.Prefix) []byte {
+func appendAuxKey(b []byte, nsID uint64, family uint8, ports []Port, more []netip.Addr, egress []netip.Prefix) []byte {
+	b = binary.BigEndian.AppendUint64(b, nsID)
+	b = append(b, family)
 	for _, p := range ports {
 		b = append(b, p.Name...)
 		b = append(b, 0)
@@ -279,23 +284,20 @@ func appendAuxKey(b []byte, ports []Port, more []netip.Addr, egress []netip.Pref
 	return b
 }
 
-func (in *interner) podAux(ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
-	if len(ports) == 0 && len(more) == 0 && len(egress) == 0 {
-		return noAux
-	}
-	in.buf = appendAuxKey(in.buf[:0], ports, more, egress)
+func (in *interner) podAux(ns *namespaceState, family uint8, ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
+	in.buf = appendAuxKey(in.buf[:0], ns.id, family, ports, more, egress)
 	if a := in.aux[string(in.buf)]; a != nil {
 		a.refs++
 		return a
 	}
 	k := string(in.buf)
-	a := &podAux{ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
+	a := &podAux{ns: ns, family: family, ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
 	in.aux[k] = a
 	return a
 }
 
 func (in *interner) releaseAux(a *podAux) {
-	if a == nil || a == noAux {
+	if a == nil {
 		return
 	}
 	if a.refs--; a.refs <= 0 {
@@ -303,27 +305,51 @@ func (in *interner) releaseAux(a *podAux) {
 	}
 }
 
-// podEntry is one pod as the translator needs it: 64 bytes plus shared,
+// podEntry is one pod as the translator needs it: 48 bytes plus shared,
 // interned parts.
 type podEntry struct {
-	ns     *namespaceState // cluster and namespace names
 	name   string
 	labels *labelSet
-	aux    *podAux
-	// addr is the pod's first valid IP (unmapped, no zone), set only when
-	// the pod is eligible (Pod.Eligible and a valid IP): ineligible pods
-	// are never rendered, so their addresses are not kept.
-	addr netip.Addr
+	aux    *podAux // namespace, address family, ports, further addresses
+	// ip is the pod's first valid IP (unmapped, no zone; an IPv4 address
+	// in its first 4 bytes), set only when the pod is eligible
+	// (Pod.Eligible and a valid IP; aux.family says which): ineligible
+	// pods are never rendered, so their addresses are not kept.
+	ip [16]byte
 }
 
+// ns is the pod's namespace.
+func (e *podEntry) ns() *namespaceState { return e.aux.ns }
+
 // eligible reports whether the pod can be a peer.
-func (e *podEntry) eligible() bool { return e.addr.IsValid() }
+func (e *podEntry) eligible() bool { return e.aux.family != 0 }
+
+// addr is the pod's first address (invalid for an ineligible pod).
+func (e *podEntry) addr() netip.Addr {
+	switch e.aux.family {
+	case 4:
+		return netip.AddrFrom4([4]byte(e.ip[:4]))
+	case 6:
+		return netip.AddrFrom16(e.ip)
+	}
+	return netip.Addr{}
+}
+
+// setAddr stores the first address and returns its family.
+func (e *podEntry) setAddr(a netip.Addr) uint8 {
+	if a.Is4() {
+		copy(e.ip[:4], a.AsSlice())
+		return 4
+	}
+	e.ip = a.As16()
+	return 6
+}
 
 // addrs yields the pod's valid IPs in their original order (none for an
 // ineligible pod).
 func (e *podEntry) addrs() iter.Seq[netip.Addr] {
 	return func(yield func(netip.Addr) bool) {
-		if !e.addr.IsValid() || !yield(e.addr) {
+		if !e.eligible() || !yield(e.addr()) {
 			return
 		}
 		for _, a := range e.aux.more {
@@ -342,7 +368,8 @@ func (e *podEntry) egress() []netip.Prefix { return e.aux.egress }
 
 // key is cluster/namespace/name, for deterministic tie-breaks.
 func (e *podEntry) key() string {
-	return e.ns.cluster.id + "/" + e.ns.name + "/" + e.name
+	ns := e.ns()
+	return ns.cluster.id + "/" + ns.name + "/" + e.name
 }
 
 func comparePodKeys(a, b *podEntry) int {

@@ -340,7 +340,7 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 		coarse = v.globalCIDRs
 	} else if own := pod.egress(); len(own) > 0 {
 		exact = own
-	} else if ns := v.nsEgress[pod.ns.name]; len(ns) > 0 {
+	} else if ns := v.nsEgress[pod.ns().name]; len(ns) > 0 {
 		exact = ns
 	} else {
 		coarse = v.clusterEgress

@@ -152,12 +152,14 @@ type Inventory struct {
 	// posting lists (compact.go).
 	intern    *interner
 	indexKeys map[string]int
+	nsSerial  uint64 // last namespaceState.id handed out
 	// sorted caches, rebuilt lazily
 	clusterIDs []string
 	policyRefs []PolicyRef
 }
 
 type clusterState struct {
+	inv        *Inventory
 	id         string
 	known      bool // SetCluster was called (vs implied by a pod/namespace)
 	cluster    Cluster
@@ -166,6 +168,7 @@ type clusterState struct {
 }
 
 type namespaceState struct {
+	id      uint64 // unique in the inventory (podAux intern keys)
 	cluster *clusterState
 	name    string
 	present bool // the Namespace object exists
@@ -278,6 +281,7 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 	c := inv.clusters[id]
 	if c == nil && create {
 		c = &clusterState{
+			inv:        inv,
 			id:         id,
 			labels:     labels.Set{ClusterIDLabel: id},
 			namespaces: map[string]*namespaceState{},
@@ -292,7 +296,8 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 func (c *clusterState) namespace(name string, create bool) *namespaceState {
 	ns := c.namespaces[name]
 	if ns == nil && create {
-		ns = &namespaceState{cluster: c, name: name, index: map[string]map[string]map[*podEntry]struct{}{}}
+		c.inv.nsSerial++
+		ns = &namespaceState{id: c.inv.nsSerial, cluster: c, name: name, index: map[string]map[string]map[*podEntry]struct{}{}}
 		c.namespaces[name] = ns
 	}
 	return ns
@@ -389,12 +394,13 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 	if len(p.EgressIPs) > 0 {
 		egress = parseAddrs(p.EgressIPs)
 	}
-	e := &podEntry{ns: ns, name: name, labels: inv.intern.labels(p.Labels)}
+	e := &podEntry{name: name, labels: inv.intern.labels(p.Labels)}
 	var more []netip.Addr
+	var family uint8
 	if len(addrs) > 0 && p.Eligible() {
-		e.addr, more = addrs[0], addrs[1:]
+		family, more = e.setAddr(addrs[0]), addrs[1:]
 	}
-	e.aux = inv.intern.podAux(p.Ports, more, egress)
+	e.aux = inv.intern.podAux(ns, family, p.Ports, more, egress)
 	if old != nil {
 		inv.dropPod(ns, old)
 	}
