@@ -155,8 +155,10 @@ type interner struct {
 	aux    map[string]*podAux
 	// scratch buffers of labels and podAux (the inventory is not safe
 	// for concurrent use)
-	keys []string
-	buf  []byte
+	keys  []string
+	pairs [][2]string
+	buf   []byte
+	idBuf []byte
 }
 
 func newInterner() *interner {
@@ -185,40 +187,40 @@ func (in *interner) labels(m map[string]string) *labelSet {
 	if len(m) == 0 {
 		return emptyLabels
 	}
-	keys := in.keys[:0]
-	for k := range m {
-		keys = append(keys, k)
+	pairs := in.pairs[:0]
+	for k, v := range m {
+		pairs = append(pairs, [2]string{k, v})
 	}
-	slices.Sort(keys)
-	data := in.buf[:0]
-	for _, k := range keys {
-		v := m[k]
-		data = binary.AppendUvarint(data, uint64(len(v)))
-		data = append(data, v...)
+	slices.SortFunc(pairs, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	keys, data := in.keys[:0], in.buf[:0]
+	for _, p := range pairs {
+		keys = append(keys, p[0])
+		data = binary.AppendUvarint(data, uint64(len(p[1])))
+		data = append(data, p[1]...)
 	}
-	in.keys, in.buf = keys, data
+	in.keys, in.buf, in.pairs = keys, data, pairs
+	defer func() { clear(keys); clear(pairs) }() // do not pin decoded strings
 	h := in.hash(keys, string(data))
 	if s := in.sets.find(h, func(s *labelSet) bool {
 		return s.data == string(data) && slices.Equal(s.shape.keys, keys)
 	}); s != nil {
 		s.refs++
-		clear(keys) // do not pin decoded strings
 		return s
 	}
 	s := &labelSet{shape: in.shape(keys), data: string(data), refs: 1}
 	in.sets.insert(h, s, in.setHash)
-	clear(keys)
 	return s
 }
 
 func (in *interner) shape(keys []string) *labelShape {
-	var id []byte
+	id := in.idBuf[:0]
 	for i, k := range keys {
 		if i > 0 {
 			id = append(id, 0)
 		}
 		id = append(id, k...)
 	}
+	in.idBuf = id
 	if sh := in.shapes[string(id)]; sh != nil {
 		sh.refs++
 		return sh

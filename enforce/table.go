@@ -3,7 +3,7 @@ package enforce
 import "iter"
 
 // ptrTable is an open-addressing hash set of pointers (linear probing,
-// backward-shift deletion): 8 bytes a slot at a load factor between 3/8
+// backward-shift deletion): 9 bytes a slot at a load factor between 3/8
 // and 3/4, where a Go map of string to pointer costs 24 bytes a slot plus
 // its control bytes. The compact view keeps a million pods and up to as
 // many interned label sets in these (compact.go).
@@ -13,8 +13,14 @@ import "iter"
 // iteration order depends on the hashes (random seeds), like a Go map's.
 type ptrTable[T any] struct {
 	slots []*T
-	n     int
+	// tags holds the top 8 bits of each element's hash, so that a probe
+	// dereferences (a cache miss at a million elements) only the elements
+	// whose tag matches.
+	tags []uint8
+	n    int
 }
+
+func tag(h uint64) uint8 { return uint8(h >> 56) }
 
 // Len is the number of elements.
 func (t *ptrTable[T]) Len() int { return t.n }
@@ -24,13 +30,13 @@ func (t *ptrTable[T]) find(h uint64, eq func(*T) bool) *T {
 	if t.n == 0 {
 		return nil
 	}
-	mask := uint64(len(t.slots) - 1)
+	mask, tg := uint64(len(t.slots)-1), tag(h)
 	for i := h & mask; ; i = (i + 1) & mask {
 		x := t.slots[i]
 		if x == nil {
 			return nil
 		}
-		if eq(x) {
+		if t.tags[i] == tg && eq(x) {
 			return x
 		}
 	}
@@ -51,7 +57,7 @@ func (t *ptrTable[T]) place(h uint64, x *T) {
 	for t.slots[i] != nil {
 		i = (i + 1) & mask
 	}
-	t.slots[i] = x
+	t.slots[i], t.tags[i] = x, tag(h)
 }
 
 // replace puts x where old (same hash h) is; old must be in the table.
@@ -83,14 +89,14 @@ func (t *ptrTable[T]) remove(h uint64, x *T, hash func(*T) uint64) {
 	for j := (i + 1) & mask; t.slots[j] != nil; j = (j + 1) & mask {
 		home := hash(t.slots[j]) & mask
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
-			t.slots[i] = t.slots[j]
+			t.slots[i], t.tags[i] = t.slots[j], t.tags[j]
 			i = j
 		}
 	}
 	t.slots[i] = nil
 	t.n--
 	if t.n == 0 {
-		t.slots = nil
+		t.slots, t.tags = nil, nil
 	} else if len(t.slots) > 8 && t.n*16 < len(t.slots) {
 		t.resize(len(t.slots)/4, hash)
 	}
@@ -98,7 +104,7 @@ func (t *ptrTable[T]) remove(h uint64, x *T, hash func(*T) uint64) {
 
 func (t *ptrTable[T]) resize(size int, hash func(*T) uint64) {
 	old := t.slots
-	t.slots = make([]*T, size)
+	t.slots, t.tags = make([]*T, size), make([]uint8, size)
 	for _, x := range old {
 		if x != nil {
 			t.place(hash(x), x)
