@@ -3,8 +3,8 @@ package enforce
 import "iter"
 
 // ptrTable is an open-addressing hash set of pointers (linear probing,
-// backward-shift deletion): 9 bytes a slot at a load factor between 3/8
-// and 3/4, where a Go map of string to pointer costs 24 bytes a slot plus
+// backward-shift deletion): 9 bytes a slot at a load factor between 13/32
+// and 13/16, where a Go map of string to pointer costs 24 bytes a slot plus
 // its control bytes. The compact view keeps a million pods and up to as
 // many interned label sets in these (compact.go).
 //
@@ -44,7 +44,7 @@ func (t *ptrTable[T]) find(h uint64, eq func(*T) bool) *T {
 
 // insert adds x (hash h), which must not be in the table yet.
 func (t *ptrTable[T]) insert(h uint64, x *T, hash func(*T) uint64) {
-	if (t.n+1)*4 > len(t.slots)*3 {
+	if (t.n+1)*16 > len(t.slots)*13 {
 		t.resize(max(8, len(t.slots)*2), hash)
 	}
 	t.place(h, x)
