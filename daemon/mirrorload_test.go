@@ -78,12 +78,12 @@ func TestLoadMatchesPerEntryApply(t *testing.T) {
 		}
 		for i := 0; i < 1300; i++ {
 			name := fmt.Sprintf("%s/p%d", []string{"shop", "web"}[i%2], i)
-			switch r := rng.Intn(20); {
-			case r == 0:
+			switch rng.Intn(20) {
+			case 0:
 				write(st, crdt.KindPod, name, nil, true)
-			case r == 1:
+			case 1:
 				write(st, crdt.KindPod, name, []byte{0xc1, 0xff}, false) // undecodable
-			case r == 2:
+			case 2:
 				write(st, crdt.KindPod, name, enc(&crdt.PodValue{IPs: []string{"10.9.9.9"}, Phase: "Failed"}), false)
 			default:
 				write(st, crdt.KindPod, name, enc(&crdt.PodValue{
