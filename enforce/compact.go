@@ -42,6 +42,7 @@ import (
 type labelShape struct {
 	keys []string
 	id   string // keys joined by NUL: the shape's intern key
+	hash uint64 // of id; part of every set's hash (setHash)
 	refs int32
 }
 
@@ -155,7 +156,6 @@ type interner struct {
 	aux    map[string]*podAux
 	// scratch buffers of labels and podAux (the inventory is not safe
 	// for concurrent use)
-	keys  []string
 	pairs [][2]string
 	buf   []byte
 	idBuf []byte
@@ -169,18 +169,9 @@ func newInterner() *interner {
 	}
 }
 
-func (in *interner) hash(keys []string, data string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(in.seed)
-	for _, k := range keys {
-		h.WriteString(k)
-		h.WriteByte(0)
-	}
-	h.WriteString(data)
-	return h.Sum64()
-}
-
-func (in *interner) setHash(s *labelSet) uint64 { return in.hash(s.shape.keys, s.data) }
+// setHash is a set's hash: its shape's (random, fixed) hash mixed with
+// the hash of its values.
+func (in *interner) setHash(s *labelSet) uint64 { return s.shape.hash ^ maphash.String(in.seed, s.data) }
 
 // labels returns the interned set equal to m, taking a reference.
 func (in *interner) labels(m map[string]string) *labelSet {
@@ -192,42 +183,36 @@ func (in *interner) labels(m map[string]string) *labelSet {
 		pairs = append(pairs, [2]string{k, v})
 	}
 	slices.SortFunc(pairs, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
-	keys, data := in.keys[:0], in.buf[:0]
-	for _, p := range pairs {
-		keys = append(keys, p[0])
-		data = binary.AppendUvarint(data, uint64(len(p[1])))
-		data = append(data, p[1]...)
-	}
-	in.keys, in.buf, in.pairs = keys, data, pairs
-	defer func() { clear(keys); clear(pairs) }() // do not pin decoded strings
-	h := in.hash(keys, string(data))
-	if s := in.sets.find(h, func(s *labelSet) bool {
-		return s.data == string(data) && slices.Equal(s.shape.keys, keys)
-	}); s != nil {
-		s.refs++
-		return s
-	}
-	s := &labelSet{shape: in.shape(keys), data: string(data), refs: 1}
-	in.sets.insert(h, s, in.setHash)
-	return s
-}
-
-func (in *interner) shape(keys []string) *labelShape {
-	id := in.idBuf[:0]
-	for i, k := range keys {
+	id, data := in.idBuf[:0], in.buf[:0]
+	for i, p := range pairs {
 		if i > 0 {
 			id = append(id, 0)
 		}
-		id = append(id, k...)
+		id = append(id, p[0]...)
+		data = binary.AppendUvarint(data, uint64(len(p[1])))
+		data = append(data, p[1]...)
 	}
-	in.idBuf = id
-	if sh := in.shapes[string(id)]; sh != nil {
+	in.idBuf, in.buf, in.pairs = id, data, pairs
+	defer clear(pairs) // do not pin decoded strings
+	sh := in.shapes[string(id)]
+	if sh != nil {
+		h := sh.hash ^ maphash.String(in.seed, string(data))
+		if s := in.sets.find(h, func(s *labelSet) bool { return s.shape == sh && s.data == string(data) }); s != nil {
+			s.refs++
+			return s
+		}
 		sh.refs++
-		return sh
+	} else {
+		keys := make([]string, len(pairs))
+		for i, p := range pairs {
+			keys[i] = p[0]
+		}
+		sh = &labelShape{keys: keys, id: string(id), refs: 1, hash: maphash.String(in.seed, string(id))}
+		in.shapes[sh.id] = sh
 	}
-	sh := &labelShape{keys: slices.Clone(keys), id: string(id), refs: 1}
-	in.shapes[sh.id] = sh
-	return sh
+	s := &labelSet{shape: sh, data: string(data), refs: 1}
+	in.sets.insert(in.setHash(s), s, in.setHash)
+	return s
 }
 
 // releaseLabels drops a reference to s.
