@@ -2,6 +2,7 @@ package crdt
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -47,18 +48,73 @@ func invalidf(format string, args ...any) error {
 }
 
 // record is the in-memory form of one entry. Its Origin is implied by the
-// originState holding it, which keeps it to 64 bytes plus name and value.
+// originState holding it, and its value and signature share one
+// allocation (packValue), which keeps it to 64 bytes plus name and data.
 type record struct {
-	name    string
-	value   []byte
+	name string
+	// data is the value followed by the signature (sigLen bytes; see
+	// packValue for signatures of 64 KiB and more).
+	data    []byte
 	version Version
 	stamp   int64
 	kind    Kind
 	deleted bool
+	sigLen  uint16
 	// mark is the reset session (originState.rsID) that last confirmed this
 	// record; see applyReset.
 	mark uint32
-	sig  []byte
+}
+
+// bigSig in record.sigLen: the signature is 64 KiB or longer, and its
+// length is the last 4 bytes of data (big endian), after the signature.
+const bigSig = 1<<16 - 1
+
+// packValue copies a value (nil for a tombstone) and a signature into one
+// allocation.
+func packValue(value, sig []byte, deleted bool) ([]byte, uint16) {
+	if deleted {
+		value = nil
+	}
+	if len(value) == 0 && len(sig) == 0 {
+		return nil, 0
+	}
+	if len(sig) < bigSig {
+		data := make([]byte, 0, len(value)+len(sig))
+		return append(append(data, value...), sig...), uint16(len(sig))
+	}
+	data := make([]byte, 0, len(value)+len(sig)+4)
+	data = append(append(data, value...), sig...)
+	return binary.BigEndian.AppendUint32(data, uint32(len(sig))), bigSig
+}
+
+// sigBounds returns where the signature starts and ends in data.
+func (r *record) sigBounds() (int, int) {
+	end := len(r.data)
+	n := int(r.sigLen)
+	if r.sigLen == bigSig {
+		end -= 4
+		n = int(binary.BigEndian.Uint32(r.data[end:]))
+	}
+	return end - n, end
+}
+
+// value is the stored value (nil for a tombstone), capped so that an
+// append by a caller cannot write into the signature.
+func (r *record) value() []byte {
+	start, _ := r.sigBounds()
+	if start == 0 {
+		return nil
+	}
+	return r.data[:start:start]
+}
+
+// sig is the stored signature (nil when unsigned).
+func (r *record) sig() []byte {
+	start, end := r.sigBounds()
+	if start == end {
+		return nil
+	}
+	return r.data[start:end:end]
 }
 
 func recLess(a, b *record) bool {
@@ -125,9 +181,9 @@ func (o *originState) entry(r *record) Entry {
 		Key:     Key{Origin: o.name, Kind: r.kind, Name: r.name},
 		Version: r.version,
 		Deleted: r.deleted,
-		Value:   r.value,
+		Value:   r.value(),
 		Stamp:   r.stamp,
-		Sig:     r.sig,
+		Sig:     r.sig(),
 	}
 }
 
@@ -252,9 +308,8 @@ func (o *originState) replace(r *record, e *Entry) {
 	}
 	r.version = e.Version
 	r.deleted = e.Deleted
-	r.value = cloneValue(e.Value, e.Deleted)
+	r.data, r.sigLen = packValue(e.Value, e.Sig, e.Deleted)
 	r.stamp = e.Stamp
-	r.sig = cloneSig(e.Sig)
 	o.byVer.ReplaceOrInsert(r)
 	if r.deleted {
 		o.tombs.ReplaceOrInsert(r)
@@ -281,25 +336,12 @@ func (o *originState) setMax(v Version) {
 	o.max = v
 }
 
-func cloneValue(v []byte, deleted bool) []byte {
-	if deleted || len(v) == 0 {
-		return nil
-	}
-	return bytes.Clone(v)
-}
-
-func cloneSig(sig []byte) []byte {
-	if len(sig) == 0 {
-		return nil
-	}
-	return bytes.Clone(sig)
-}
-
 func newRecord(e *Entry) *record {
+	data, sigLen := packValue(e.Value, e.Sig, e.Deleted)
 	return &record{
-		sig:     cloneSig(e.Sig),
+		data:    data,
+		sigLen:  sigLen,
 		name:    e.Name,
-		value:   cloneValue(e.Value, e.Deleted),
 		version: e.Version,
 		stamp:   e.Stamp,
 		kind:    e.Kind,
@@ -320,11 +362,11 @@ func wins(e *Entry, r *record) bool {
 	if e.Stamp != r.stamp {
 		return e.Stamp > r.stamp
 	}
-	return bytes.Compare(e.Value, r.value) > 0
+	return bytes.Compare(e.Value, r.value()) > 0
 }
 
 func sameContent(e *Entry, r *record) bool {
-	return e.Version == r.version && e.Deleted == r.deleted && e.Stamp == r.stamp && bytes.Equal(e.Value, r.value)
+	return e.Version == r.version && e.Deleted == r.deleted && e.Stamp == r.stamp && bytes.Equal(e.Value, r.value())
 }
 
 // mergeEntry applies e by per-key max; it returns the change, if any. A
@@ -1106,7 +1148,7 @@ func (c *cursor) next(limit int) (Delta, bool) {
 			return false
 		}
 		d.Entries = append(d.Entries, o.entry(r))
-		size += len(r.name) + len(r.value) + 32
+		size += len(r.name) + len(r.value()) + 32
 		return true
 	})
 	switch {

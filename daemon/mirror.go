@@ -59,21 +59,9 @@ func ParsePolicyKey(k string) (enforce.PolicyRef, bool) {
 	return enforce.PolicyRef{Origin: p[0], Namespace: p[1], Name: p[2]}, true
 }
 
-// Load rebuilds the mirror from every entry of a state (start-up).
-func (m *Mirror) Load(st *crdt.State) []error {
-	var errs []error
-	for _, origin := range st.Origins() {
-		for _, spec := range crdt.Kinds() {
-			st.Range(origin, spec.Kind, func(e crdt.Entry) bool {
-				if _, err := m.apply(crdt.Change{Key: e.Key, New: &e}); err != nil {
-					errs = append(errs, err)
-				}
-				return true
-			})
-		}
-	}
-	return errs
-}
+// Load rebuilds the mirror from every entry of a state (start-up); see
+// load (mirrorload.go).
+func (m *Mirror) Load(st *crdt.State) []error { return m.load(st) }
 
 // Result is what one batch of changes means for the enforcer.
 type Result struct {

@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"encoding/binary"
 	"hash/maphash"
 	"iter"
 	"net/netip"
@@ -41,16 +42,18 @@ import (
 type labelShape struct {
 	keys []string
 	id   string // keys joined by NUL: the shape's intern key
+	hash uint64 // of id; part of every set's hash (setHash)
 	refs int32
 }
 
 // labelSet is an interned, immutable label set: a shape and the value of
-// each of its keys.
+// each of its keys. The values live in one string, each preceded by its
+// length as a uvarint, so a set is two allocations (32 bytes each for the
+// typical pod) however many labels it has.
 type labelSet struct {
 	shape *labelShape
-	vals  []string
+	data  string
 	refs  int32
-	next  *labelSet // same-hash chain
 }
 
 // emptyLabels is shared by every pod without labels; it is never released.
@@ -75,13 +78,56 @@ func (s *labelSet) find(key string) int {
 	return i
 }
 
+// nextValue returns the value starting at offset off of data and the offset of
+// the one after it.
+func nextValue(data string, off int) (string, int) {
+	n := uint64(data[off])
+	off++
+	if n >= 0x80 { // a value of 128 bytes or more (label values have <= 63)
+		n &= 0x7f
+		for shift := 7; ; shift += 7 {
+			b := data[off]
+			off++
+			n |= uint64(b&0x7f) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+	}
+	return data[off : off+int(n)], off + int(n)
+}
+
+// val returns the value of the i-th key of the shape.
+func (s *labelSet) val(i int) string {
+	off := 0
+	var v string
+	for ; i >= 0; i-- {
+		v, off = nextValue(s.data, off)
+	}
+	return v
+}
+
+// vals yields the values in key order.
+func (s *labelSet) vals() iter.Seq2[int, string] {
+	return func(yield func(int, string) bool) {
+		off := 0
+		for i := range s.shape.keys {
+			var v string
+			v, off = nextValue(s.data, off)
+			if !yield(i, v) {
+				return
+			}
+		}
+	}
+}
+
 // Has implements labels.Labels.
 func (s *labelSet) Has(key string) bool { return s.find(key) >= 0 }
 
 // Get implements labels.Labels.
 func (s *labelSet) Get(key string) string {
 	if i := s.find(key); i >= 0 {
-		return s.vals[i]
+		return s.val(i)
 	}
 	return ""
 }
@@ -90,13 +136,13 @@ func (s *labelSet) Get(key string) string {
 // separated); used only in log and error messages.
 func (s *labelSet) String() string {
 	var b strings.Builder
-	for i, k := range s.shape.keys {
+	for i, v := range s.vals() {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(k)
+		b.WriteString(s.shape.keys[i])
 		b.WriteByte('=')
-		b.WriteString(s.vals[i])
+		b.WriteString(v)
 	}
 	return b.String()
 }
@@ -105,75 +151,68 @@ func (s *labelSet) String() string {
 // data (ports, extra addresses) of one inventory.
 type interner struct {
 	seed   maphash.Seed
-	sets   map[uint64]*labelSet
+	sets   ptrTable[labelSet]
 	shapes map[string]*labelShape
 	aux    map[string]*podAux
+	// scratch buffers of labels and podAux (the inventory is not safe
+	// for concurrent use)
+	pairs [][2]string
+	buf   []byte
+	idBuf []byte
 }
 
 func newInterner() *interner {
 	return &interner{
 		seed:   maphash.MakeSeed(),
-		sets:   map[uint64]*labelSet{},
 		shapes: map[string]*labelShape{},
 		aux:    map[string]*podAux{},
 	}
 }
 
-func (in *interner) hash(keys []string, val func(i int) string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(in.seed)
-	for i, k := range keys {
-		h.WriteString(k)
-		h.WriteByte(0)
-		h.WriteString(val(i))
-		h.WriteByte(0)
-	}
-	return h.Sum64()
-}
+// setHash is a set's hash: its shape's (random, fixed) hash mixed with
+// the hash of its values.
+func (in *interner) setHash(s *labelSet) uint64 { return s.shape.hash ^ maphash.String(in.seed, s.data) }
 
 // labels returns the interned set equal to m, taking a reference.
 func (in *interner) labels(m map[string]string) *labelSet {
 	if len(m) == 0 {
 		return emptyLabels
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	pairs := in.pairs[:0]
+	for k, v := range m {
+		pairs = append(pairs, [2]string{k, v})
 	}
-	slices.Sort(keys)
-	h := in.hash(keys, func(i int) string { return m[keys[i]] })
-	for s := in.sets[h]; s != nil; s = s.next {
-		if slices.Equal(s.shape.keys, keys) && s.valsEqual(m) {
+	slices.SortFunc(pairs, func(a, b [2]string) int { return strings.Compare(a[0], b[0]) })
+	id, data := in.idBuf[:0], in.buf[:0]
+	for i, p := range pairs {
+		if i > 0 {
+			id = append(id, 0)
+		}
+		id = append(id, p[0]...)
+		data = binary.AppendUvarint(data, uint64(len(p[1])))
+		data = append(data, p[1]...)
+	}
+	in.idBuf, in.buf, in.pairs = id, data, pairs
+	defer clear(pairs) // do not pin decoded strings
+	sh := in.shapes[string(id)]
+	if sh != nil {
+		h := sh.hash ^ maphash.String(in.seed, string(data))
+		if s := in.sets.find(h, func(s *labelSet) bool { return s.shape == sh && s.data == string(data) }); s != nil {
 			s.refs++
 			return s
 		}
-	}
-	s := &labelSet{shape: in.shape(keys), vals: make([]string, len(keys)), refs: 1, next: in.sets[h]}
-	for i, k := range keys {
-		s.vals[i] = m[k]
-	}
-	in.sets[h] = s
-	return s
-}
-
-func (s *labelSet) valsEqual(m map[string]string) bool {
-	for i, k := range s.shape.keys {
-		if m[k] != s.vals[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func (in *interner) shape(keys []string) *labelShape {
-	id := strings.Join(keys, "\x00")
-	if sh := in.shapes[id]; sh != nil {
 		sh.refs++
-		return sh
+	} else {
+		keys := make([]string, len(pairs))
+		for i, p := range pairs {
+			keys[i] = p[0]
+		}
+		sh = &labelShape{keys: keys, id: string(id), refs: 1, hash: maphash.String(in.seed, string(id))}
+		in.shapes[sh.id] = sh
 	}
-	sh := &labelShape{keys: keys, id: id, refs: 1}
-	in.shapes[id] = sh
-	return sh
+	s := &labelSet{shape: sh, data: string(data), refs: 1}
+	in.sets.insert(in.setHash(s), s, in.setHash)
+	return s
 }
 
 // releaseLabels drops a reference to s.
@@ -184,21 +223,7 @@ func (in *interner) releaseLabels(s *labelSet) {
 	if s.refs--; s.refs > 0 {
 		return
 	}
-	h := in.hash(s.shape.keys, func(i int) string { return s.vals[i] })
-	head := in.sets[h]
-	switch {
-	case head == s && s.next == nil:
-		delete(in.sets, h)
-	case head == s:
-		in.sets[h] = s.next
-	default:
-		for p := head; p != nil; p = p.next {
-			if p.next == s {
-				p.next = s.next
-				break
-			}
-		}
-	}
+	in.sets.remove(in.setHash(s), s, in.setHash)
 	if sh := s.shape; sh != nil {
 		if sh.refs--; sh.refs <= 0 {
 			delete(in.shapes, sh.id)
@@ -206,58 +231,60 @@ func (in *interner) releaseLabels(s *labelSet) {
 	}
 }
 
-// podAux is what few pods differ in, interned by content: container ports
-// (shared by the pods of a workload), addresses after the first
-// (dual-stack) and Globalnet egress IPs.
+// podAux is what the pods of a namespace share, interned by content: the
+// namespace, the family of the first address, container ports (shared by
+// the pods of a workload), addresses after the first (dual-stack) and
+// Globalnet egress IPs.
 type podAux struct {
+	ns     *namespaceState // cluster and namespace names
 	ports  []Port
 	more   []netip.Addr
 	egress []netip.Prefix // parseAddrs(EgressIPs)
 	key    string
 	refs   int32
+	// family of the pod's first address (podEntry.ip): 4, 6, or 0 when
+	// the pod is not eligible.
+	family uint8
 }
 
-var noAux = &podAux{}
-
-func auxKey(ports []Port, more []netip.Addr, egress []netip.Prefix) string {
-	var b strings.Builder
+func appendAuxKey(b []byte, nsID uint64, family uint8, ports []Port, more []netip.Addr, egress []netip.Prefix) []byte {
+	b = binary.BigEndian.AppendUint64(b, nsID)
+	b = append(b, family)
 	for _, p := range ports {
-		b.WriteString(p.Name)
-		b.WriteByte(0)
-		b.WriteString(strconv.FormatInt(int64(p.Port), 10))
-		b.WriteByte(0)
-		b.WriteString(string(p.Protocol))
-		b.WriteByte(0)
+		b = append(b, p.Name...)
+		b = append(b, 0)
+		b = strconv.AppendInt(b, int64(p.Port), 10)
+		b = append(b, 0)
+		b = append(b, p.Protocol...)
+		b = append(b, 0)
 	}
-	b.WriteByte(1)
+	b = append(b, 1)
 	for _, a := range more {
-		b.WriteString(a.String())
-		b.WriteByte(0)
+		b = a.AppendTo(b)
+		b = append(b, 0)
 	}
-	b.WriteByte(1)
+	b = append(b, 1)
 	for _, p := range egress {
-		b.WriteString(p.String())
-		b.WriteByte(0)
+		b = p.AppendTo(b)
+		b = append(b, 0)
 	}
-	return b.String()
+	return b
 }
 
-func (in *interner) podAux(ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
-	if len(ports) == 0 && len(more) == 0 && len(egress) == 0 {
-		return noAux
-	}
-	k := auxKey(ports, more, egress)
-	if a := in.aux[k]; a != nil {
+func (in *interner) podAux(ns *namespaceState, family uint8, ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
+	in.buf = appendAuxKey(in.buf[:0], ns.id, family, ports, more, egress)
+	if a := in.aux[string(in.buf)]; a != nil {
 		a.refs++
 		return a
 	}
-	a := &podAux{ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
+	k := string(in.buf)
+	a := &podAux{ns: ns, family: family, ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
 	in.aux[k] = a
 	return a
 }
 
 func (in *interner) releaseAux(a *podAux) {
-	if a == nil || a == noAux {
+	if a == nil {
 		return
 	}
 	if a.refs--; a.refs <= 0 {
@@ -265,27 +292,51 @@ func (in *interner) releaseAux(a *podAux) {
 	}
 }
 
-// podEntry is one pod as the translator needs it: 64 bytes plus shared,
+// podEntry is one pod as the translator needs it: 48 bytes plus shared,
 // interned parts.
 type podEntry struct {
-	ns     *namespaceState // cluster and namespace names
 	name   string
 	labels *labelSet
-	aux    *podAux
-	// addr is the pod's first valid IP (unmapped, no zone), set only when
-	// the pod is eligible (Pod.Eligible and a valid IP): ineligible pods
-	// are never rendered, so their addresses are not kept.
-	addr netip.Addr
+	aux    *podAux // namespace, address family, ports, further addresses
+	// ip is the pod's first valid IP (unmapped, no zone; an IPv4 address
+	// in its first 4 bytes), set only when the pod is eligible
+	// (Pod.Eligible and a valid IP; aux.family says which): ineligible
+	// pods are never rendered, so their addresses are not kept.
+	ip [16]byte
 }
 
+// ns is the pod's namespace.
+func (e *podEntry) ns() *namespaceState { return e.aux.ns }
+
 // eligible reports whether the pod can be a peer.
-func (e *podEntry) eligible() bool { return e.addr.IsValid() }
+func (e *podEntry) eligible() bool { return e.aux.family != 0 }
+
+// addr is the pod's first address (invalid for an ineligible pod).
+func (e *podEntry) addr() netip.Addr {
+	switch e.aux.family {
+	case 4:
+		return netip.AddrFrom4([4]byte(e.ip[:4]))
+	case 6:
+		return netip.AddrFrom16(e.ip)
+	}
+	return netip.Addr{}
+}
+
+// setAddr stores the first address and returns its family.
+func (e *podEntry) setAddr(a netip.Addr) uint8 {
+	if a.Is4() {
+		copy(e.ip[:4], a.AsSlice())
+		return 4
+	}
+	e.ip = a.As16()
+	return 6
+}
 
 // addrs yields the pod's valid IPs in their original order (none for an
 // ineligible pod).
 func (e *podEntry) addrs() iter.Seq[netip.Addr] {
 	return func(yield func(netip.Addr) bool) {
-		if !e.addr.IsValid() || !yield(e.addr) {
+		if !e.eligible() || !yield(e.addr()) {
 			return
 		}
 		for _, a := range e.aux.more {
@@ -304,7 +355,8 @@ func (e *podEntry) egress() []netip.Prefix { return e.aux.egress }
 
 // key is cluster/namespace/name, for deterministic tie-breaks.
 func (e *podEntry) key() string {
-	return e.ns.cluster.id + "/" + e.ns.name + "/" + e.name
+	ns := e.ns()
+	return ns.cluster.id + "/" + ns.name + "/" + e.name
 }
 
 func comparePodKeys(a, b *podEntry) int {
@@ -314,12 +366,35 @@ func comparePodKeys(a, b *podEntry) int {
 	return strings.Compare(a.key(), b.key())
 }
 
-// internedLabelSets is the number of distinct label sets; for tests.
-func (inv *Inventory) internedLabelSets() (sets int) {
-	for _, s := range inv.intern.sets {
-		for ; s != nil; s = s.next {
-			sets++
-		}
-	}
-	return sets
+// podTable holds the pods of one namespace by name.
+type podTable struct {
+	t ptrTable[podEntry]
 }
+
+// podSeed seeds the pod tables' name hash.
+var podSeed = maphash.MakeSeed()
+
+func podHash(e *podEntry) uint64 { return maphash.String(podSeed, e.name) }
+
+func (pt *podTable) Len() int { return pt.t.n }
+
+func (pt *podTable) get(name string) *podEntry {
+	return pt.t.find(maphash.String(podSeed, name), func(e *podEntry) bool { return e.name == name })
+}
+
+// put adds e, replacing the pod of the same name (old, nil if none).
+func (pt *podTable) put(e, old *podEntry) {
+	if old != nil {
+		pt.t.replace(podHash(old), old, e)
+		return
+	}
+	pt.t.insert(podHash(e), e, podHash)
+}
+
+func (pt *podTable) remove(e *podEntry) { pt.t.remove(podHash(e), e, podHash) }
+
+// all yields every pod; the table must not change meanwhile.
+func (pt *podTable) all() iter.Seq[*podEntry] { return pt.t.all() }
+
+// internedLabelSets is the number of distinct label sets; for tests.
+func (inv *Inventory) internedLabelSets() int { return inv.intern.sets.Len() }

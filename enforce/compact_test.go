@@ -23,7 +23,7 @@ func TestLabelSetsInternedAndReleased(t *testing.T) {
 	require.Len(t, inv.intern.shapes, 1)
 	require.Len(t, inv.intern.aux, 1)
 	ns := inv.clusters["eu-2"].namespaces["shop"]
-	require.Same(t, ns.pods["web-0"].labels, ns.pods["web-99"].labels)
+	require.Same(t, ns.pods.get("web-0").labels, ns.pods.get("web-99").labels)
 
 	// a rollout: every pod gets a new pod-template-hash, one by one
 	for i := 0; i < 100; i++ {
@@ -35,8 +35,8 @@ func TestLabelSetsInternedAndReleased(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, inv.internedLabelSets())
-	require.Equal(t, "web", ns.pods["web-7"].labels.Get("app"))
-	require.Equal(t, "def", ns.pods["web-7"].labels.Get("pod-template-hash"))
+	require.Equal(t, "web", ns.pods.get("web-7").labels.Get("app"))
+	require.Equal(t, "def", ns.pods.get("web-7").labels.Get("pod-template-hash"))
 	require.Len(t, inv.intern.aux, 1)
 	require.Len(t, inv.intern.shapes, 1)
 
@@ -48,7 +48,7 @@ func TestLabelSetsInternedAndReleased(t *testing.T) {
 	require.Equal(t, 0, inv.internedLabelSets())
 	require.Empty(t, inv.intern.shapes)
 	require.Empty(t, inv.intern.aux)
-	require.Empty(t, inv.intern.sets)
+	require.Zero(t, inv.intern.sets.Len())
 }
 
 // A labelSet answers apimachinery selectors exactly like labels.Set.

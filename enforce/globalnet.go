@@ -340,7 +340,7 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 		coarse = v.globalCIDRs
 	} else if own := pod.egress(); len(own) > 0 {
 		exact = own
-	} else if ns := v.nsEgress[pod.ns.name]; len(ns) > 0 {
+	} else if ns := v.nsEgress[pod.ns().name]; len(ns) > 0 {
 		exact = ns
 	} else {
 		coarse = v.clusterEgress
@@ -397,8 +397,8 @@ func Findings(inv *Inventory) []Finding {
 		n, example := 0, ""
 		for _, nsName := range slices.Sorted(maps.Keys(inv.clusters[id].namespaces)) {
 			ns := inv.clusters[id].namespaces[nsName]
-			for _, podName := range slices.Sorted(maps.Keys(ns.pods)) {
-				pod := ns.pods[podName]
+			for _, pod := range slices.SortedFunc(ns.pods.all(), func(a, b *podEntry) int { return strings.Compare(a.name, b.name) }) {
+				podName := pod.name
 				if !pod.eligible() {
 					continue
 				}

@@ -152,12 +152,14 @@ type Inventory struct {
 	// posting lists (compact.go).
 	intern    *interner
 	indexKeys map[string]int
+	nsSerial  uint64 // last namespaceState.id handed out
 	// sorted caches, rebuilt lazily
 	clusterIDs []string
 	policyRefs []PolicyRef
 }
 
 type clusterState struct {
+	inv        *Inventory
 	id         string
 	known      bool // SetCluster was called (vs implied by a pod/namespace)
 	cluster    Cluster
@@ -166,11 +168,12 @@ type clusterState struct {
 }
 
 type namespaceState struct {
+	id      uint64 // unique in the inventory (podAux intern keys)
 	cluster *clusterState
 	name    string
 	present bool // the Namespace object exists
 	labels  labels.Set
-	pods    map[string]*podEntry
+	pods    podTable
 	// index: label key -> value -> pods, so equality/In selectors visit
 	// only candidate pods instead of the whole namespace. Only the keys in
 	// Inventory.indexKeys (used by some policy's pod selector) are indexed.
@@ -192,20 +195,24 @@ func (ns *namespaceState) indexPodKey(e *podEntry, k, v string) {
 }
 
 func (ns *namespaceState) indexPod(inv *Inventory, e *podEntry) {
-	for i, k := range e.labels.shape.keys {
-		if inv.indexKeys[k] > 0 {
-			ns.indexPodKey(e, k, e.labels.vals[i])
+	for i, v := range e.labels.vals() {
+		if k := e.labels.shape.keys[i]; inv.indexKeys[k] > 0 {
+			ns.indexPodKey(e, k, v)
 		}
 	}
 }
 
 func (ns *namespaceState) unindexPod(e *podEntry) {
-	for i, k := range e.labels.shape.keys {
+	if len(ns.index) == 0 {
+		return
+	}
+	for i, v := range e.labels.vals() {
+		k := e.labels.shape.keys[i]
 		byVal := ns.index[k]
-		if set := byVal[e.labels.vals[i]]; set != nil {
+		if set := byVal[v]; set != nil {
 			delete(set, e)
 			if len(set) == 0 {
-				delete(byVal, e.labels.vals[i])
+				delete(byVal, v)
 				if len(byVal) == 0 {
 					delete(ns.index, k)
 				}
@@ -249,9 +256,9 @@ func (inv *Inventory) removeIndexKeys(cp *compiledPolicy) {
 func (inv *Inventory) buildIndex(key string) {
 	for _, c := range inv.clusters {
 		for _, ns := range c.namespaces {
-			for _, e := range ns.pods {
+			for e := range ns.pods.all() {
 				if i := e.labels.find(key); i >= 0 {
-					ns.indexPodKey(e, key, e.labels.vals[i])
+					ns.indexPodKey(e, key, e.labels.val(i))
 				}
 			}
 		}
@@ -274,6 +281,7 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 	c := inv.clusters[id]
 	if c == nil && create {
 		c = &clusterState{
+			inv:        inv,
 			id:         id,
 			labels:     labels.Set{ClusterIDLabel: id},
 			namespaces: map[string]*namespaceState{},
@@ -288,14 +296,15 @@ func (inv *Inventory) cluster(id string, create bool) *clusterState {
 func (c *clusterState) namespace(name string, create bool) *namespaceState {
 	ns := c.namespaces[name]
 	if ns == nil && create {
-		ns = &namespaceState{cluster: c, name: name, pods: map[string]*podEntry{}, index: map[string]map[string]map[*podEntry]struct{}{}}
+		c.inv.nsSerial++
+		ns = &namespaceState{id: c.inv.nsSerial, cluster: c, name: name, index: map[string]map[string]map[*podEntry]struct{}{}}
 		c.namespaces[name] = ns
 	}
 	return ns
 }
 
 func (c *clusterState) dropIfEmpty(name string) {
-	if ns := c.namespaces[name]; ns != nil && !ns.present && len(ns.pods) == 0 {
+	if ns := c.namespaces[name]; ns != nil && !ns.present && ns.pods.Len() == 0 {
 		delete(c.namespaces, name)
 	}
 }
@@ -322,7 +331,7 @@ func (inv *Inventory) SetCluster(c Cluster) {
 func (inv *Inventory) RemoveCluster(id string) {
 	if c, ok := inv.clusters[id]; ok {
 		for _, ns := range c.namespaces {
-			for _, e := range ns.pods {
+			for e := range ns.pods.all() {
 				inv.intern.releaseLabels(e.labels)
 				inv.intern.releaseAux(e.aux)
 			}
@@ -370,7 +379,7 @@ func (inv *Inventory) RemoveNamespace(cluster, name string) {
 // labels and ports are interned, addresses parsed (compact.go).
 func (inv *Inventory) SetPod(cluster string, p Pod) {
 	ns := inv.cluster(cluster, true).namespace(p.Namespace, true)
-	old := ns.pods[p.Name]
+	old := ns.pods.get(p.Name)
 	name := p.Name
 	if old != nil {
 		name = old.name
@@ -385,16 +394,17 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 	if len(p.EgressIPs) > 0 {
 		egress = parseAddrs(p.EgressIPs)
 	}
-	e := &podEntry{ns: ns, name: name, labels: inv.intern.labels(p.Labels)}
+	e := &podEntry{name: name, labels: inv.intern.labels(p.Labels)}
 	var more []netip.Addr
+	var family uint8
 	if len(addrs) > 0 && p.Eligible() {
-		e.addr, more = addrs[0], addrs[1:]
+		family, more = e.setAddr(addrs[0]), addrs[1:]
 	}
-	e.aux = inv.intern.podAux(p.Ports, more, egress)
+	e.aux = inv.intern.podAux(ns, family, p.Ports, more, egress)
 	if old != nil {
 		inv.dropPod(ns, old)
 	}
-	ns.pods[name] = e
+	ns.pods.put(e, old)
 	ns.indexPod(inv, e)
 }
 
@@ -412,9 +422,9 @@ func (inv *Inventory) RemovePod(cluster, namespace, name string) {
 		return
 	}
 	if ns := c.namespaces[namespace]; ns != nil {
-		if old := ns.pods[name]; old != nil {
+		if old := ns.pods.get(name); old != nil {
 			inv.dropPod(ns, old)
-			delete(ns.pods, name)
+			ns.pods.remove(old)
 		}
 		c.dropIfEmpty(namespace)
 	}

@@ -406,7 +406,8 @@ func PodIPDrops(inv *Inventory, enforcing string) []PodIPDrop {
 			}
 		}
 		for nsName, ns := range cs.namespaces {
-			for podName, pod := range ns.pods {
+			for pod := range ns.pods.all() {
+				podName := pod.name
 				if !pod.eligible() {
 					continue
 				}

@@ -296,7 +296,7 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *re
 	visit := func(ns *namespaceState) {
 		// Use the most selective indexable requirement, if any: every
 		// matching pod carries one of its values for its key.
-		best, bestN := -1, len(ns.pods)
+		best, bestN := -1, ns.pods.Len()
 		for i, r := range p.podIndex {
 			if !inv.indexed(r.key) {
 				continue
@@ -310,7 +310,7 @@ func (p *compiledPeer) collectRemote(inv *Inventory, r, policyNS string, out *re
 			}
 		}
 		if best < 0 {
-			for _, pod := range ns.pods {
+			for pod := range ns.pods.all() {
 				add(pod)
 			}
 			return

@@ -1,0 +1,258 @@
+package crdt
+
+import (
+	"bytes"
+	"errors"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// PodDecoder decodes pod values with the result of DecodeValue, several
+// times faster, for bulk readers (the daemon's enforce view at start-up
+// decodes a million of them). It reads the common encoding, a map of the
+// PodValue fields as EncodeValue writes it, with msgpack's own Decoder
+// primitives and no reflection; any other form (array-encoded structs,
+// nil fields, unexpected types, a key given twice, an error) is decoded
+// by DecodeValue itself, so results and errors are DecodeValue's.
+//
+// Decode reuses the map and slices the PodValue it is given holds: a
+// caller that keeps a result past the next Decode into the same value must
+// copy them. A field the value lacks comes back empty (not nil) when the
+// target held a map or slice. Not safe for concurrent use.
+type PodDecoder struct {
+	r bytes.Reader
+	d *msgpack.Decoder
+}
+
+// errSlowPath: the value is not in the form Decode reads itself.
+var errSlowPath = errors.New("crdt: pod value needs the generic decoder")
+
+// Decode decodes b into v.
+func (pd *PodDecoder) Decode(b []byte, v *PodValue) error {
+	if len(b) <= MaxValueBytes && checkMsgpackLengths(b) == nil {
+		if pd.d == nil {
+			pd.d = msgpack.NewDecoder(&pd.r)
+		}
+		pd.r.Reset(b)
+		pd.d.Reset(&pd.r)
+		if err := pd.fast(v); err == nil && v.Format != 0 {
+			return nil
+		}
+	}
+	*v = PodValue{}
+	return DecodeValue(b, v)
+}
+
+func isStr(c byte) bool {
+	return msgpcode.IsFixedString(c) || c == msgpcode.Str8 || c == msgpcode.Str16 || c == msgpcode.Str32
+}
+
+func isMap(c byte) bool { return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32 }
+
+func isArray(c byte) bool {
+	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+}
+
+func isUint(c byte) bool {
+	return msgpcode.IsFixedNum(c) && c <= msgpcode.PosFixedNumHigh ||
+		c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 || c == msgpcode.Uint64
+}
+
+func isInt(c byte) bool {
+	return msgpcode.IsFixedNum(c) || c == msgpcode.Uint8 || c == msgpcode.Uint16 || c == msgpcode.Uint32 ||
+		c == msgpcode.Uint64 || c == msgpcode.Int8 || c == msgpcode.Int16 || c == msgpcode.Int32 || c == msgpcode.Int64
+}
+
+// peek returns the next code if ok accepts it, else errSlowPath.
+func (pd *PodDecoder) peek(ok func(byte) bool) error {
+	c, err := pd.d.PeekCode()
+	if err != nil {
+		return err
+	}
+	if !ok(c) {
+		return errSlowPath
+	}
+	return nil
+}
+
+func (pd *PodDecoder) str() (string, error) {
+	if err := pd.peek(isStr); err != nil {
+		return "", err
+	}
+	return pd.d.DecodeString()
+}
+
+func (pd *PodDecoder) strs(s []string) ([]string, error) {
+	if err := pd.peek(isArray); err != nil {
+		return nil, err
+	}
+	n, err := pd.d.DecodeArrayLen()
+	if err != nil {
+		return nil, err
+	}
+	s = s[:0]
+	for range n {
+		x, err := pd.str()
+		if err != nil {
+			return nil, err
+		}
+		s = append(s, x)
+	}
+	return s, nil
+}
+
+// fast decodes the common form; errSlowPath (or any error) sends the value
+// to DecodeValue.
+func (pd *PodDecoder) fast(v *PodValue) error {
+	labels, ips, ports, egress := v.Labels, v.IPs, v.Ports, v.EgressIPs
+	clear(labels)
+	*v = PodValue{Labels: labels, IPs: ips[:0], Ports: ports[:0], EgressIPs: egress[:0]}
+	if err := pd.peek(isMap); err != nil {
+		return err
+	}
+	n, err := pd.d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	var seen uint8
+	once := func(bit uint8) error {
+		if seen&bit != 0 {
+			return errSlowPath
+		}
+		seen |= bit
+		return nil
+	}
+	for range n {
+		key, err := pd.str()
+		if err != nil {
+			return err
+		}
+		switch key {
+		case "v":
+			if err = once(1); err == nil {
+				if err = pd.peek(isUint); err == nil {
+					var f uint64
+					f, err = pd.d.DecodeUint64()
+					v.Format = uint8(f) // as reflection sets a uint8 field
+				}
+			}
+		case "l":
+			if err = once(2); err == nil {
+				err = pd.labels(v)
+			}
+		case "ip":
+			if err = once(4); err == nil {
+				v.IPs, err = pd.strs(v.IPs)
+			}
+		case "ph":
+			if err = once(8); err == nil {
+				v.Phase, err = pd.str()
+			}
+		case "hn":
+			if err = once(16); err == nil {
+				if err = pd.peek(func(c byte) bool { return c == msgpcode.True || c == msgpcode.False }); err == nil {
+					v.HostNetwork, err = pd.d.DecodeBool()
+				}
+			}
+		case "po":
+			if err = once(32); err == nil {
+				err = pd.ports(v)
+			}
+		case "eg":
+			if err = once(64); err == nil {
+				v.EgressIPs, err = pd.strs(v.EgressIPs)
+			}
+		default:
+			err = pd.d.Skip()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (pd *PodDecoder) labels(v *PodValue) error {
+	if err := pd.peek(isMap); err != nil {
+		return err
+	}
+	n, err := pd.d.DecodeMapLen()
+	if err != nil {
+		return err
+	}
+	if v.Labels == nil {
+		v.Labels = make(map[string]string, n)
+	}
+	for range n {
+		k, err := pd.str()
+		if err != nil {
+			return err
+		}
+		val, err := pd.str()
+		if err != nil {
+			return err
+		}
+		v.Labels[k] = val
+	}
+	return nil
+}
+
+func (pd *PodDecoder) ports(v *PodValue) error {
+	if err := pd.peek(isArray); err != nil {
+		return err
+	}
+	n, err := pd.d.DecodeArrayLen()
+	if err != nil {
+		return err
+	}
+	for range n {
+		if err := pd.peek(isMap); err != nil {
+			return err
+		}
+		m, err := pd.d.DecodeMapLen()
+		if err != nil {
+			return err
+		}
+		var p NamedPort
+		var seen uint8
+		for range m {
+			key, err := pd.str()
+			if err != nil {
+				return err
+			}
+			var bit uint8
+			switch key {
+			case "n":
+				bit = 1
+			case "p":
+				bit = 2
+			case "t":
+				bit = 4
+			}
+			if seen&bit != 0 {
+				return errSlowPath
+			}
+			seen |= bit
+			switch key {
+			case "n":
+				p.Name, err = pd.str()
+			case "t":
+				p.Protocol, err = pd.str()
+			case "p":
+				if err = pd.peek(isInt); err == nil {
+					var x int64
+					x, err = pd.d.DecodeInt64()
+					p.Port = int32(x) // as reflection sets an int32 field
+				}
+			default:
+				err = pd.d.Skip()
+			}
+			if err != nil {
+				return err
+			}
+		}
+		v.Ports = append(v.Ports, p)
+	}
+	return nil
+}
