@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -26,13 +25,9 @@ func (d *Daemon) openState() (*store.Replica, error) {
 	o := d.opts
 	start := time.Now()
 	ignoreFileSizeSignal()
-	// The view is built from the entries while the replica restores them
-	// (store.Options.OnLoad), one core each; a second call (the file was
-	// corrupt, the replica starts empty) starts the view over.
 	d.mu.Lock()
-	var loadErrs []error
-	rep, err := store.OpenReplica(filepath.Join(o.DataDir, StateFile), o.ClusterID,
-		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed, OnLoad: mirrorLoader(d.mirror, &loadErrs)})
+	rep, loadErrs, err := LoadState(filepath.Join(o.DataDir, StateFile), o.ClusterID,
+		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed}, d.mirror)
 	if err != nil {
 		d.mu.Unlock()
 		return nil, fmt.Errorf("opening state: %w", err)
@@ -49,19 +44,6 @@ func (d *Daemon) openState() (*store.Replica, error) {
 	d.log.Info("state loaded", "duration", time.Since(start), "origins", len(rep.Digest()), "policies", d.outputs.Len())
 	o.Ready("state", nil)
 	return rep, nil
-}
-
-// mirrorLoader is the store.Options.OnLoad that builds m from the entries
-// being restored; *errs gets the entries it skipped. A second call (the
-// replica starts empty after a corrupt file) starts m over.
-func mirrorLoader(m *Mirror, errs *[]error) func([]crdt.Entry) {
-	loads := 0
-	return func(entries []crdt.Entry) {
-		if loads++; loads > 1 {
-			m.Reset()
-		}
-		*errs = m.LoadEntries(entries)
-	}
 }
 
 // wireLoops builds the enforcer and status parts and their debouncers, and
