@@ -3,6 +3,7 @@ package crdt
 import (
 	"bytes"
 	"errors"
+	"io"
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -23,7 +24,19 @@ import (
 type PodDecoder struct {
 	r bytes.Reader
 	d *msgpack.Decoder
+	b []byte // the value being decoded
+	// seen holds short strings decoded before (label keys and common
+	// values, phases, port names), so that a bulk load allocates only the
+	// strings that differ from pod to pod; bounded by maxInterned.
+	seen map[string]string
 }
+
+// maxInterned bounds PodDecoder.seen; only strings up to maxInternedLen
+// bytes are kept.
+const (
+	maxInterned    = 4096
+	maxInternedLen = 63
+)
 
 // errSlowPath: the value is not in the form Decode reads itself.
 var errSlowPath = errors.New("crdt: pod value needs the generic decoder")
@@ -36,7 +49,10 @@ func (pd *PodDecoder) Decode(b []byte, v *PodValue) error {
 		}
 		pd.r.Reset(b)
 		pd.d.Reset(&pd.r)
-		if err := pd.fast(v); err == nil && v.Format != 0 {
+		pd.b = b
+		err := pd.fast(v)
+		pd.b = nil
+		if err == nil && v.Format != 0 {
 			return nil
 		}
 	}
@@ -76,11 +92,42 @@ func (pd *PodDecoder) peek(ok func(byte) bool) error {
 	return nil
 }
 
-func (pd *PodDecoder) str() (string, error) {
+// raw returns the bytes of the next string in place (they alias the value
+// being decoded): keys are compared, never kept, so they cost nothing.
+func (pd *PodDecoder) raw() ([]byte, error) {
 	if err := pd.peek(isStr); err != nil {
+		return nil, err
+	}
+	n, err := pd.d.DecodeBytesLen()
+	if err != nil {
+		return nil, err
+	}
+	if n < 0 || n > pd.r.Len() {
+		return nil, io.ErrUnexpectedEOF
+	}
+	off := len(pd.b) - pd.r.Len()
+	if _, err := pd.r.Seek(int64(n), io.SeekCurrent); err != nil {
+		return nil, err
+	}
+	return pd.b[off : off+n : off+n], nil
+}
+
+func (pd *PodDecoder) str() (string, error) {
+	b, err := pd.raw()
+	if err != nil {
 		return "", err
 	}
-	return pd.d.DecodeString()
+	if s, ok := pd.seen[string(b)]; ok {
+		return s, nil
+	}
+	s := string(b)
+	if len(s) <= maxInternedLen && len(pd.seen) < maxInterned {
+		if pd.seen == nil {
+			pd.seen = make(map[string]string, 64)
+		}
+		pd.seen[s] = s
+	}
+	return s, nil
 }
 
 func (pd *PodDecoder) strs(s []string) ([]string, error) {
@@ -124,11 +171,11 @@ func (pd *PodDecoder) fast(v *PodValue) error {
 		return nil
 	}
 	for range n {
-		key, err := pd.str()
+		key, err := pd.raw()
 		if err != nil {
 			return err
 		}
-		switch key {
+		switch string(key) {
 		case "v":
 			if err = once(1); err == nil {
 				if err = pd.peek(isUint); err == nil {
@@ -217,10 +264,11 @@ func (pd *PodDecoder) ports(v *PodValue) error {
 		var p NamedPort
 		var seen uint8
 		for range m {
-			key, err := pd.str()
+			rawKey, err := pd.raw()
 			if err != nil {
 				return err
 			}
+			key := string(rawKey) // compared only: not allocated
 			var bit uint8
 			switch key {
 			case "n":

@@ -1289,6 +1289,29 @@ func (s *State) Restore(d Digest, entries []Entry) error {
 		}
 		origins[name] = o
 	}
+	// Size the name maps from the snapshot: a million entries inserted
+	// into growing maps would rehash each map about twenty times.
+	var o *originState
+	var counts [numKinds]int
+	flush := func() {
+		for k, n := range counts {
+			if o != nil && n > len(o.byName[k]) {
+				o.byName[k] = make(map[string]*record, n)
+			}
+		}
+		counts = [numKinds]int{}
+	}
+	for i := range entries {
+		e := &entries[i]
+		if o == nil || e.Origin != o.name {
+			flush()
+			o = origins[e.Origin]
+		}
+		if e.Kind.Valid() {
+			counts[e.Kind-1]++
+		}
+	}
+	flush()
 	for i := range entries {
 		e := &entries[i]
 		if err := ValidateEntry(e); err != nil {

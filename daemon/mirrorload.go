@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"cmp"
 	"runtime"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -44,6 +46,81 @@ func (m *Mirror) load(st *crdt.State) []error {
 		}
 	}
 	return errs
+}
+
+// LoadEntries builds the mirror from the entries of a state being
+// restored, as store.Options.OnLoad hands them over: the daemon builds its
+// view on one core while crdt.Restore runs on the other
+// (docs/PERFORMANCE.md, cold start). The result, errors included, is that
+// of Load on the state the entries restore to; the mirror must be empty
+// (see Reset). Entries are taken in runs of one origin and kind, in the
+// order Load visits them (origins sorted, kinds in registry order), so the
+// input's order does not matter; a sorted snapshot (the store's) makes one
+// run per origin and kind. Entries are only read, never kept.
+func (m *Mirror) LoadEntries(entries []crdt.Entry) []error {
+	var errs []error
+	slow := func(e *crdt.Entry) {
+		if _, err := m.apply(crdt.Change{Key: e.Key, New: e}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	type run struct {
+		origin string
+		kind   int // position in crdt.Kinds(); unknown kinds last
+		lo, hi int
+	}
+	order := map[crdt.Kind]int{}
+	for i, spec := range crdt.Kinds() {
+		order[spec.Kind] = i
+	}
+	kindOrder := func(k crdt.Kind) int {
+		if i, ok := order[k]; ok {
+			return i
+		}
+		return len(order) + int(k)
+	}
+	var runs []run
+	for lo := 0; lo < len(entries); {
+		hi := lo + 1
+		for hi < len(entries) && entries[hi].Origin == entries[lo].Origin && entries[hi].Kind == entries[lo].Kind {
+			hi++
+		}
+		runs = append(runs, run{origin: entries[lo].Origin, kind: kindOrder(entries[lo].Kind), lo: lo, hi: hi})
+		lo = hi
+	}
+	slices.SortStableFunc(runs, func(a, b run) int {
+		return cmp.Or(cmp.Compare(a.origin, b.origin), cmp.Compare(a.kind, b.kind))
+	})
+	fast := false
+	for i, r := range runs {
+		if i == 0 || r.origin != runs[i-1].origin {
+			fast = len(validation.IsDNS1123Label(r.origin)) == 0
+		}
+		if fast && entries[r.lo].Kind == crdt.KindPod {
+			m.loadPods(r.origin, entries[r.lo:r.hi], slow)
+			continue
+		}
+		for i := r.lo; i < r.hi; i++ {
+			slow(&entries[i])
+		}
+	}
+	return errs
+}
+
+// Reset empties the mirror of every entry it holds (clusters, pods,
+// namespaces, policies, reports), keeping its configuration (networks,
+// Globalnet policy): for a load that starts over (store.Options.OnLoad
+// called again after a corrupt file was moved aside).
+func (m *Mirror) Reset() {
+	for _, c := range m.inv.Clusters() {
+		m.inv.RemoveCluster(c)
+	}
+	for origin := range m.clusters {
+		m.inv.RemoveCluster(origin)
+	}
+	clear(m.clusters)
+	clear(m.counts)
+	clear(m.reports)
 }
 
 // decodedPod is one live pod entry, decoded for loadPods.

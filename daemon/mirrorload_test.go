@@ -46,13 +46,39 @@ func errStrings(errs []error) []string {
 // errors: several batches per origin, tombstones, undecodable values and
 // an origin the mirror refuses, with one and with two Ps.
 func TestLoadMatchesPerEntryApply(t *testing.T) {
+	obs, _ := loadFixture(t)
+	want := NewMirror("a")
+	wantErrs := loadOneByOne(want, obs)
+	require.NotEmpty(t, wantErrs)
+	wantNPs := names(enforce.Translate("a", want.Inventory()))
+	require.NotEmpty(t, wantNPs)
+	for _, procs := range []int{1, 2} {
+		t.Run(fmt.Sprintf("procs%d", procs), func(t *testing.T) {
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+			got := NewMirror("a")
+			require.Equal(t, errStrings(wantErrs), errStrings(got.Load(obs)))
+			require.Equal(t, want.counts, got.counts)
+			require.Equal(t, want.clusters, got.clusters)
+			require.Equal(t, want.Inventory().Clusters(), got.Inventory().Clusters())
+			require.Equal(t, wantNPs, names(enforce.Translate("a", got.Inventory())))
+		})
+	}
+}
+
+// loadFixture is a state of three origins (one the mirror refuses, "c_bad")
+// with clusters, namespaces, policies and 1300 pods each, some of them
+// tombstones, undecodable or not running: the state as an observer that
+// applied every delta, and the deltas.
+func loadFixture(t *testing.T) (*crdt.State, []crdt.Delta) {
 	rng := rand.New(rand.NewSource(9))
 	obs := crdt.NewState("")
+	var deltas []crdt.Delta
 	write := func(st *crdt.State, kind crdt.Kind, name string, b []byte, deleted bool) {
 		d, _, err := st.Write(kind, name, b, deleted, 0)
 		require.NoError(t, err)
 		_, err = obs.Apply(d)
 		require.NoError(t, err)
+		deltas = append(deltas, d)
 	}
 	enc := func(v any) []byte {
 		b, err := crdt.EncodeValue(v)
@@ -94,20 +120,5 @@ func TestLoadMatchesPerEntryApply(t *testing.T) {
 			}
 		}
 	}
-	want := NewMirror("a")
-	wantErrs := loadOneByOne(want, obs)
-	require.NotEmpty(t, wantErrs)
-	wantNPs := names(enforce.Translate("a", want.Inventory()))
-	require.NotEmpty(t, wantNPs)
-	for _, procs := range []int{1, 2} {
-		t.Run(fmt.Sprintf("procs%d", procs), func(t *testing.T) {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
-			got := NewMirror("a")
-			require.Equal(t, errStrings(wantErrs), errStrings(got.Load(obs)))
-			require.Equal(t, want.counts, got.counts)
-			require.Equal(t, want.clusters, got.clusters)
-			require.Equal(t, want.Inventory().Clusters(), got.Inventory().Clusters())
-			require.Equal(t, wantNPs, names(enforce.Translate("a", got.Inventory())))
-		})
-	}
+	return obs, deltas
 }

@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -26,18 +25,17 @@ func (d *Daemon) openState() (*store.Replica, error) {
 	o := d.opts
 	start := time.Now()
 	ignoreFileSizeSignal()
-	rep, err := store.OpenReplica(filepath.Join(o.DataDir, StateFile), o.ClusterID,
-		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed})
+	d.mu.Lock()
+	rep, loadErrs, err := LoadState(filepath.Join(o.DataDir, StateFile), o.ClusterID,
+		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed}, d.mirror)
 	if err != nil {
+		d.mu.Unlock()
 		return nil, fmt.Errorf("opening state: %w", err)
 	}
 	d.rep = rep
 	if info := rep.Info(); info.MovedAside != "" {
 		d.log.Warn("state file was corrupt; moved aside, resyncing from peers", "moved_to", info.MovedAside)
 	}
-	d.mu.Lock()
-	var loadErrs []error
-	rep.View(func(st *crdt.State) { loadErrs = d.mirror.Load(st) })
 	d.outputs.Recompute(d.mirror.Inventory(), nil, true)
 	d.mu.Unlock()
 	for _, e := range loadErrs {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"time"
@@ -91,10 +92,21 @@ func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
 	)
 	start := time.Now()
 	// Called again with an empty snapshot if the stored data is corrupt.
-	err := backend.Load(func(snap *Snapshot) error {
+	err := backend.Load(func(snap *Snapshot) (err error) {
 		if snap.Self != "" && snap.Self != self {
 			return fmt.Errorf("store: %s belongs to cluster %q, not %q; refusing to mix identities (move the file away to start over)",
 				describe(backend), snap.Self, self)
+		}
+		if opts.OnLoad != nil {
+			// Waited for before the snapshot's memory goes away, even if
+			// Restore panics on a fault.
+			done := make(chan error, 1)
+			go func() { done <- observeLoad(opts.OnLoad, snap.Entries) }()
+			defer func() {
+				if oerr := <-done; err == nil {
+					err = oerr
+				}
+			}()
 		}
 		st = crdt.NewState(self)
 		if err := st.Restore(snap.Digest, snap.Entries); err != nil {
@@ -136,6 +148,25 @@ func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	return r, nil
+}
+
+// observeLoad runs Options.OnLoad. A memory fault while it reads the
+// snapshot (values may alias the mmap of a damaged file) makes the load
+// corrupt, as it does on the restoring goroutine; any other panic is a bug
+// of the observer and is not taken for a bad file.
+func observeLoad(fn func([]crdt.Entry), entries []crdt.Entry) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	defer func() {
+		if r := recover(); r != nil {
+			if f, ok := r.(interface{ Addr() uintptr }); ok {
+				err = fmt.Errorf("%w: fault at %#x while observing the load: %v", ErrCorrupt, f.Addr(), r)
+				return
+			}
+			panic(r)
+		}
+	}()
+	fn(entries)
+	return nil
 }
 
 // describe names a backend in messages: the file path for bbolt.

@@ -96,6 +96,18 @@ type Options struct {
 	// 0 means GOMAXPROCS when it is at least 4, else 1; 1 verifies
 	// serially in the crdt only.
 	VerifyWorkers int
+	// OnLoad, when set, is called by NewReplica (and OpenReplica) with
+	// every entry being restored, on a goroutine of its own, while
+	// crdt.Restore runs on the caller's: the daemon builds its enforce
+	// view on the second core instead of after the open (docs/PERFORMANCE.md,
+	// cold start). The entries are sorted by origin, then kind, then name,
+	// must not be modified, and (with their values) are valid only until
+	// OnLoad returns. The replica waits for OnLoad before it returns. If
+	// the stored data turns out corrupt, OnLoad is called again with the
+	// empty state the replica starts from: each call replaces what the
+	// previous one saw, and the last call is the replica's state. A memory
+	// fault while OnLoad reads the file counts as a corrupt file.
+	OnLoad func(entries []crdt.Entry)
 }
 
 // ErrNoIndexes is returned by the index queries of a store opened without
