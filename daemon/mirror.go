@@ -48,7 +48,7 @@ func NewMirror(self string) *Mirror {
 func (m *Mirror) Inventory() *enforce.Inventory { return m.inv }
 
 // PolicyKey is the debouncer key of a policy: "origin/namespace/name".
-func PolicyKey(r enforce.PolicyRef) string { return r.Origin + "/" + r.Namespace + "/" + r.Name }
+func PolicyKey(r enforce.PolicyRef) string { return r.String() }
 
 // ParsePolicyKey is the inverse of PolicyKey.
 func ParsePolicyKey(k string) (enforce.PolicyRef, bool) {

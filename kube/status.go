@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"log/slog"
 	"sort"
 	"strings"
@@ -40,7 +41,7 @@ const (
 // ReportName is the KindReport entry name an enforcing cluster uses for
 // the MCNP <policyOrigin>/<namespace>/<name>.
 func ReportName(policyOrigin, namespace, name string) string {
-	return policyOrigin + "/" + namespace + "/" + name
+	return enforce.PolicyRef{Origin: policyOrigin, Namespace: namespace, Name: name}.String()
 }
 
 // ParseReportName splits a KindReport entry name.
