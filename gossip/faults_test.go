@@ -343,10 +343,7 @@ func TestGarbageAndForgeriesDroppedAndCounted(t *testing.T) {
 	// Wait (on the limiter's state, not a fixed sleep) until b accepts a's
 	// messages again.
 	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		l := b.limiters["a"]
-		return l == nil || l.Tokens() >= float64(b.cfg.PeerRateBurst)/2
+		return b.limits.tokens("a") >= float64(b.cfg.PeerRateBurst)/2
 	}, 10*time.Second, 20*time.Millisecond, "b's rate limiter for a never refilled")
 	a.write(t, crdt.KindPod, "ns/ok", podValue(t, "10.1.1.1"), false)
 	requireConverged(t, 10*time.Second, a, b)
