@@ -15,7 +15,7 @@ func TestClusterVerdicts(t *testing.T) {
 	t0 := time.Unix(10_000, 0)
 	const timeout = time.Minute
 	status := map[string]ClusterStatus{
-		"self":    {LastAlive: t0.Add(-time.Hour)},           // own cluster: always alive
+		"self":    {LastAlive: t0.Add(-time.Hour)},               // own cluster: always alive
 		"alive":   {Alive: true, AliveMembers: 2, LastAlive: t0}, // a member is alive
 		"fresh":   {LastAlive: t0.Add(-timeout + time.Second)},   // dead, not for long
 		"expired": {LastAlive: t0.Add(-timeout)},                 // dead for ReconnectTimeout
