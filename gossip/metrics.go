@@ -106,20 +106,26 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) *metrics {
 	m.broadcastQLen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coastguard_gossip_broadcast_queue", Help: "Pending broadcasts in the head/retire queue.",
 	}, queueLen)
+	m.register(reg)
+	return m
+}
+
+// register pre-creates the drop reasons (so they read 0, not absent) and
+// registers every collector with reg (nil: none).
+func (m *metrics) register(reg prometheus.Registerer) {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
 		dropQueueFull, dropStateTooLarge} {
 		m.dropped.WithLabelValues(r)
 	}
-	if reg != nil {
-		for _, c := range []prometheus.Collector{m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
-			m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew} {
-			if err := reg.Register(c); err != nil {
-				// Already registered (e.g. second Node in one process with a
-				// shared registry): keep our private collectors unexported.
-				continue
-			}
-		}
+	if reg == nil {
+		return
 	}
-	return m
+	for _, c := range []prometheus.Collector{m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
+		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew} {
+		// An error means already registered (e.g. a second Node in one
+		// process with a shared registry): keep our private collectors
+		// unexported.
+		_ = reg.Register(c)
+	}
 }
