@@ -141,8 +141,10 @@ type Config struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 
-	// Transport overrides memberlist's transport (tests, fault injection).
-	// It must already be bound; BindAddr/BindPort are then only advertised.
+	// Transport overrides memberlist's transport (tests, fault injection:
+	// a *FaultTransport is then returned by Node.Transport). It must already
+	// be bound; BindAddr/BindPort are then only advertised. Nil (production):
+	// a plain memberlist NetTransport bound to BindAddr:BindPort.
 	Transport memberlist.Transport
 
 	// Now is the clock (default time.Now); tests may inject.
