@@ -27,7 +27,7 @@ func TestDecideSync(t *testing.T) {
 	}
 	busy := pacing{lastApply: t0.Add(-100 * time.Millisecond), lastFullDigest: t0.Add(-time.Second)}
 	quietTooLong := pacing{lastApply: t0.Add(-100 * time.Millisecond), lastFullDigest: t0.Add(-maxQuietSkip)}
-	full := func() *rate.Limiter { return newDigestLimiter() }
+	full := newDigestLimiter
 	empty := func() *rate.Limiter { l := newDigestLimiter(); l.AllowN(t0, FullDigestBurst); return l }
 
 	tests := []struct {
