@@ -3,10 +3,7 @@ package gossip
 import (
 	"time"
 
-	"github.com/hashicorp/memberlist"
 	"golang.org/x/time/rate"
-
-	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
 // Anti-entropy must not amplify under load. A digest-sum mismatch (or a
@@ -33,23 +30,4 @@ func newDigestLimiter() *rate.Limiter {
 // full bucket, so it still goes out, at most once per burst/rate seconds.
 func allowDigest(lim *rate.Limiter, now time.Time, size int) bool {
 	return lim.AllowN(now, min(size, lim.Burst()))
-}
-
-// sendFullDigest sends our full digest to a peer if the full-digest budget
-// allows it; reply marks an answer to a digest (no further answer expected).
-func (n *Node) sendFullDigest(to *memberlist.Node, reply bool, local crdt.Digest) {
-	msg := encodeDigestMsg(n.cfg.NodeName, reply, local)
-	n.mu.Lock()
-	if n.digestLim == nil {
-		n.digestLim = newDigestLimiter()
-	}
-	ok := allowDigest(n.digestLim, n.cfg.Now(), len(msg))
-	n.mu.Unlock()
-	if !ok {
-		n.m.syncs.WithLabelValues("digest", "suppressed").Inc()
-		return
-	}
-	if n.send(to, msg, msgDigest) {
-		n.m.syncs.WithLabelValues("digest", "sent").Inc()
-	}
 }

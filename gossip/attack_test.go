@@ -44,7 +44,7 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 	joinAll(t, a, v, b)
 	a.write(t, crdt.KindPod, "ns/web", podValue(t, "10.1.0.5"), false)
 	a.write(t, crdt.KindPod, "ns/db", podValue(t, "10.1.0.6"), false)
-	requireConverged(t, 15*time.Second, a, v, b) // v and b pin c1's key on first use
+	requireConverged(t, waitConverge, a, v, b) // v and b pin c1's key on first use
 
 	// A key holder that claims c1's ID with its own signing key.
 	rogue := startNode(t, "rogue", "c1", keys, signed(t, signingKey(9)))
@@ -66,17 +66,17 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 	rogue.write(t, crdt.KindPod, "ns/evil", podValue(t, "169.254.169.254"), false)
 	require.Eventually(t, func() bool {
 		return dropped(v, crdt.ReasonKeyMismatch) > 0 && dropped(a, crdt.ReasonKeyMismatch) > 0
-	}, 15*time.Second, 20*time.Millisecond, "forged c1 entries not refused at the victim and at c1's writer")
+	}, waitConverge, pollEvery, "forged c1 entries not refused at the victim and at c1's writer")
 
 	// 2. an empty reset stream that would wipe c1.
 	push(rogue, "v", crdt.Delta{Origin: "c1", From: 0, To: c1Max, Reset: true, Final: true})
 	require.Eventually(t, func() bool { return dropped(v, crdt.ReasonUnprovenReset) > 0 },
-		10*time.Second, 20*time.Millisecond, "wiping reset not refused")
+		waitConverge, pollEvery, "wiping reset not refused")
 
 	// 3. a watermark jump to 2^64-1 that would freeze c1.
 	push(rogue, "v", crdt.Delta{Origin: "c1", From: c1Max, To: math.MaxUint64})
 	require.Eventually(t, func() bool { return dropped(v, crdt.ReasonUnprovenWatermark) > 0 },
-		10*time.Second, 20*time.Millisecond, "watermark jump not refused")
+		waitConverge, pollEvery, "watermark jump not refused")
 
 	// 4. a member of c2 retires c1 (live members), at c1's writer too.
 	ret := encodeRetires("b", []crdt.Retire{{Origin: "c1", UpTo: math.MaxUint64}})
@@ -84,7 +84,7 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 	require.NoError(t, b.ml.SendReliable(b.memberNode("a"), ret))
 	require.Eventually(t, func() bool {
 		return dropped(v, crdt.ReasonRetireRefused) > 0 && dropped(a, crdt.ReasonRetireRefused) > 0
-	}, 10*time.Second, 20*time.Millisecond, "retire of a live cluster not refused")
+	}, waitConverge, pollEvery, "retire of a live cluster not refused")
 
 	_, ok := has(v, key("c1", crdt.KindPod, "ns/evil"))
 	require.False(t, ok, "forged pod reached the victim")
@@ -95,11 +95,11 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 	// c1 is neither frozen nor retired: its next write arrives.
 	a.write(t, crdt.KindPod, "ns/after", podValue(t, "10.1.0.7"), false)
 	require.Eventually(t, func() bool { _, ok := has(v, key("c1", crdt.KindPod, "ns/after")); return ok },
-		15*time.Second, 20*time.Millisecond)
+		waitConverge, pollEvery)
 	require.Equal(t, v.rep.Digest()["c1"].Retired, crdt.Version(0))
 	_, ok = has(b, key("c1", crdt.KindPod, "ns/after"))
 	require.Eventually(t, func() bool { _, ok := has(b, key("c1", crdt.KindPod, "ns/after")); return ok },
-		15*time.Second, 20*time.Millisecond, "relayed signed data still flows to a later member")
+		waitConverge, pollEvery, "relayed signed data still flows to a later member")
 	_ = ok
 }
 
@@ -111,12 +111,12 @@ func TestSignedDecommissionHonoured(t *testing.T) {
 	v := startNode(t, "v", "c3", keys, signed(t, signingKey(3)))
 	joinAll(t, a, v)
 	a.write(t, crdt.KindPod, "ns/web", podValue(t, "10.1.0.5"), false)
-	requireConverged(t, 15*time.Second, a, v)
+	requireConverged(t, waitConverge, a, v)
 	ctx, cancel := contextWithTimeout(10 * time.Second)
 	defer cancel()
 	require.NoError(t, a.Decommission(ctx))
 	require.Eventually(t, func() bool { return v.rep.Digest()["c1"].Retired > 0 },
-		15*time.Second, 20*time.Millisecond, "signed decommission not honoured")
+		waitConverge, pollEvery, "signed decommission not honoured")
 	_, ok := has(v, key("c1", crdt.KindPod, "ns/web"))
 	require.False(t, ok)
 	require.Zero(t, dropped(v, crdt.ReasonRetireRefused))
@@ -164,7 +164,7 @@ func TestAttackPreAuthStreamsBounded(t *testing.T) {
 	}
 	refused(hdr(mlEncryptMsg, 20<<20))
 	refused(hdr(6 /* pushPullMsg, plaintext */, 0))
-	require.Eventually(t, func() bool { return dropped(a, dropPreAuth) >= 2 }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return dropped(a, dropPreAuth) >= 2 }, waitEvent, pollEvery)
 
 	// Slow clients hold at most MaxInboundStreamsPerIP slots.
 	var conns []net.Conn
@@ -178,9 +178,9 @@ func TestAttackPreAuthStreamsBounded(t *testing.T) {
 			_ = c.Close()
 		}
 	}()
-	require.Eventually(t, func() bool { return dropped(a, dropStreamLimit) >= 4 }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return dropped(a, dropStreamLimit) >= 4 }, waitEvent, pollEvery)
 
 	// The mesh still works.
 	a.write(t, crdt.KindPod, "ns/ok", podValue(t, "10.1.1.1"), false)
-	requireConverged(t, 15*time.Second, a, b)
+	requireConverged(t, waitConverge, a, b)
 }

@@ -141,8 +141,10 @@ type Config struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 
-	// Transport overrides memberlist's transport (tests, fault injection).
-	// It must already be bound; BindAddr/BindPort are then only advertised.
+	// Transport overrides memberlist's transport (tests, fault injection:
+	// a *FaultTransport is then returned by Node.Transport). It must already
+	// be bound; BindAddr/BindPort are then only advertised. Nil (production):
+	// a plain memberlist NetTransport bound to BindAddr:BindPort.
 	Transport memberlist.Transport
 
 	// Now is the clock (default time.Now); tests may inject.
@@ -179,12 +181,51 @@ const (
 )
 
 func (c *Config) setDefaults() error {
+	if err := c.validate(); err != nil {
+		return err
+	}
 	if c.MaxOrigins == 0 {
 		c.MaxOrigins = DefaultMaxOrigins
 	}
 	if c.MaxEntriesPerOrigin == 0 {
 		c.MaxEntriesPerOrigin = DefaultMaxEntriesPerOrigin
 	}
+	if c.BindAddr == "" {
+		c.BindAddr = "0.0.0.0"
+	}
+	if c.BindPort == 0 && !c.EphemeralPort {
+		c.BindPort = 7946
+	}
+	if c.Label == "" {
+		c.Label = "coastguard"
+	}
+	if c.Profile == "" {
+		c.Profile = ProfileWAN
+	}
+	if c.RejoinInterval <= 0 {
+		c.RejoinInterval = defaultRejoinInterval(c.Profile)
+	}
+	if c.ReconnectTimeout <= 0 {
+		c.ReconnectTimeout = 24 * time.Hour
+	}
+	if c.AntiEntropyInterval <= 0 {
+		c.AntiEntropyInterval = time.Second
+	}
+	c.setSyncDefaults()
+	if c.IsWriter == nil {
+		c.IsWriter = func() bool { return true }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// validate checks the fields that have no default.
+func (c *Config) validate() error {
 	if c.NodeName == "" {
 		return errors.New("gossip: NodeName is required")
 	}
@@ -197,19 +238,8 @@ func (c *Config) setDefaults() error {
 	if len(c.ClusterID) > 253 {
 		return errors.New("gossip: ClusterID longer than 253 bytes")
 	}
-	if c.BindAddr == "" {
-		c.BindAddr = "0.0.0.0"
-	}
-	if c.BindPort == 0 && !c.EphemeralPort {
-		c.BindPort = 7946
-	}
-	if c.Label == "" {
-		c.Label = "coastguard"
-	}
 	switch c.Profile {
-	case "":
-		c.Profile = ProfileWAN
-	case ProfileWAN, ProfileLAN, ProfileLocal:
+	case "", ProfileWAN, ProfileLAN, ProfileLocal:
 	default:
 		return fmt.Errorf("gossip: unknown profile %q (want wan, lan or local)", c.Profile)
 	}
@@ -220,15 +250,11 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("gossip: keyring key %d has %d bytes, want 16, 24 or 32", i, len(k))
 		}
 	}
-	if c.RejoinInterval <= 0 {
-		c.RejoinInterval = defaultRejoinInterval(c.Profile)
-	}
-	if c.ReconnectTimeout <= 0 {
-		c.ReconnectTimeout = 24 * time.Hour
-	}
-	if c.AntiEntropyInterval <= 0 {
-		c.AntiEntropyInterval = time.Second
-	}
+	return nil
+}
+
+// setSyncDefaults defaults the sync sizes and the push and rate limits.
+func (c *Config) setSyncDefaults() {
 	if c.MaxConcurrentSyncs <= 0 {
 		c.MaxConcurrentSyncs = 4
 	}
@@ -250,16 +276,6 @@ func (c *Config) setDefaults() error {
 	if c.PeerRateBurst <= 0 {
 		c.PeerRateBurst = 400
 	}
-	if c.IsWriter == nil {
-		c.IsWriter = func() bool { return true }
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Now == nil {
-		c.Now = time.Now
-	}
-	return nil
 }
 
 // memberlistConfig builds the memberlist configuration from the profile.

@@ -3,7 +3,6 @@ package gossip
 import (
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
@@ -66,9 +65,7 @@ type delegate Node
 
 func (d *delegate) NodeMeta(limit int) []byte {
 	n := (*Node)(d)
-	n.mu.Lock()
-	w, l := n.metaWriter, n.leaving
-	n.mu.Unlock()
+	w, l := n.members.selfFlags()
 	b := encodeMeta(n.cfg.ClusterID, n.cfg.BuildVersion, w, l)
 	if len(b) > limit {
 		return nil
@@ -135,7 +132,7 @@ func (n *Node) receive(p []byte, state bool) {
 		return
 	}
 	n.m.messages.WithLabelValues("in", m.Type.String()).Inc()
-	if !n.allowSender(m.Sender) {
+	if !n.limits.allow(m.Sender) {
 		n.drop(dropRateLimited, "sender over rate limit", "sender", m.Sender)
 		return
 	}
@@ -167,45 +164,10 @@ func (e *events) NotifyUpdate(mn *memberlist.Node) {
 
 func (n *Node) observe(mn *memberlist.Node, alive bool) {
 	cluster, build, flags, err := decodeMeta(mn.Meta)
-	writer, left := flags&metaWriter != 0, flags&metaLeaving != 0 && !alive
 	if err != nil {
 		n.logRL(slog.LevelWarn, "member with undecodable meta", "member", mn.Name, "err", err)
 	}
-	now := n.cfg.Now()
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	ms, ok := n.members[mn.Name]
-	if !ok {
-		ms = &memberState{}
-		n.members[mn.Name] = ms
-	}
-	if cluster == "" && ms.Cluster != "" {
-		cluster = ms.Cluster
-	}
-	prevCluster := ms.Cluster
-	ms.MemberInfo = MemberInfo{
-		Name: mn.Name, Cluster: cluster, Writer: writer && alive,
-		Addr: mn.Address(), Alive: alive, Left: left, Version: build,
-	}
-	ms.since = now
-	cp := *mn
-	cp.Addr = append(net.IP(nil), mn.Addr...)
-	cp.Meta = append([]byte(nil), mn.Meta...)
-	ms.node = &cp
-	if cluster != "" {
-		// the cluster was alive until now in either case
-		n.clusterSeen[cluster] = now
-	}
-	if prevCluster != "" && prevCluster != cluster {
-		n.clusterSeen[prevCluster] = now
-	}
-	var cnt int64
-	for _, m := range n.members {
-		if m.Alive {
-			cnt++
-		}
-	}
-	n.aliveCount.Store(cnt)
+	n.members.observe(mn, cluster, build, flags, alive, n.cfg.Now())
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }

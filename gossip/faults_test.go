@@ -56,7 +56,7 @@ func TestPartitionHealNoLossNoResurrection(t *testing.T) {
 			put(n, fmt.Sprintf("ns/p%d", j), fmt.Sprintf("10.%d.0.%d", i, j))
 		}
 	}
-	requireConverged(t, 10*time.Second, all...)
+	requireConverged(t, waitConverge, all...)
 
 	left, right := []*tnode{a, b}, []*tnode{c, d}
 	partition(left, right)
@@ -67,7 +67,7 @@ func TestPartitionHealNoLossNoResurrection(t *testing.T) {
 			}
 		}
 		return true
-	}, 40*time.Second, 50*time.Millisecond, "sides never declared each other dead: %v", func() []int {
+	}, waitMembership, pollEvery, "sides never declared each other dead: %v", func() []int {
 		var c []int
 		for _, n := range all {
 			c = append(c, n.ml.NumMembers())
@@ -84,8 +84,8 @@ func TestPartitionHealNoLossNoResurrection(t *testing.T) {
 		put(n, "ns/p2", fmt.Sprintf("10.%d.2.2", i))
 	}
 	// Each side converges internally, but not across.
-	requireConverged(t, 10*time.Second, a, b)
-	requireConverged(t, 10*time.Second, c, d)
+	requireConverged(t, waitConverge, a, b)
+	requireConverged(t, waitConverge, c, d)
 	_, ok := has(a, key("cc", crdt.KindPod, "ns/new-2"))
 	require.False(t, ok, "data crossed the partition")
 
@@ -100,8 +100,8 @@ func TestPartitionHealNoLossNoResurrection(t *testing.T) {
 			}
 		}
 		return true
-	}, 20*time.Second, 50*time.Millisecond, "partition did not heal by itself")
-	requireConverged(t, 15*time.Second, all...)
+	}, waitMembership, pollEvery, "partition did not heal by itself")
+	requireConverged(t, waitConverge, all...)
 
 	lost, resurrected := 0, 0
 	for _, n := range all {
@@ -135,7 +135,7 @@ func TestRetirementAndRejoinAtHigherEpoch(t *testing.T) {
 		c.write(t, crdt.KindPod, fmt.Sprintf("ns/p%d", i), podValue(t, fmt.Sprintf("10.3.0.%d", i)), false)
 	}
 	a.write(t, crdt.KindPod, "ns/a", podValue(t, "10.1.0.1"), false)
-	requireConverged(t, 10*time.Second, a, b, c)
+	requireConverged(t, waitConverge, a, b, c)
 	oldMax := c.rep.Digest()["c3"].Max
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -145,7 +145,7 @@ func TestRetirementAndRejoinAtHigherEpoch(t *testing.T) {
 	for _, n := range []*tnode{a, b} {
 		require.Eventually(t, func() bool {
 			return n.rep.Digest()["c3"].Retired >= oldMax
-		}, 10*time.Second, 20*time.Millisecond, "%s never saw the retirement", n.Name())
+		}, waitConverge, pollEvery, "%s never saw the retirement", n.Name())
 		for i := 0; i < 5; i++ {
 			_, ok := has(n, key("c3", crdt.KindPod, fmt.Sprintf("ns/p%d", i)))
 			require.False(t, ok, "retired entry still present on %s", n.Name())
@@ -160,7 +160,7 @@ func TestRetirementAndRejoinAtHigherEpoch(t *testing.T) {
 			}
 		}
 		return false
-	}, 10*time.Second, 20*time.Millisecond)
+	}, waitConverge, pollEvery)
 
 	// Rejoin: a fresh daemon of c3 learns the retirement through
 	// anti-entropy, bumps its epoch past it and writes again.
@@ -169,7 +169,7 @@ func TestRetirementAndRejoinAtHigherEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return c2.rep.Digest()["c3"].Retired >= oldMax
-	}, 10*time.Second, 20*time.Millisecond, "new daemon did not learn the retirement")
+	}, waitConverge, pollEvery, "new daemon did not learn the retirement")
 	epoch := c2.rep.BumpEpoch()
 	require.Greater(t, epoch, oldMax.Epoch())
 	c2.write(t, crdt.KindPod, "ns/p0", podValue(t, "10.3.1.1"), false)
@@ -177,9 +177,9 @@ func TestRetirementAndRejoinAtHigherEpoch(t *testing.T) {
 		require.Eventually(t, func() bool {
 			e, ok := has(n, key("c3", crdt.KindPod, "ns/p0"))
 			return ok && e.Version.Epoch() == epoch && !e.Deleted
-		}, 10*time.Second, 20*time.Millisecond, "%s did not accept the rejoined cluster's write", n.Name())
+		}, waitConverge, pollEvery, "%s did not accept the rejoined cluster's write", n.Name())
 	}
-	requireConverged(t, 10*time.Second, a, b, c2)
+	requireConverged(t, waitConverge, a, b, c2)
 }
 
 // A daemon crash is not a departure: a cluster whose daemon restarts (under
@@ -196,7 +196,7 @@ func TestReconnectTimeoutRetiresOnlyDeadClusters(t *testing.T) {
 	joinAll(t, a, b, c, d)
 	c.write(t, crdt.KindPod, "ns/c", podValue(t, "10.3.0.1"), false)
 	d.write(t, crdt.KindPod, "ns/d", podValue(t, "10.4.0.1"), false)
-	requireConverged(t, 10*time.Second, a, b, c, d)
+	requireConverged(t, waitConverge, a, b, c, d)
 
 	// c restarts quickly as a new pod; d dies for good. Neither leaves.
 	require.NoError(t, c.Shutdown())
@@ -208,16 +208,26 @@ func TestReconnectTimeoutRetiresOnlyDeadClusters(t *testing.T) {
 	stale := func(n *tnode, cl string) float64 {
 		return testutil.ToFloat64(n.m.clusterStale.WithLabelValues(cl))
 	}
-	require.Eventually(t, func() bool { return stale(a, "c4") == 1 }, 40*time.Second, 20*time.Millisecond,
-		"clusters=%+v members=%+v digest=%s", a.Clusters(), a.Members(), digestKey(a.rep.Digest()))
-	_, ok := has(a, key("c4", crdt.KindPod, "ns/d"))
-	require.True(t, ok, "stale cluster's entries must be kept until ReconnectTimeout")
+	// Some survivor marks c4 stale while it still holds c4's entries: they
+	// are kept until ReconnectTimeout. (Which survivor is not fixed:
+	// memberlist's failure detection may reach one of them seconds after
+	// the others, and the first to time out retires c4 everywhere.)
+	survivors := []*tnode{a, b, c1}
+	require.Eventually(t, func() bool {
+		for _, n := range survivors {
+			_, ok := has(n, key("c4", crdt.KindPod, "ns/d"))
+			if stale(n, "c4") == 1 && ok {
+				return true
+			}
+		}
+		return false
+	}, waitMembership, pollEvery, "no survivor saw c4 stale with its entries kept")
 
 	require.Eventually(t, func() bool {
 		_, ok1 := has(a, key("c4", crdt.KindPod, "ns/d"))
 		_, ok2 := has(b, key("c4", crdt.KindPod, "ns/d"))
 		return !ok1 && !ok2
-	}, 30*time.Second, 50*time.Millisecond, "dead cluster was never retired")
+	}, waitMembership, pollEvery, "dead cluster was never retired")
 	require.Greater(t, testutil.ToFloat64(a.m.retirements.WithLabelValues("reconnect_timeout"))+
 		testutil.ToFloat64(b.m.retirements.WithLabelValues("reconnect_timeout"))+
 		testutil.ToFloat64(c1.m.retirements.WithLabelValues("reconnect_timeout")), 0.0)
@@ -249,7 +259,7 @@ func TestKeyRotationWithMixedKeyrings(t *testing.T) {
 		for _, n := range all {
 			n.write(t, crdt.KindPod, fmt.Sprintf("ns/s%d", step), podValue(t, fmt.Sprintf("10.0.%d.1", step)), false)
 		}
-		requireConverged(t, 10*time.Second, all...)
+		requireConverged(t, waitConverge, all...)
 	}
 	writeAll()
 
@@ -283,7 +293,7 @@ func TestKeyRotationWithMixedKeyrings(t *testing.T) {
 	old := startNode(t, "old", "c9", [][]byte{k1}, nil)
 	_, err := old.Join(a.Addr())
 	require.Error(t, err)
-	require.Eventually(t, func() bool { return dropped(a, dropDecrypt) > before }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return dropped(a, dropDecrypt) > before }, waitEvent, pollEvery)
 	require.Equal(t, 3, a.ml.NumMembers())
 }
 
@@ -306,7 +316,7 @@ func TestGarbageAndForgeriesDroppedAndCounted(t *testing.T) {
 	lbl = append(lbl, "coastguard"...)
 	_, _ = conn.Write(append(lbl, make([]byte, 64)...))
 	require.Eventually(t, func() bool { return dropped(a, dropLabel) > 0 && dropped(a, dropDecrypt) > 0 },
-		5*time.Second, 20*time.Millisecond)
+		waitEvent, pollEvery)
 
 	an := b.memberNode("a")
 	require.NotNil(t, an)
@@ -328,7 +338,7 @@ func TestGarbageAndForgeriesDroppedAndCounted(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return dropped(a, dropUnknownType) > 0 && dropped(a, dropDecode) > 0 &&
 			dropped(a, dropOriginMismatch) > 0 && dropped(a, dropUnsolicited) > 0 && dropped(a, dropOversize) > 0
-	}, 5*time.Second, 20*time.Millisecond, "drops not counted")
+	}, waitEvent, pollEvery, "drops not counted")
 	_, ok := has(a, key("c1", crdt.KindPod, "ns/evil"))
 	require.False(t, ok, "forged entry accepted")
 
@@ -337,17 +347,14 @@ func TestGarbageAndForgeriesDroppedAndCounted(t *testing.T) {
 	for i := 0; i < 300; i++ {
 		_ = a.ml.SendBestEffort(bn, encodeHeads("a", []Head{{Origin: "zz", Max: 0}}))
 	}
-	require.Eventually(t, func() bool { return dropped(b, dropRateLimited) > 0 }, 5*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return dropped(b, dropRateLimited) > 0 }, waitEvent, pollEvery)
 
 	// Still healthy.
 	// Wait (on the limiter's state, not a fixed sleep) until b accepts a's
 	// messages again.
 	require.Eventually(t, func() bool {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		l := b.limiters["a"]
-		return l == nil || l.Tokens() >= float64(b.cfg.PeerRateBurst)/2
-	}, 10*time.Second, 20*time.Millisecond, "b's rate limiter for a never refilled")
+		return b.limits.tokens("a") >= float64(b.cfg.PeerRateBurst)/2
+	}, waitConverge, pollEvery, "b's rate limiter for a never refilled")
 	a.write(t, crdt.KindPod, "ns/ok", podValue(t, "10.1.1.1"), false)
-	requireConverged(t, 10*time.Second, a, b)
+	requireConverged(t, waitConverge, a, b)
 }

@@ -1,6 +1,8 @@
 package gossip
 
 import (
+	"sync"
+
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
@@ -42,29 +44,8 @@ func (n *Node) forwardFresh(from string, ds []crdt.Delta, before crdt.Digest) {
 	if len(ds) == 0 {
 		return
 	}
-	after := n.rep.Digest()
-	var encoded [][]byte
-	size := 0
-	count := 0
-	n.mu.Lock()
-	if n.forwarded == nil {
-		n.forwarded = map[string]crdt.Version{}
-	}
-	for _, d := range ds {
-		a, b := after[d.Origin], before[d.Origin]
-		if !freshForForward(d, a, b, n.forwarded[d.Origin]) {
-			continue
-		}
-		enc, err := crdt.EncodeDelta(d)
-		if err != nil || size+len(enc)+3+len(n.cfg.NodeName)+8 > udpBudget {
-			continue // large deltas travel by head + pull only
-		}
-		encoded = append(encoded, enc)
-		size += len(enc) + 3
-		count++
-		n.forwarded[d.Origin] = d.To
-	}
-	n.mu.Unlock()
+	encoded := n.forwarded.take(ds, before, n.rep.Digest(), udpBudget-len(n.cfg.NodeName)-8)
+	count := len(encoded)
 	if count == 0 {
 		return
 	}
@@ -74,6 +55,37 @@ func (n *Node) forwardFresh(from string, ds []crdt.Delta, before crdt.Digest) {
 			n.m.deltas.WithLabelValues("out", "forward").Add(float64(count))
 		}
 	}
+}
+
+// forwardLog is the push tree's dedupe: the highest version forwarded per
+// origin, under its own lock.
+type forwardLog struct {
+	mu        sync.Mutex
+	forwarded map[string]crdt.Version
+}
+
+func newForwardLog() *forwardLog { return &forwardLog{forwarded: map[string]crdt.Version{}} }
+
+// take returns the encoded deltas of ds to forward (fresh, not forwarded
+// yet, all together within budget bytes) and records them as forwarded.
+func (f *forwardLog) take(ds []crdt.Delta, before, after crdt.Digest, budget int) [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var encoded [][]byte
+	size := 0
+	for _, d := range ds {
+		if !freshForForward(d, after[d.Origin], before[d.Origin], f.forwarded[d.Origin]) {
+			continue
+		}
+		enc, err := crdt.EncodeDelta(d)
+		if err != nil || size+len(enc)+3 > budget {
+			continue // large deltas travel by head + pull only
+		}
+		encoded = append(encoded, enc)
+		size += len(enc) + 3
+		f.forwarded[d.Origin] = d.To
+	}
+	return encoded
 }
 
 // freshForForward is the pure forwarding decision for one delta d, given the
@@ -96,11 +108,7 @@ func freshForForward(d crdt.Delta, after, before crdt.OriginDigest, forwarded cr
 
 // onForward accepts deltas relayed by an alive member (push tree).
 func (n *Node) onForward(m *message) {
-	n.mu.Lock()
-	ms := n.members[m.Sender]
-	alive := ms != nil && ms.Alive
-	n.mu.Unlock()
-	if !alive {
+	if _, alive, _ := n.members.lookup(m.Sender); !alive {
 		n.drop(dropUnknownSender, "forward from unknown or dead member", "sender", m.Sender)
 		return
 	}

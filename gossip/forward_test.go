@@ -44,7 +44,7 @@ func TestPushTreeForwardsOnce(t *testing.T) {
 	const updates = 6
 	for u := 0; u < updates; u++ {
 		all[0].write(t, crdt.KindPod, fmt.Sprintf("ns/p%d", u), podValue(t, fmt.Sprintf("10.0.0.%d", u)), false)
-		requireConverged(t, 20*time.Second, all...)
+		requireConverged(t, waitConverge, all...)
 	}
 	var forwardedIn float64
 	for _, n := range all {

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -44,7 +43,7 @@ func TestConvergenceAfterRandomWrites(t *testing.T) {
 		}
 		w.write(t, crdt.KindPod, name, v, del)
 	}
-	requireConverged(t, 15*time.Second, all...)
+	requireConverged(t, waitConverge, all...)
 
 	// The standby receives and serves but may not write.
 	d, err := a2.rep.Write(crdt.KindPod, "ns/x", podValue(t, "10.9.9.9"), false)
@@ -67,5 +66,5 @@ func TestConvergenceAfterRandomWrites(t *testing.T) {
 			}
 		}
 		return true
-	}, 20*time.Second, 20*time.Millisecond, "%+v", c.Members())
+	}, waitMembership, pollEvery, "%+v", c.Members())
 }

@@ -68,13 +68,36 @@ func (g *guardTransport) StreamCh() <-chan net.Conn {
 	return g.out
 }
 
+// Shutdown stops the guard and the wrapped transport. While the latter
+// stops, its incoming streams are drained here: its listener blocks on an
+// unbuffered channel that nobody else reads once the pump has stopped, and
+// NetTransport.Shutdown waits for its listeners.
 func (g *guardTransport) Shutdown() error {
 	select {
 	case <-g.done:
 	default:
 		close(g.done)
 	}
-	return g.NodeAwareTransport.Shutdown()
+	stopDrain := make(chan struct{})
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		in := g.NodeAwareTransport.StreamCh()
+		for {
+			select {
+			case c := <-in:
+				if c != nil {
+					_ = c.Close()
+				}
+			case <-stopDrain:
+				return
+			}
+		}
+	}()
+	err := g.NodeAwareTransport.Shutdown()
+	close(stopDrain)
+	<-drained
+	return err
 }
 
 func (g *guardTransport) pump() {

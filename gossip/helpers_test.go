@@ -69,22 +69,37 @@ func joinAll(t *testing.T, nodes ...*tnode) {
 	t.Helper()
 	// Join every earlier node: push/pull with each gives full views at once
 	// instead of relying on alive broadcasts alone (CI machines are loaded).
-	for i, n := range nodes[1:] {
-		var addrs []string
-		for _, p := range nodes[:i+1] {
-			addrs = append(addrs, p.Addr())
+	join := func(check bool) {
+		for i, n := range nodes[1:] {
+			if !check && n.ml.NumMembers() == len(nodes) {
+				continue
+			}
+			var addrs []string
+			for _, p := range nodes[:i+1] {
+				addrs = append(addrs, p.Addr())
+			}
+			_, err := n.Join(addrs...)
+			if check {
+				require.NoError(t, err)
+			}
 		}
-		_, err := n.Join(addrs...)
-		require.NoError(t, err)
 	}
+	join(true)
+	// Wait for the condition; under load a join's push/pull can time out,
+	// so a node still short of members joins again now and then.
+	lastJoin := time.Now()
 	require.Eventually(t, func() bool {
 		for _, n := range nodes {
 			if n.ml.NumMembers() != len(nodes) {
+				if time.Since(lastJoin) > 3*time.Second {
+					join(false)
+					lastJoin = time.Now()
+				}
 				return false
 			}
 		}
 		return true
-	}, 20*time.Second, 20*time.Millisecond, "membership did not converge")
+	}, waitMembership, pollEvery, "membership did not converge")
 }
 
 func (n *tnode) write(t *testing.T, kind crdt.Kind, name string, value []byte, deleted bool) crdt.Delta {
@@ -140,14 +155,13 @@ func converged(nodes ...*tnode) bool {
 
 func requireConverged(t *testing.T, within time.Duration, nodes ...*tnode) {
 	t.Helper()
-	require.Eventually(t, func() bool { return converged(nodes...) }, within, 20*time.Millisecond,
-		"replicas did not converge: %s", func() string {
-			var s []string
-			for _, n := range nodes {
-				s = append(s, n.Name()+"="+digestKey(n.rep.Digest()))
-			}
-			return strings.Join(s, " | ")
-		}())
+	if !waitFor(within, func() bool { return converged(nodes...) }) {
+		var s []string
+		for _, n := range nodes {
+			s = append(s, n.Name()+"="+digestKey(n.rep.Digest()))
+		}
+		t.Fatalf("replicas did not converge within %v: %s", within, strings.Join(s, " | "))
+	}
 	want := dump(nodes[0].rep)
 	for _, n := range nodes[1:] {
 		require.Equal(t, want, dump(n.rep), "entries of %s differ from %s", n.Name(), nodes[0].Name())

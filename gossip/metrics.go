@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -108,16 +109,25 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 	m.broadcastQLen = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "coastguard_gossip_broadcast_queue", Help: "Pending broadcasts in the head/retire queue.",
 	}, queueLen)
+	if err := m.register(reg); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// register pre-creates the drop reasons (so they read 0, not absent) and
+// registers every collector with reg (nil: none). One Node per registry: a
+// second one would export another node's queue length and counters under
+// the same names, so it is refused (internal/metricsreg.All).
+func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
 		dropQueueFull, dropStateTooLarge} {
 		m.dropped.WithLabelValues(r)
 	}
-	// One Node per registry: a second one would export another node's
-	// queue length and counters under the same names.
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
 		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew); err != nil {
-		return nil, fmt.Errorf("gossip metrics: %w", err)
+		return fmt.Errorf("gossip metrics: %w", err)
 	}
-	return m, nil
+	return nil
 }

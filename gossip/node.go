@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -65,35 +64,30 @@ type inMsg struct {
 	state bool // from memberlist push/pull (MergeRemoteState)
 }
 
-// syncState is an outstanding pull (fast: triggered by a head; bulk:
-// anti-entropy catch-up).
-type syncState struct {
-	id       uint64
-	peer     string
-	fast     bool
-	origins  []string
-	target   crdt.Version // fast pulls: the announced head
-	deadline time.Time
-}
-
-type backoff struct {
-	failures int
-	until    time.Time
-}
-
-// Node is one member of the coastguard gossip mesh.
+// Node is one member of the coastguard gossip mesh. It composes parts that
+// each guard their own state: members (membership), syncs (pulls in flight,
+// backoff, anti-entropy pacing), limits (per-sender rate limits), forwarded
+// (push-tree dedupe) and the reconnect-timeout retirer.
 type Node struct {
 	cfg     Config
 	rep     Replica
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring
 	queue   *memberlist.TransmitLimitedQueue
-	tr      *FaultTransport
-	m       *metrics
-	log     *slog.Logger
-	logLim  *rate.Limiter
+	// fault is Config.Transport when it is a FaultTransport (tests and the
+	// simulator); nil in production.
+	fault  *FaultTransport
+	m      *metrics
+	log    *slog.Logger
+	logLim *rate.Limiter
 	// seedBackoff spaces out lookups of unresolvable seeds.
 	seedBackoff *seedBackoff
+
+	members   *members
+	syncs     *syncer
+	limits    *senderLimits
+	forwarded *forwardLog
+	retirer   *retirer
 
 	inbox    chan inMsg
 	serveSem chan struct{}
@@ -103,26 +97,7 @@ type Node struct {
 	started  time.Time
 	addr     string
 
-	mu             sync.Mutex
-	members        map[string]*memberState
-	clusterSeen    map[string]time.Time // cluster -> last time a member was alive (or first noticed)
-	syncs          map[uint64]*syncState
-	pulls          map[string]uint64 // origin -> fast pull id in flight
-	bulkByPeer     map[string]uint64
-	backoffs       map[string]*backoff
-	limiters       map[string]*rate.Limiter
-	digestLim      *rate.Limiter           // full-digest byte budget (antientropy.go)
-	forwarded      map[string]crdt.Version // push tree: highest version forwarded per origin (forward.go)
-	nextID         uint64
-	metaWriter     bool
-	leaving        bool
-	lastApply      time.Time
-	lastFullDigest time.Time
-	retiredSent    map[string]crdt.Version
-	shutdown       bool
-
 	statBytesOut, statBytesIn, statMsgsOut atomic.Int64
-	aliveCount                             atomic.Int64
 }
 
 // Stats are cumulative counters of coastguard gossip messages (the
@@ -145,86 +120,20 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	n := &Node{
-		cfg:         cfg,
-		rep:         rep,
-		log:         cfg.Logger.With("component", "gossip", "node", cfg.NodeName),
-		logLim:      rate.NewLimiter(2, 20),
-		seedBackoff: newSeedBackoff(cfg.RejoinInterval, 5*time.Minute),
-		inbox:       make(chan inMsg, 4096),
-		serveSem:    make(chan struct{}, cfg.MaxConcurrentSyncs+16),
-		stop:        make(chan struct{}),
-		started:     cfg.Now(),
-		members:     map[string]*memberState{},
-		clusterSeen: map[string]time.Time{},
-		syncs:       map[uint64]*syncState{},
-		pulls:       map[string]uint64{},
-		bulkByPeer:  map[string]uint64{},
-		backoffs:    map[string]*backoff{},
-		limiters:    map[string]*rate.Limiter{},
-		retiredSent: map[string]crdt.Version{},
-		nextID:      rand.Uint64() >> 1,
-	}
-	if cfg.Signer != nil {
-		sr, ok := rep.(signerReplica)
-		if !ok {
-			return nil, errors.New("gossip: Config.Signer needs a Replica with SetSigner")
-		}
-		sr.SetSigner(cfg.Signer)
-	}
-	if cfg.Trust != nil {
-		vr, ok := rep.(verifierReplica)
-		if !ok {
-			return nil, errors.New("gossip: Config.Trust needs a Replica with SetVerifier")
-		}
-		vr.SetVerifier(cfg.Trust, n.mayRetire)
-	}
-	if lr, ok := rep.(limitedReplica); ok {
-		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, cfg.MaxEntriesPerOrigin)})
-	}
-	n.metaWriter = cfg.IsWriter()
-	n.queue = &memberlist.TransmitLimitedQueue{
-		NumNodes:       func() int { return n.numMembers() },
-		RetransmitMult: HeadRetransmitMult,
-	}
-	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
+	n, err := newNode(cfg, rep)
 	if err != nil {
 		return nil, err
 	}
-	n.m = m
+	if err := n.wireReplica(); err != nil {
+		return nil, err
+	}
 	mc := cfg.memberlistConfig()
-	if len(cfg.Keyring) > 0 {
-		kr, err := memberlist.NewKeyring(cfg.Keyring[1:], cfg.Keyring[0])
-		if err != nil {
-			return nil, fmt.Errorf("gossip: keyring: %w", err)
-		}
-		n.keyring = kr
-		mc.Keyring = kr
-		mc.GossipVerifyIncoming = true
-		mc.GossipVerifyOutgoing = true
+	if err := n.setupKeyring(mc); err != nil {
+		return nil, err
 	}
-	inner := cfg.Transport
-	if inner == nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{mc.BindAddr},
-			BindPort:  mc.BindPort,
-			Logger:    log.New(&mlLogWriter{n: n}, "", 0),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("gossip: bind %s:%d: %w", mc.BindAddr, mc.BindPort, err)
-		}
-		inner = nt
+	if err := n.setupTransport(mc); err != nil {
+		return nil, err
 	}
-	if ft, ok := inner.(*FaultTransport); ok {
-		n.tr = ft
-	} else {
-		n.tr = NewFaultTransport(inner)
-	}
-	guard := newGuardTransport(n.tr, n.keyring != nil, func(reason, from string, err error) {
-		n.drop(reason, "inbound stream refused", "from", from, "err", err)
-	})
-	guard.limitLoopback = cfg.LimitLoopbackStreams
-	mc.Transport = guard
 	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
@@ -233,23 +142,131 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	}
 	ml, err := memberlist.Create(mc)
 	if err != nil {
-		_ = n.tr.Shutdown()
+		_ = mc.Transport.Shutdown()
 		return nil, fmt.Errorf("gossip: memberlist: %w", err)
 	}
 	n.ml = ml
 	ln := ml.LocalNode()
 	n.addr = net.JoinHostPort(ln.Addr.String(), strconv.Itoa(int(ln.Port)))
-	n.wg.Add(4)
+	n.start()
+	return n, nil
+}
+
+// newNode builds the node and its parts (no I/O yet).
+func newNode(cfg Config, rep Replica) (*Node, error) {
+	n := &Node{
+		cfg:         cfg,
+		rep:         rep,
+		log:         cfg.Logger.With("component", "gossip", "node", cfg.NodeName),
+		logLim:      rate.NewLimiter(2, 20),
+		seedBackoff: newSeedBackoff(cfg.RejoinInterval, 5*time.Minute),
+		members:     newMembers(cfg.NodeName, cfg.IsWriter()),
+		syncs:       newSyncer(cfg.MaxConcurrentSyncs),
+		limits:      newSenderLimits(cfg.PeerRateLimit, cfg.PeerRateBurst),
+		forwarded:   newForwardLog(),
+		inbox:       make(chan inMsg, 4096),
+		serveSem:    make(chan struct{}, cfg.MaxConcurrentSyncs+16),
+		stop:        make(chan struct{}),
+		started:     cfg.Now(),
+	}
+	n.queue = &memberlist.TransmitLimitedQueue{
+		NumNodes:       n.members.numAlive,
+		RetransmitMult: HeadRetransmitMult,
+	}
+	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
+	if err != nil {
+		return nil, err
+	}
+	n.m = m
+	n.retirer = &retirer{
+		self: cfg.ClusterID, timeout: cfg.ReconnectTimeout, now: cfg.Now,
+		digest: rep.Digest, status: n.members.noticeOrigins,
+		retire: func(r crdt.Retire) bool { return n.applyRetire(r, true) },
+		m:      n.m, log: n.log,
+	}
+	return n, nil
+}
+
+// wireReplica hands the Replica the signer, verifier and limits it needs.
+func (n *Node) wireReplica() error {
+	if n.cfg.Signer != nil {
+		sr, ok := n.rep.(signerReplica)
+		if !ok {
+			return errors.New("gossip: Config.Signer needs a Replica with SetSigner")
+		}
+		sr.SetSigner(n.cfg.Signer)
+	}
+	if n.cfg.Trust != nil {
+		vr, ok := n.rep.(verifierReplica)
+		if !ok {
+			return errors.New("gossip: Config.Trust needs a Replica with SetVerifier")
+		}
+		vr.SetVerifier(n.cfg.Trust, n.mayRetire)
+	}
+	if lr, ok := n.rep.(limitedReplica); ok {
+		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin)})
+	}
+	return nil
+}
+
+// setupKeyring turns Config.Keyring into memberlist's encryption.
+func (n *Node) setupKeyring(mc *memberlist.Config) error {
+	if len(n.cfg.Keyring) == 0 {
+		return nil
+	}
+	kr, err := memberlist.NewKeyring(n.cfg.Keyring[1:], n.cfg.Keyring[0])
+	if err != nil {
+		return fmt.Errorf("gossip: keyring: %w", err)
+	}
+	n.keyring = kr
+	mc.Keyring = kr
+	mc.GossipVerifyIncoming = true
+	mc.GossipVerifyOutgoing = true
+	return nil
+}
+
+// setupTransport binds the transport (a plain memberlist NetTransport
+// unless Config.Transport overrides it) behind the inbound stream guard.
+func (n *Node) setupTransport(mc *memberlist.Config) error {
+	inner := n.cfg.Transport
+	if inner == nil {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
+			BindAddrs: []string{mc.BindAddr},
+			BindPort:  mc.BindPort,
+			Logger:    log.New(&mlLogWriter{n: n}, "", 0),
+		})
+		if err != nil {
+			return fmt.Errorf("gossip: bind %s:%d: %w", mc.BindAddr, mc.BindPort, err)
+		}
+		inner = nt
+	}
+	if ft, ok := inner.(*FaultTransport); ok {
+		n.fault = ft
+	}
+	guard := newGuardTransport(nodeAware(inner), n.keyring != nil, func(reason, from string, err error) {
+		n.drop(reason, "inbound stream refused", "from", from, "err", err)
+	})
+	guard.limitLoopback = n.cfg.LimitLoopbackStreams
+	mc.Transport = guard
+	return nil
+}
+
+// start runs the node's loops and joins the seeds once.
+func (n *Node) start() {
+	n.wg.Add(5)
 	go n.worker()
 	go n.antiEntropyLoop()
 	go n.maintenanceLoop()
+	go func() {
+		defer n.wg.Done()
+		n.retirer.run(n.stop, maintenanceEvery(n.cfg.ReconnectTimeout))
+	}()
 	go n.rejoinLoop()
-	if len(cfg.Seeds) > 0 {
+	if len(n.cfg.Seeds) > 0 {
 		if _, err := n.joinAddrs(n.resolveSeeds()); err != nil {
 			n.log.Warn("initial join failed; will retry", "err", err)
 		}
 	}
-	return n, nil
 }
 
 // Addr returns this node's advertised "ip:port" (read once at start:
@@ -259,8 +276,10 @@ func (n *Node) Addr() string { return n.addr }
 // Name returns the node name.
 func (n *Node) Name() string { return n.cfg.NodeName }
 
-// Transport returns the (byte-counting, fault-injecting) transport.
-func (n *Node) Transport() *FaultTransport { return n.tr }
+// Transport returns the FaultTransport given as Config.Transport (tests and
+// the simulator inject faults and count wire bytes through it), or nil: a
+// production node runs on a plain transport.
+func (n *Node) Transport() *FaultTransport { return n.fault }
 
 // Join contacts the given addresses ("host:port"); DNS names are resolved now.
 func (n *Node) Join(addrs ...string) (int, error) { return n.joinAddrs(addrs) }
@@ -272,58 +291,15 @@ func (n *Node) joinAddrs(addrs []string) (int, error) {
 	return n.ml.Join(addrs)
 }
 
-// numMembers is the alive member count as seen through events (safe to
-// call from memberlist goroutines before Create returned).
-func (n *Node) numMembers() int {
-	if v := n.aliveCount.Load(); v > 0 {
-		return int(v)
-	}
-	return 1
-}
-
 // NumAlive returns memberlist's count of alive members (including self).
 func (n *Node) NumAlive() int { return n.ml.NumMembers() }
 
 // Members returns every member ever seen (alive or not), sorted by name.
-func (n *Node) Members() []MemberInfo {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	out := make([]MemberInfo, 0, len(n.members))
-	for _, m := range n.members {
-		out = append(out, m.MemberInfo)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
+func (n *Node) Members() []MemberInfo { return n.members.list() }
 
 // Clusters returns the liveness of every cluster known from membership or
 // state.
-func (n *Node) Clusters() map[string]ClusterStatus {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.clusterStatusLocked()
-}
-
-func (n *Node) clusterStatusLocked() map[string]ClusterStatus {
-	out := map[string]ClusterStatus{}
-	for c, t := range n.clusterSeen {
-		out[c] = ClusterStatus{LastAlive: t}
-	}
-	now := n.cfg.Now()
-	for _, m := range n.members {
-		if m.Cluster == "" {
-			continue
-		}
-		st := out[m.Cluster]
-		if m.Alive {
-			st.Alive = true
-			st.AliveMembers++
-			st.LastAlive = now
-		}
-		out[m.Cluster] = st
-	}
-	return out
-}
+func (n *Node) Clusters() map[string]ClusterStatus { return n.members.clusters(n.cfg.Now()) }
 
 // Publish disseminates fresh local deltas (already applied to the Replica)
 // of the own cluster: pushed directly to EagerFanout random peers when they
@@ -360,9 +336,7 @@ func (n *Node) Publish(deltas ...crdt.Delta) error {
 			n.m.deltas.WithLabelValues("out", "push").Add(float64(len(deltas)))
 		}
 	}
-	n.mu.Lock()
-	n.lastApply = n.cfg.Now()
-	n.mu.Unlock()
+	n.syncs.applied(n.cfg.Now())
 	n.announce(n.cfg.ClusterID)
 	return nil
 }
@@ -432,9 +406,7 @@ func (n *Node) Decommission(ctx context.Context) error {
 // leave marks this node as leaving in its meta (so peers do not try to
 // rejoin it) and then leaves memberlist gracefully.
 func (n *Node) leave(timeout time.Duration) {
-	n.mu.Lock()
-	n.leaving = true
-	n.mu.Unlock()
+	n.members.setLeaving()
 	if err := n.ml.UpdateNode(timeout / 2); err != nil {
 		n.log.Debug("leave: update meta", "err", err)
 	}
@@ -454,9 +426,7 @@ func (n *Node) Leave(timeout time.Duration) error {
 func (n *Node) Shutdown() error {
 	var err error
 	n.stopOnce.Do(func() {
-		n.mu.Lock()
-		n.shutdown = true
-		n.mu.Unlock()
+		n.syncs.close()
 		close(n.stop)
 		err = n.ml.Shutdown()
 		n.wg.Wait()
@@ -517,29 +487,11 @@ func (n *Node) randomPeers(k int, exclude string) []*memberlist.Node {
 }
 
 // alivePeers returns copies of the alive members other than self and
-// exclude, from the event-driven member table (never memberlist's own
-// node pointers, see memberState.node).
-func (n *Node) alivePeers(exclude string) []*memberlist.Node {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	cand := make([]*memberlist.Node, 0, len(n.members))
-	for name, ms := range n.members {
-		if name == n.cfg.NodeName || name == exclude || !ms.Alive || ms.node == nil {
-			continue
-		}
-		cand = append(cand, ms.node)
-	}
-	return cand
-}
+// exclude.
+func (n *Node) alivePeers(exclude string) []*memberlist.Node { return n.members.alivePeers(exclude) }
 
-func (n *Node) memberNode(name string) *memberlist.Node {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if ms := n.members[name]; ms != nil && ms.Alive {
-		return ms.node
-	}
-	return nil
-}
+// memberNode returns the alive member name's node, or nil.
+func (n *Node) memberNode(name string) *memberlist.Node { return n.members.node(name) }
 
 func (n *Node) sendBestEffort(to *memberlist.Node, msg []byte, t msgType) bool {
 	if err := n.ml.SendBestEffort(to, msg); err != nil {
@@ -595,20 +547,6 @@ func (n *Node) logRL(level slog.Level, msg string, args ...any) {
 		return
 	}
 	n.log.Log(context.Background(), level, msg, args...)
-}
-
-func (n *Node) allowSender(sender string) bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	l, ok := n.limiters[sender]
-	if !ok {
-		if len(n.limiters) > 4096 {
-			n.limiters = map[string]*rate.Limiter{}
-		}
-		l = rate.NewLimiter(rate.Limit(n.cfg.PeerRateLimit), n.cfg.PeerRateBurst)
-		n.limiters[sender] = l
-	}
-	return l.Allow()
 }
 
 // ---- named broadcast ----

@@ -29,7 +29,7 @@ func TestOnDigestReportsEqualSums(t *testing.T) {
 	b := startNode(t, "b", "c2", keys, func(c *Config) { c.AntiEntropyInterval = 100 * time.Millisecond })
 	joinAll(t, a, b)
 	b.write(t, crdt.KindPod, "ns/p", podValue(t, "10.2.0.1"), false)
-	requireConverged(t, 20*time.Second, a, b)
+	requireConverged(t, waitConverge, a, b)
 	mu.Lock()
 	seen = map[string]crdt.Digest{} // only what arrives once both agree
 	mu.Unlock()
@@ -38,5 +38,5 @@ func TestOnDigestReportsEqualSums(t *testing.T) {
 		defer mu.Unlock()
 		d, ok := seen["c2"]
 		return ok && d["c2"].Max > 0
-	}, 5*time.Second, 20*time.Millisecond, "a replica in sync with c2 must still report c2's digest to OnDigest")
+	}, waitEvent, pollEvery, "a replica in sync with c2 must still report c2's digest to OnDigest")
 }

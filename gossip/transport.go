@@ -22,7 +22,27 @@ func NewLoopbackTransport(addr string) (*memberlist.NetTransport, error) {
 	})
 }
 
-// FaultTransport wraps a memberlist transport. It counts wire bytes (every
+// nodeAware returns t as a memberlist.NodeAwareTransport, addressing by
+// "ip:port" when t itself does not know node names.
+func nodeAware(t memberlist.Transport) memberlist.NodeAwareTransport {
+	if na, ok := t.(memberlist.NodeAwareTransport); ok {
+		return na
+	}
+	return addrTransport{t}
+}
+
+type addrTransport struct{ memberlist.Transport }
+
+func (t addrTransport) WriteToAddress(b []byte, a memberlist.Address) (time.Time, error) {
+	return t.WriteTo(b, a.Addr)
+}
+
+func (t addrTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	return t.DialTimeout(a.Addr, timeout)
+}
+
+// FaultTransport wraps a memberlist transport for tests and the simulator
+// (a production Node never uses it). It counts wire bytes (every
 // UDP packet and every byte written to/read from TCP streams, after
 // memberlist's encryption) and can drop traffic to and from chosen peer
 // addresses to inject partitions.

@@ -307,9 +307,7 @@ func (n *Node) mayRetire(c string) bool {
 	if c == n.cfg.ClusterID {
 		return false
 	}
-	n.mu.Lock()
-	st, ok := n.clusterStatusLocked()[c]
-	n.mu.Unlock()
+	st, ok := n.members.clusters(n.cfg.Now())[c]
 	if ok && st.Alive {
 		return false
 	}

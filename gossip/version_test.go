@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -26,7 +25,7 @@ func TestBuildVersionGossiped(t *testing.T) {
 	want := map[string]string{"a": "v1.0.0", "b": "v1.1.0"}
 	require.Eventually(t, func() bool {
 		return testutil.ToFloat64(a.m.versionSkew) == 1 && testutil.ToFloat64(b.m.versionSkew) == 1
-	}, 20*time.Second, 20*time.Millisecond, "skew reported; a sees %v, b sees %v", versionsOf(a), versionsOf(b))
+	}, waitMembership, pollEvery, "skew reported; a sees %v, b sees %v", versionsOf(a), versionsOf(b))
 	require.Equal(t, want, versionsOf(a))
 	require.Equal(t, want, versionsOf(b))
 	require.Equal(t, 1.0, testutil.ToFloat64(a.m.versions.WithLabelValues("v1.1.0")))

@@ -321,35 +321,14 @@ func decodeMessage(p []byte) (*message, error) {
 	}
 	switch m.Type {
 	case msgHeads:
-		n := r.count(maxHeadsPerMsg)
-		m.Heads = make([]Head, 0, n)
-		for i := 0; i < n && r.err == nil; i++ {
-			h := Head{Origin: r.str(maxOriginLen), Max: crdt.Version(r.uvarint())}
-			if r.err == nil && h.Origin == "" {
-				r.fail(errors.New("empty origin"))
-			}
-			m.Heads = append(m.Heads, h)
-		}
+		m.Heads = r.heads()
 	case msgPush, msgSyncData, msgForward:
 		if m.Type == msgSyncData {
 			m.ID = r.uvarint()
 			f := r.u8()
 			m.Final, m.More = f&1 == 1, f&2 == 2
 		}
-		n := r.count(maxDeltasPerMsg)
-		m.Deltas = make([]crdt.Delta, 0, n)
-		for i := 0; i < n && r.err == nil; i++ {
-			raw := r.raw(MaxMessageBytes)
-			if r.err != nil {
-				break
-			}
-			d, err := crdt.DecodeDelta(raw)
-			if err != nil {
-				r.fail(fmt.Errorf("delta %d: %w", i, err))
-				break
-			}
-			m.Deltas = append(m.Deltas, d)
-		}
+		m.Deltas = r.deltas()
 	case msgSyncReq:
 		m.ID = r.uvarint()
 		m.Digest = r.digest()
@@ -357,31 +336,7 @@ func decodeMessage(p []byte) (*message, error) {
 		m.Reply = r.u8()&1 == 1
 		m.Digest = r.digest()
 	case msgRetire:
-		n := r.count(maxRetireItems)
-		m.Retires = make([]crdt.Retire, 0, n)
-		for i := 0; i < n && r.err == nil; i++ {
-			rt := crdt.Retire{Origin: r.str(maxOriginLen), UpTo: crdt.Version(r.uvarint())}
-			if r.err == nil && rt.Origin == "" {
-				r.fail(errors.New("empty origin"))
-			}
-			m.Retires = append(m.Retires, rt)
-		}
-		if r.err == nil {
-			if k := r.count(maxRetireItems); r.err == nil && k != len(m.Retires) {
-				r.fail(fmt.Errorf("%d retire signatures for %d retirements", k, len(m.Retires)))
-			}
-			for i := range m.Retires {
-				if r.err != nil {
-					break
-				}
-				if sig := r.raw(crdt.SigSize); len(sig) > 0 {
-					m.Retires[i].Sig = bytes.Clone(sig)
-				}
-				if key := r.raw(crdt.KeySize); len(key) > 0 {
-					m.Retires[i].Key = bytes.Clone(key)
-				}
-			}
-		}
+		m.Retires = r.retires()
 	case msgDigestSum:
 		m.Sum = r.uvarint()
 	default:
@@ -391,4 +346,67 @@ func decodeMessage(p []byte) (*message, error) {
 		return nil, fmt.Errorf("%s: %w", m.Type, r.err)
 	}
 	return m, nil
+}
+
+func (r *rbuf) heads() []Head {
+	n := r.count(maxHeadsPerMsg)
+	hs := make([]Head, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		h := Head{Origin: r.str(maxOriginLen), Max: crdt.Version(r.uvarint())}
+		if r.err == nil && h.Origin == "" {
+			r.fail(errors.New("empty origin"))
+		}
+		hs = append(hs, h)
+	}
+	return hs
+}
+
+func (r *rbuf) deltas() []crdt.Delta {
+	n := r.count(maxDeltasPerMsg)
+	ds := make([]crdt.Delta, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		raw := r.raw(MaxMessageBytes)
+		if r.err != nil {
+			break
+		}
+		d, err := crdt.DecodeDelta(raw)
+		if err != nil {
+			r.fail(fmt.Errorf("delta %d: %w", i, err))
+			break
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// retires reads the retirements, then one (possibly empty) signature and
+// key per retirement.
+func (r *rbuf) retires() []crdt.Retire {
+	n := r.count(maxRetireItems)
+	rs := make([]crdt.Retire, 0, n)
+	for i := 0; i < n && r.err == nil; i++ {
+		rt := crdt.Retire{Origin: r.str(maxOriginLen), UpTo: crdt.Version(r.uvarint())}
+		if r.err == nil && rt.Origin == "" {
+			r.fail(errors.New("empty origin"))
+		}
+		rs = append(rs, rt)
+	}
+	if r.err != nil {
+		return rs
+	}
+	if k := r.count(maxRetireItems); r.err == nil && k != len(rs) {
+		r.fail(fmt.Errorf("%d retire signatures for %d retirements", k, len(rs)))
+	}
+	for i := range rs {
+		if r.err != nil {
+			break
+		}
+		if sig := r.raw(crdt.SigSize); len(sig) > 0 {
+			rs[i].Sig = bytes.Clone(sig)
+		}
+		if key := r.raw(crdt.KeySize); len(key) > 0 {
+			rs[i].Key = bytes.Clone(key)
+		}
+	}
+	return rs
 }

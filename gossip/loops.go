@@ -1,0 +1,205 @@
+package gossip
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+)
+
+func jitter(d time.Duration) time.Duration {
+	// ±25%
+	q := int64(d / 4)
+	if q <= 0 {
+		return d
+	}
+	return d - time.Duration(q) + time.Duration(rand.Int64N(2*q+1))
+}
+
+// everyJittered runs fn every interval (±25% jitter) until the node stops.
+func (n *Node) everyJittered(interval time.Duration, fn func()) {
+	defer n.wg.Done()
+	t := time.NewTimer(jitter(interval))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		fn()
+		t.Reset(jitter(interval))
+	}
+}
+
+// antiEntropyLoop expires overdue syncs and sends our digest sum to one
+// random peer every AntiEntropyInterval.
+func (n *Node) antiEntropyLoop() {
+	n.everyJittered(n.cfg.AntiEntropyInterval, func() {
+		n.expireSyncs()
+		if peers := n.randomPeers(1, ""); len(peers) == 1 {
+			out := n.decide(nil, false, peers[0].Name)
+			n.send(peers[0], out.send, out.sendType)
+		}
+	})
+}
+
+func (n *Node) expireSyncs() {
+	now := n.cfg.Now()
+	pulls, failed := n.syncs.expire(now)
+	if pulls > 0 {
+		n.m.syncs.WithLabelValues("pull", "timeout").Add(float64(pulls))
+	}
+	for _, p := range failed {
+		n.m.syncs.WithLabelValues("requester", "timeout").Inc()
+		n.syncs.fail(p, now)
+	}
+}
+
+// maintenanceEvery is the period of the maintenance and retirement loops:
+// a second, or a quarter of a (test-short) ReconnectTimeout.
+func maintenanceEvery(reconnectTimeout time.Duration) time.Duration {
+	if reconnectTimeout/4 < time.Second {
+		return max(reconnectTimeout/4, 10*time.Millisecond)
+	}
+	return time.Second
+}
+
+func (n *Node) maintenanceLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(maintenanceEvery(n.cfg.ReconnectTimeout))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		}
+		n.maintain()
+	}
+}
+
+// maintain keeps the writer flag of our metadata in step with the Lease,
+// reaps members dead for longer than ReconnectTimeout and publishes the
+// member gauges. (The reconnect-timeout retirement runs in retire.go.)
+func (n *Node) maintain() {
+	if n.members.setWriter(n.cfg.IsWriter()) {
+		if err := n.ml.UpdateNode(time.Second); err != nil {
+			n.logRL(slog.LevelWarn, "update node meta", "err", err)
+		}
+	}
+	c := n.members.reap(n.cfg.Now(), n.cfg.ReconnectTimeout)
+	n.m.members.WithLabelValues("alive").Set(c.alive)
+	n.m.members.WithLabelValues("dead").Set(c.dead)
+	n.m.members.WithLabelValues("left").Set(c.left)
+	n.m.setVersions(c.versions)
+}
+
+func (n *Node) rejoinLoop() {
+	n.everyJittered(n.cfg.RejoinInterval, n.rejoin)
+}
+
+// rejoin contacts (concurrently, at most 8) the seeds, re-resolved now, and
+// members we know of that are not alive (dead but not left), so that a
+// healed partition merges again.
+func (n *Node) rejoin() {
+	uniq := n.rejoinCandidates()
+	if len(uniq) == 0 {
+		return
+	}
+	n.m.rejoins.Inc()
+	var wg sync.WaitGroup
+	for _, a := range uniq {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case <-n.stop:
+				return
+			default:
+			}
+			if _, err := n.ml.Join([]string{a}); err != nil {
+				n.log.Debug("rejoin failed", "addr", a, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// rejoinCandidates returns up to 8 random addresses, without duplicates, of
+// seeds and dead members that are not alive.
+func (n *Node) rejoinCandidates() []string {
+	aliveAddrs := map[string]bool{n.Addr(): true}
+	for _, m := range n.alivePeers("") {
+		aliveAddrs[m.Address()] = true
+	}
+	var cand []string
+	for _, a := range n.resolveSeeds() {
+		if !aliveAddrs[a] {
+			cand = append(cand, a)
+		}
+	}
+	cand = append(cand, n.members.rejoinAddrs(aliveAddrs)...)
+	seen := map[string]bool{}
+	uniq := cand[:0]
+	for _, a := range cand {
+		if !seen[a] {
+			seen[a] = true
+			uniq = append(uniq, a)
+		}
+	}
+	rand.Shuffle(len(uniq), func(i, j int) { uniq[i], uniq[j] = uniq[j], uniq[i] })
+	if len(uniq) > 8 {
+		uniq = uniq[:8]
+	}
+	return uniq
+}
+
+// resolveSeeds turns Seeds into "ip:port" strings, resolving DNS names now.
+func (n *Node) resolveSeeds() []string {
+	defPort := n.cfg.AdvertisePort
+	if defPort == 0 {
+		defPort = n.cfg.BindPort
+	}
+	if defPort == 0 {
+		defPort = 7946
+	}
+	self := n.Addr()
+	var out []string
+	for _, s := range n.cfg.Seeds {
+		host, port, err := net.SplitHostPort(s)
+		if err != nil {
+			host, port = s, strconv.Itoa(defPort)
+		}
+		var ips []string
+		if net.ParseIP(host) != nil {
+			ips = []string{host}
+		} else {
+			now := n.cfg.Now()
+			if !n.seedBackoff.due(s, now) {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			ips, err = net.DefaultResolver.LookupHost(ctx, host)
+			cancel()
+			if err != nil {
+				if log, failures := n.seedBackoff.failed(s, now); log {
+					n.log.Warn("seed does not resolve; retrying with backoff (logged once a minute)",
+						"seed", s, "failures", failures, "err", err)
+				}
+				continue
+			}
+			n.seedBackoff.succeeded(s)
+		}
+		for _, ip := range ips {
+			a := net.JoinHostPort(ip, port)
+			if a != self {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}

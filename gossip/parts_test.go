@@ -1,0 +1,127 @@
+package gossip
+
+import (
+	"net"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+func mlNode(name string) *memberlist.Node {
+	return &memberlist.Node{Name: name, Addr: net.IPv4(127, 0, 0, 1), Port: 7946}
+}
+
+// The member table follows memberlist's events: liveness, cluster
+// liveness, the alive count, peers to send to, and reaping of the dead.
+func TestMembersTable(t *testing.T) {
+	t0 := time.Unix(30_000, 0)
+	ms := newMembers("me", false)
+	ms.observe(mlNode("me"), "c0", "v1", metaWriter, true, t0)
+	ms.observe(mlNode("a"), "c1", "v1", metaWriter, true, t0)
+	ms.observe(mlNode("b"), "c2", "v2", 0, true, t0)
+	require.Equal(t, 3, ms.numAlive())
+	require.Len(t, ms.alivePeers(""), 2)
+	require.Len(t, ms.alivePeers("a"), 1)
+	require.NotNil(t, ms.node("b"))
+
+	// b dies (no leaving flag), a leaves gracefully; b's cluster keeps its
+	// last alive time.
+	t1 := t0.Add(time.Minute)
+	ms.observe(mlNode("b"), "c2", "v2", 0, false, t1)
+	ms.observe(mlNode("a"), "", "", metaLeaving, false, t1)
+	require.Nil(t, ms.node("b"))
+	cluster, alive, known := ms.lookup("a")
+	require.Equal(t, "c1", cluster, "a cluster-less event keeps the known cluster")
+	require.False(t, alive)
+	require.True(t, known)
+	st := ms.clusters(t1.Add(time.Hour))
+	require.False(t, st["c2"].Alive)
+	require.Equal(t, t1, st["c2"].LastAlive)
+	require.True(t, st["c0"].Alive)
+	require.Equal(t, []string{"127.0.0.1:7946"}, ms.rejoinAddrs(nil), "only the dead member is rejoined")
+
+	c := ms.reap(t1.Add(time.Hour), 2*time.Hour)
+	require.Equal(t, memberCounts{alive: 1, dead: 1, left: 1, versions: map[string]float64{"v1": 1}}, c)
+	c = ms.reap(t1.Add(3*time.Hour), 2*time.Hour)
+	require.Equal(t, 0.0, c.dead, "dead for longer than the timeout: reaped")
+	require.Len(t, ms.list(), 2)
+
+	require.True(t, ms.setWriter(true))
+	require.False(t, ms.setWriter(true))
+	ms.setLeaving()
+	w, l := ms.selfFlags()
+	require.True(t, w)
+	require.True(t, l)
+}
+
+// Fast pulls are deduplicated per origin; bulk syncs are one per peer,
+// bounded in number, and back off after a failure; both expire.
+func TestSyncerSessions(t *testing.T) {
+	t0 := time.Unix(40_000, 0)
+	s := newSyncer(1)
+	p := s.beginPull("a", "c1", 10, t0)
+	require.NotNil(t, p)
+	require.Nil(t, s.beginPull("b", "c1", 9, t0), "a pull reaching the head is in flight")
+	p2 := s.beginPull("b", "c1", 11, t0)
+	require.NotNil(t, p2, "a higher head starts a new pull")
+
+	b, res := s.beginBulk("a", []string{"c1"}, t0, false)
+	require.Equal(t, bulkStarted, res)
+	_, res = s.beginBulk("a", []string{"c2"}, t0, false)
+	require.Equal(t, bulkSkipped, res, "one bulk sync per peer")
+	_, res = s.beginBulk("b", []string{"c2"}, t0, false)
+	require.Equal(t, bulkThrottled, res, "MaxConcurrentSyncs")
+
+	got, ok := s.accept(b.id, "a", t0)
+	require.True(t, ok)
+	require.Equal(t, []string{"c1"}, got.origins)
+	_, ok = s.accept(b.id, "b", t0)
+	require.False(t, ok, "sync data from another peer is unsolicited")
+
+	pulls, failed := s.expire(t0.Add(fastPullTimeout))
+	require.Equal(t, 2, pulls)
+	require.Empty(t, failed)
+	pulls, failed = s.expire(t0.Add(bulkSyncTimeout))
+	require.Zero(t, pulls)
+	require.Equal(t, []string{"a"}, failed)
+	require.Nil(t, s.finish(b.id), "expired")
+
+	s.fail("a", t0)
+	_, res = s.beginBulk("a", []string{"c1"}, t0.Add(100*time.Millisecond), false)
+	require.Equal(t, bulkSkipped, res, "backing off")
+	_, res = s.beginBulk("a", []string{"c1"}, t0.Add(100*time.Millisecond), true)
+	require.Equal(t, bulkStarted, res, "a resumed sync ignores the backoff")
+
+	s.close()
+	require.Nil(t, s.beginPull("a", "c9", 1, t0))
+	_, res = s.beginBulk("z", nil, t0, false)
+	require.Equal(t, bulkSkipped, res)
+}
+
+// Per-sender limits: each sender has its own bucket.
+func TestSenderLimits(t *testing.T) {
+	l := newSenderLimits(0.001, 2)
+	require.True(t, l.allow("a"))
+	require.True(t, l.allow("a"))
+	require.False(t, l.allow("a"))
+	require.True(t, l.allow("b"), "another sender's bucket is untouched")
+	require.Equal(t, 2.0, l.tokens("never-seen"))
+}
+
+// The push-tree log forwards a fresh delta once.
+func TestForwardLogOnce(t *testing.T) {
+	f := newForwardLog()
+	d := crdt.Delta{Origin: "c1", From: 4, To: 5, Entries: []crdt.Entry{{Key: crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}, Version: 5}}}
+	before := crdt.Digest{"c1": {Max: 4}}
+	after := crdt.Digest{"c1": {Max: 5}}
+	require.Len(t, f.take([]crdt.Delta{d}, before, after, udpBudget), 1)
+	require.Empty(t, f.take([]crdt.Delta{d}, before, after, udpBudget), "forwarded already")
+	d2 := d
+	d2.From, d2.To = 5, 6
+	d2.Entries = []crdt.Entry{{Key: d.Entries[0].Key, Version: 6}}
+	require.Empty(t, f.take([]crdt.Delta{d2}, after, crdt.Digest{"c1": {Max: 6}}, 1), "over the byte budget")
+}
