@@ -16,7 +16,8 @@ import (
 
 // pacing is the anti-entropy state the decision reads and updates.
 type pacing struct {
-	// lastApply is when a delta last changed the local replica.
+	// lastApply is when a fresh delta (push, forward or pull; not a bulk
+	// anti-entropy sync) last changed the local replica.
 	lastApply time.Time
 	// lastFullDigest is when a digest-sum mismatch last led to a full digest.
 	lastFullDigest time.Time

@@ -122,7 +122,11 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		}
 	}
 	n.m.deltas.WithLabelValues("in", path).Add(float64(applied))
-	if len(changes) > 0 {
+	if len(changes) > 0 && path != "sync" {
+		// Only fresh deltas (push, forward, pull) are "still spreading by
+		// the fast path"; a bulk anti-entropy repair is not, and a peer
+		// that lacks what it brought should get our full digest at once
+		// (decideSync's quiet-period skip), not after the heads reach it.
 		n.syncs.applied(n.cfg.Now())
 	}
 	n.observeLag(changes)
