@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math/rand/v2"
 	"sort"
 	"strings"
@@ -368,7 +369,12 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 	if err != nil {
 		return nil, err
 	}
-	rep := store.NewMemReplica(origin(i))
+	// The in-memory replica logs its load at INFO like a real store; 300
+	// of them would bury a failing child's error, so they stay quiet.
+	rep, err := store.NewReplica(store.NewMemBackend(), origin(i), store.Options{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
 	if len(preload) > 0 {
 		if _, err := rep.Apply(preload...); err != nil {
 			return nil, fmt.Errorf("sim: preload: %w", err)
