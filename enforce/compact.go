@@ -171,7 +171,9 @@ func newInterner() *interner {
 
 // setHash is a set's hash: its shape's (random, fixed) hash mixed with
 // the hash of its values.
-func (in *interner) setHash(s *labelSet) uint64 { return s.shape.hash ^ maphash.String(in.seed, s.data) }
+func (in *interner) setHash(s *labelSet) uint64 {
+	return s.shape.hash ^ maphash.String(in.seed, s.data)
+}
 
 // labels returns the interned set equal to m, taking a reference.
 func (in *interner) labels(m map[string]string) *labelSet {

@@ -68,9 +68,10 @@ func maintenanceEvery(reconnectTimeout time.Duration) time.Duration {
 	return time.Second
 }
 
-func (n *Node) maintenanceLoop() {
+// every runs fn every interval (no jitter) until the node stops.
+func (n *Node) every(interval time.Duration, fn func()) {
 	defer n.wg.Done()
-	t := time.NewTicker(maintenanceEvery(n.cfg.ReconnectTimeout))
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		select {
@@ -78,7 +79,7 @@ func (n *Node) maintenanceLoop() {
 			return
 		case <-t.C:
 		}
-		n.maintain()
+		fn()
 	}
 }
 

@@ -256,11 +256,8 @@ func (n *Node) start() {
 	n.wg.Add(5)
 	go n.worker()
 	go n.antiEntropyLoop()
-	go n.maintenanceLoop()
-	go func() {
-		defer n.wg.Done()
-		n.retirer.run(n.stop, maintenanceEvery(n.cfg.ReconnectTimeout))
-	}()
+	go n.every(maintenanceEvery(n.cfg.ReconnectTimeout), n.maintain)
+	go n.every(maintenanceEvery(n.cfg.ReconnectTimeout), n.retirer.round)
 	go n.rejoinLoop()
 	if len(n.cfg.Seeds) > 0 {
 		if _, err := n.joinAddrs(n.resolveSeeds()); err != nil {

@@ -104,17 +104,3 @@ func (r *retirer) round() {
 	r.m.clusters.WithLabelValues("alive").Set(alive)
 	r.m.clusters.WithLabelValues("stale").Set(stale)
 }
-
-// run calls round every interval until stop is closed.
-func (r *retirer) run(stop <-chan struct{}, every time.Duration) {
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-		}
-		r.round()
-	}
-}

@@ -60,24 +60,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Duration of the last cold start: file load and in-memory state restore.",
 		}),
 	}
-	errs := make([]error, 0, 8)
-	reuse := func(err error) { errs = append(errs, err) }
-	var err error
-	m.commitLatency, err = metricsreg.Register(reg, m.commitLatency)
-	reuse(err)
-	m.batchRequests, err = metricsreg.Register(reg, m.batchRequests)
-	reuse(err)
-	m.batchChanges, err = metricsreg.Register(reg, m.batchChanges)
-	reuse(err)
-	m.entriesPerOrigin, err = metricsreg.Register(reg, m.entriesPerOrigin)
-	reuse(err)
-	m.corruptFiles, err = metricsreg.Register(reg, m.corruptFiles)
-	reuse(err)
-	m.resetOrigins, err = metricsreg.Register(reg, m.resetOrigins)
-	reuse(err)
-	m.loadSeconds, err = metricsreg.Register(reg, m.loadSeconds)
-	reuse(err)
-	m.commitErrors, err = metricsreg.Register(reg, m.commitErrors)
-	reuse(err)
-	return m, errors.Join(errs...)
+	return m, errors.Join(
+		metricsreg.Into(reg, &m.commitLatency),
+		metricsreg.Into(reg, &m.batchRequests),
+		metricsreg.Into(reg, &m.batchChanges),
+		metricsreg.Into(reg, &m.entriesPerOrigin),
+		metricsreg.Into(reg, &m.corruptFiles),
+		metricsreg.Into(reg, &m.resetOrigins),
+		metricsreg.Into(reg, &m.loadSeconds),
+		metricsreg.Into(reg, &m.commitErrors),
+	)
 }

@@ -39,6 +39,15 @@ func Register[C prometheus.Collector](reg prometheus.Registerer, c C) (C, error)
 	return c, fmt.Errorf("register metric: %w", err)
 }
 
+// Into is Register for a collector held in a variable or field: *c is
+// registered, and replaced by the collector already registered if there
+// is one.
+func Into[C prometheus.Collector](reg prometheus.Registerer, c *C) error {
+	got, err := Register(reg, *c)
+	*c = got
+	return err
+}
+
 // All registers every collector of cs in order and returns the first
 // error, a collector already registered included (unless it is the very
 // same collector): for components created once per registry.

@@ -45,3 +45,13 @@ func TestNilRegistryRegistersNothing(t *testing.T) {
 	c.Inc()
 	require.NoError(t, All(nil, counter()))
 }
+
+func TestIntoReplacesWithTheExportedCollector(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	a := counter()
+	require.NoError(t, Into(reg, &a))
+	b := counter()
+	require.NoError(t, Into(reg, &b))
+	b.Inc()
+	require.Equal(t, 1.0, testutil.ToFloat64(a), "b must now be the exported collector")
+}
