@@ -125,8 +125,8 @@ type Config struct {
 	// SyncMaxBytes bounds what one sync request is answered with; the
 	// requester re-requests if still behind (default 4 MiB).
 	SyncMaxBytes int
-	// EagerFanout is how many random peers a fresh local delta is pushed to
-	// directly (default 3).
+	// EagerFanout is the push tree's fanout (tree.go): how many children
+	// every node relays a fresh delta to (default TreeFanout, 4).
 	EagerFanout int
 	// PeerRateLimit / PeerRateBurst: gossip messages per second accepted per
 	// sender (default 200/s, burst 400).
@@ -164,6 +164,12 @@ const (
 	udpBudget = 1200
 	// HeadRetransmitMult is the RetransmitMult of our head/retire queue.
 	HeadRetransmitMult = 2
+	// LazyHeadRetransmitMult is the RetransmitMult of the heads of deltas
+	// that arrived by the push tree (tree.go): ⌈log10(N+1)⌉ sends per node,
+	// 2 at N = 50, 3 at N = 300, so a node the tree missed hears a head
+	// from someone within a gossip tick or two with probability 1-e^-2 or
+	// more.
+	LazyHeadRetransmitMult = 1
 	// maxSenderName bounds node names on the wire.
 	maxSenderName = 256
 	// maxHeadsPerMsg bounds head entries in one announcement.
@@ -268,7 +274,7 @@ func (c *Config) setSyncDefaults() {
 		c.SyncMaxBytes = 4 << 20
 	}
 	if c.EagerFanout <= 0 {
-		c.EagerFanout = 3
+		c.EagerFanout = TreeFanout
 	}
 	if c.PeerRateLimit <= 0 {
 		c.PeerRateLimit = 200

@@ -81,6 +81,13 @@ func (d *delegate) NotifyMsg(p []byte) {
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte {
 	n := (*Node)(d)
 	msgs := n.queue.GetBroadcasts(overhead, limit)
+	used := 0
+	for _, m := range msgs {
+		used += overhead + len(m)
+	}
+	if limit-used > overhead {
+		msgs = append(msgs, n.lazy.GetBroadcasts(overhead, limit-used)...)
+	}
 	for _, m := range msgs {
 		if len(m) > 0 {
 			n.countOut(len(m), msgType(m[0]))

@@ -6,53 +6,43 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// Push tree (eager forwarding, in the style of Plumtree's eager links).
+// Relaying (the push tree of tree.go, in the style of Plumtree's eager
+// links).
 //
-// The writer pushes a fresh delta to EagerFanout peers and announces a head;
-// every other node used to get it by pull: one gossip tick for a holder's
-// head plus a request/answer round trip per hop (88 % of deliveries in the
-// traffic breakdown). Now a node that receives a fresh, small delta (by
-// push, forward or a head-triggered pull) and whose watermark it advanced
-// forwards it once, eagerly, to ForwardFanout random peers other than the
-// one it came from. Most nodes therefore receive data on the first hop that
-// reaches them; heads and pulls only repair what the tree missed.
+// A node that receives a fresh, small delta (by push, forward or a
+// head-triggered pull) whose watermark it advanced relays it once, eagerly,
+// to its children in the origin's push tree, other than the member it came
+// from. Most nodes therefore receive data on the first hop that reaches
+// them; heads and pulls only repair what the tree missed, and a node that
+// repairs by pull relays to its own subtree at once.
 //
-// Dedupe: each node forwards a given (origin, version) at most once. The
+// Dedupe: each node relays a given (origin, version) at most once. The
 // message ID is (origin, To version) and "seen" is a per-origin watermark of
-// what this node already forwarded (forwarded[origin]), so no payload cache
-// is needed; a delta is forwarded only if it advanced our replica in this
+// what this node already relayed (forwarded[origin]), so no payload cache
+// is needed; a delta is relayed only if it advanced our replica in this
 // apply (fresh) and its To is beyond that watermark. Bulk anti-entropy
-// (path "sync") never forwards: it repairs old state, it does not spread
+// (path "sync") never relays: it repairs old state, it does not spread
 // news.
 //
-// Trust: a forwarded delta comes from a relay, not from its origin, exactly
+// Trust: a relayed delta comes from a relay, not from its origin, exactly
 // like pulled data, so the writer-push origin check (sender's cluster ==
-// origin) does not apply; it is accepted from any alive member. Any key
-// holder is fully trusted today (docs/GOSSIP.md); once entries carry origin
-// signatures, the same verification covers this path as every other.
-
-// ForwardFanout is the number of peers a node forwards a fresh delta to.
-// With fanout f a push-only epidemic reaches the fraction x of nodes with
-// 1-x = e^(-f·x): 80 % for f = 2, 94 % for f = 3. Each node sends f copies
-// of the payload per update (naive flooding: ~12 at N = 100-300).
-const ForwardFanout = 2
+// origin) does not apply; it is accepted from any alive member, and the
+// origin signatures every path verifies cover it.
 
 // forwardFresh relays, once, the deltas of ds that advanced the replica
 // beyond before (the digest taken just before applying them) and fit one
-// UDP packet, to ForwardFanout random peers other than from.
+// UDP packet, down each origin's push tree (other than to from).
 func (n *Node) forwardFresh(from string, ds []crdt.Delta, before crdt.Digest) {
 	if len(ds) == 0 {
 		return
 	}
-	encoded := n.forwarded.take(ds, before, n.rep.Digest(), udpBudget-len(n.cfg.NodeName)-8)
-	count := len(encoded)
-	if count == 0 {
-		return
-	}
-	msg := encodeDeltaMsg(msgForward, n.cfg.NodeName, 0, false, encoded)
-	for _, peer := range n.randomPeers(ForwardFanout, from) {
-		if n.sendBestEffort(peer, msg, msgForward) {
-			n.m.deltas.WithLabelValues("out", "forward").Add(float64(count))
+	byOrigin := n.forwarded.take(ds, before, n.rep.Digest(), udpBudget-len(n.cfg.NodeName)-8)
+	for origin, encoded := range byOrigin {
+		msg := encodeDeltaMsg(msgForward, n.cfg.NodeName, 0, false, encoded)
+		for _, peer := range n.treePeers(origin, from, false) {
+			if n.sendBestEffort(peer, msg, msgForward) {
+				n.m.deltas.WithLabelValues("out", "forward").Add(float64(len(encoded)))
+			}
 		}
 	}
 }
@@ -66,12 +56,13 @@ type forwardLog struct {
 
 func newForwardLog() *forwardLog { return &forwardLog{forwarded: map[string]crdt.Version{}} }
 
-// take returns the encoded deltas of ds to forward (fresh, not forwarded
-// yet, all together within budget bytes) and records them as forwarded.
-func (f *forwardLog) take(ds []crdt.Delta, before, after crdt.Digest, budget int) [][]byte {
+// take returns the encoded deltas of ds to relay by origin (fresh, not
+// relayed yet, all together within budget bytes) and records them as
+// relayed.
+func (f *forwardLog) take(ds []crdt.Delta, before, after crdt.Digest, budget int) map[string][][]byte {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var encoded [][]byte
+	encoded := map[string][][]byte{}
 	size := 0
 	for _, d := range ds {
 		if !freshForForward(d, after[d.Origin], before[d.Origin], f.forwarded[d.Origin]) {
@@ -81,7 +72,7 @@ func (f *forwardLog) take(ds []crdt.Delta, before, after crdt.Digest, budget int
 		if err != nil || size+len(enc)+3 > budget {
 			continue // large deltas travel by head + pull only
 		}
-		encoded = append(encoded, enc)
+		encoded[d.Origin] = append(encoded[d.Origin], enc)
 		size += len(enc) + 3
 		f.forwarded[d.Origin] = d.To
 	}

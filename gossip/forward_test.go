@@ -28,8 +28,9 @@ func TestFreshForForward(t *testing.T) {
 }
 
 // In a mesh of 8, every update reaches everybody; receivers relay fresh
-// deltas (path "forward"), and no node forwards more than ForwardFanout
-// copies of any update.
+// deltas (path "forward") down the push tree, no node relays more than
+// EagerFanout copies of any update, and with stable membership every node
+// receives exactly one eager copy (push or forward): no duplicates.
 func TestPushTreeForwardsOnce(t *testing.T) {
 	keys := [][]byte{testKey(40)}
 	var all []*tnode
@@ -46,13 +47,16 @@ func TestPushTreeForwardsOnce(t *testing.T) {
 		all[0].write(t, crdt.KindPod, fmt.Sprintf("ns/p%d", u), podValue(t, fmt.Sprintf("10.0.0.%d", u)), false)
 		requireConverged(t, waitConverge, all...)
 	}
-	var forwardedIn float64
+	var forwardedIn, eagerIn float64
 	for _, n := range all {
 		out := testutil.ToFloat64(n.m.deltas.WithLabelValues("out", "forward"))
-		require.LessOrEqual(t, out, float64(updates*ForwardFanout), "%s forwarded an update more than once", n.Name())
-		forwardedIn += testutil.ToFloat64(n.m.deltas.WithLabelValues("in", "forward"))
+		require.LessOrEqual(t, out, float64(updates*n.cfg.EagerFanout), "%s forwarded an update more than once", n.Name())
+		fin := testutil.ToFloat64(n.m.deltas.WithLabelValues("in", "forward"))
+		forwardedIn += fin
+		eagerIn += fin + testutil.ToFloat64(n.m.deltas.WithLabelValues("in", "push"))
 	}
 	require.Greater(t, forwardedIn, 0.0, "no delta travelled by the push tree")
+	require.LessOrEqual(t, eagerIn, float64(updates*(len(all)-1)), "some node received an update twice by the push tree")
 	// The writer never forwards its own deltas (it pushes them).
 	require.Zero(t, testutil.ToFloat64(all[0].m.deltas.WithLabelValues("out", "forward")))
 }

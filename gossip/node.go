@@ -74,6 +74,9 @@ type Node struct {
 	ml      *memberlist.Memberlist
 	keyring *memberlist.Keyring
 	queue   *memberlist.TransmitLimitedQueue
+	// lazy holds the heads of deltas that arrived by the push tree: sent
+	// once, to one peer (tree.go)
+	lazy *memberlist.TransmitLimitedQueue
 	// fault is Config.Transport when it is a FaultTransport (tests and the
 	// simulator); nil in production.
 	fault  *FaultTransport
@@ -173,7 +176,8 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		NumNodes:       n.members.numAlive,
 		RetransmitMult: HeadRetransmitMult,
 	}
-	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued()) })
+	n.lazy = &memberlist.TransmitLimitedQueue{NumNodes: n.members.numAlive, RetransmitMult: LazyHeadRetransmitMult}
+	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued() + n.lazy.NumQueued()) })
 	if err != nil {
 		return nil, err
 	}
@@ -299,9 +303,9 @@ func (n *Node) Members() []MemberInfo { return n.members.list() }
 func (n *Node) Clusters() map[string]ClusterStatus { return n.members.clusters(n.cfg.Now()) }
 
 // Publish disseminates fresh local deltas (already applied to the Replica)
-// of the own cluster: pushed directly to EagerFanout random peers when they
-// fit one UDP packet, and announced by a head broadcast so every other node
-// pulls them from a holder.
+// of the own cluster: pushed down the origin's push tree (tree.go: the root
+// and our own children) when they fit one UDP packet, and announced by a
+// head broadcast so a node the tree missed pulls them from a holder.
 func (n *Node) Publish(deltas ...crdt.Delta) error {
 	if !n.cfg.IsWriter() {
 		return ErrNotWriter
@@ -328,25 +332,32 @@ func (n *Node) Publish(deltas ...crdt.Delta) error {
 	}
 	if size+len(n.cfg.NodeName)+8 <= udpBudget {
 		msg := encodeDeltaMsg(msgPush, n.cfg.NodeName, 0, false, encoded)
-		for _, peer := range n.randomPeers(n.cfg.EagerFanout, "") {
+		for _, peer := range n.treePeers(n.cfg.ClusterID, "", true) {
 			n.sendBestEffort(peer, msg, msgPush)
 			n.m.deltas.WithLabelValues("out", "push").Add(float64(len(deltas)))
 		}
 	}
 	n.syncs.applied(n.cfg.Now())
-	n.announce(n.cfg.ClusterID)
+	n.announce(n.cfg.ClusterID, false)
 	return nil
 }
 
-// announce queues a head broadcast for origin with the local watermark.
-func (n *Node) announce(origin string) {
+// announce queues a head broadcast for origin with the local watermark:
+// sent HeadRetransmitMult·⌈log10(N+1)⌉ times, or, lazy (a node that got
+// the delta by the push tree: its neighbours almost surely got it too, and
+// its heads only repair where the tree broke), LazyHeadRetransmitMult·….
+func (n *Node) announce(origin string, lazy bool) {
 	od, ok := n.rep.Digest()[origin]
 	if !ok || od.Max == 0 {
 		return
 	}
 	msg := encodeHeads(n.cfg.NodeName, []Head{{Origin: origin, Max: od.Max}})
-	n.queue.QueueBroadcast(&namedBroadcast{name: "h/" + origin, msg: msg})
-	n.queue.Prune(maxQueued)
+	q := n.queue
+	if lazy {
+		q = n.lazy
+	}
+	q.QueueBroadcast(&namedBroadcast{name: "h/" + origin, msg: msg})
+	q.Prune(maxQueued)
 }
 
 const maxQueued = 8192
@@ -382,7 +393,7 @@ func (n *Node) Decommission(ctx context.Context) error {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
 	wait:
-		for n.queue.NumQueued() > 0 {
+		for n.queue.NumQueued()+n.lazy.NumQueued() > 0 {
 			select {
 			case <-ctx.Done():
 				break wait

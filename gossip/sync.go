@@ -130,7 +130,7 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		n.syncs.applied(n.cfg.Now())
 	}
 	n.observeLag(changes)
-	n.announceAdvanced(ds, before)
+	n.announceAdvanced(ds, before, path == "push" || path == "forward")
 }
 
 // applyOneByOne applies ds one delta at a time, dropping the invalid ones;
@@ -165,8 +165,8 @@ func (n *Node) observeLag(changes []crdt.Change) {
 }
 
 // announceAdvanced announces every origin of ds whose digest changed
-// since before.
-func (n *Node) announceAdvanced(ds []crdt.Delta, before crdt.Digest) {
+// since before (lazy: the deltas came by the push tree).
+func (n *Node) announceAdvanced(ds []crdt.Delta, before crdt.Digest, lazy bool) {
 	after := n.rep.Digest()
 	seen := map[string]bool{}
 	for _, d := range ds {
@@ -175,7 +175,7 @@ func (n *Node) announceAdvanced(ds []crdt.Delta, before crdt.Digest) {
 		}
 		seen[d.Origin] = true
 		if a, b := after[d.Origin], before[d.Origin]; a.Max != b.Max || a.Retired != b.Retired || a.Hash != b.Hash {
-			n.announce(d.Origin)
+			n.announce(d.Origin, lazy)
 		}
 	}
 }

@@ -364,8 +364,14 @@ type cgMember struct {
 	rep  *store.Replica
 }
 
+// memberAddr gives member i its own loopback address (Linux routes all of
+// 127/8 to lo): with one shared 127.0.0.1, 300 members' joins hit the
+// transport guard's per-source-IP stream limit, as they would not in a
+// real mesh where every member has its own address.
+func memberAddr(i int) string { return fmt.Sprintf("127.1.%d.%d", i/250, i%250+1) }
+
 func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []crdt.Delta) (*cgMember, error) {
-	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
+	inner, err := gossip.NewLoopbackTransport(memberAddr(i))
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +404,7 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 	n, err := gossip.New(gossip.Config{
 		NodeName:      fmt.Sprintf("n%03d", i),
 		ClusterID:     origin(i),
-		BindAddr:      "127.0.0.1",
+		BindAddr:      memberAddr(i),
 		EphemeralPort: true,
 		Keyring:       keys,
 		Profile:       opts.Profile,
@@ -466,7 +472,7 @@ func (b uniqueBroadcast) Finished()                             {}
 func (b uniqueBroadcast) UniqueBroadcast()                      {}
 
 func newNaiveMember(i int, opts Options, keys [][]byte, arr *arrivals) (*naiveMember, error) {
-	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
+	inner, err := gossip.NewLoopbackTransport(memberAddr(i))
 	if err != nil {
 		return nil, err
 	}
@@ -474,7 +480,7 @@ func newNaiveMember(i int, opts Options, keys [][]byte, arr *arrivals) (*naiveMe
 	mc := gossip.MemberlistConfigForProfile(opts.Profile)
 	mc.RetransmitMult = 4
 	mc.Name = fmt.Sprintf("n%03d", i)
-	mc.BindAddr = "127.0.0.1"
+	mc.BindAddr = memberAddr(i)
 	mc.BindPort = 0
 	mc.AdvertisePort = 0
 	mc.Transport = m.tr
