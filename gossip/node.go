@@ -176,7 +176,8 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		NumNodes:       n.members.numAlive,
 		RetransmitMult: HeadRetransmitMult,
 	}
-	n.lazy = &memberlist.TransmitLimitedQueue{NumNodes: n.members.numAlive, RetransmitMult: LazyHeadRetransmitMult}
+	n.lazy = &memberlist.TransmitLimitedQueue{RetransmitMult: LazyHeadRetransmitMult,
+		NumNodes: func() int { return min(n.members.numAlive(), lazyHeadNodeCap) }}
 	m, err := newMetrics(cfg.Registerer, func() float64 { return float64(n.queue.NumQueued() + n.lazy.NumQueued()) })
 	if err != nil {
 		return nil, err

@@ -124,3 +124,14 @@ func TestTreeToleratesViewDifferences(t *testing.T) {
 	}
 	require.LessOrEqual(t, skipped, len(missing))
 }
+
+func BenchmarkTreeTargets300(b *testing.B) {
+	names := make([]string, 300)
+	for i := range names {
+		names[i] = fmt.Sprintf("node-%03d.eu-1", i)
+	}
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		_ = treeTargets("eu-1", names[i%300], names, false, TreeFanout)
+	}
+}
