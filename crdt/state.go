@@ -207,6 +207,10 @@ type State struct {
 	// resetRefused carries applyReset's verdict out to Apply.
 	resetRefused error
 	limits       Limits
+
+	// checkpoints are the accepted origin checkpoints (checkpoint.go).
+	checkpoints map[string]*Checkpoint
+	cpStats     CheckpointStats
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
