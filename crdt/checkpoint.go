@@ -307,3 +307,15 @@ func (s *State) checkpointMatch(cp *Checkpoint, d *Delta) bool {
 	s.cpStats.Hits++
 	return true
 }
+
+// Vouched reports whether a checkpoint this state holds vouches for d's
+// entries (for callers that verify signatures ahead of Apply; counts
+// nothing).
+func (s *State) Vouched(d *Delta) bool {
+	cp := s.trustedCheckpoint(d.Origin)
+	if cp == nil || len(d.Entries) == 0 || d.Gap {
+		return false
+	}
+	i := cp.segmentOf(d.From, d.To)
+	return i >= 0 && SegmentHash(d.Entries) == cp.Hashes[i]
+}
