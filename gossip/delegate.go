@@ -118,7 +118,7 @@ func (n *Node) receive(p []byte, state bool) {
 		n.drop(dropOversize, "dropping oversized message", "bytes", len(p))
 		return
 	}
-	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) {
+	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) && !isCheckpointMsg(p[0]) {
 		n.drop(dropUnknownType, "dropping message of unknown type", "type", p[0], "bytes", len(p))
 		return
 	}
