@@ -180,7 +180,7 @@ func (n *Node) onCheckpointReq(m *message) {
 		defer n.wg.Done()
 		defer func() { <-n.serveSem }()
 		cp, err := n.cps.current(cr, n.rep.Digest()[n.cfg.ClusterID].Max, n.cfg.Now())
-		to := n.memberNode(m.Sender)
+		to := n.awaitMember(m.Sender)
 		if err != nil || to == nil {
 			n.cps.events.WithLabelValues("unavailable").Inc()
 			return
@@ -213,7 +213,8 @@ func (c *checkpoints) current(cr checkpointReplica, max crdt.Version, now time.T
 }
 
 // onCheckpoint hands a checkpoint we asked for to the Replica, which
-// verifies its signature.
+// verifies its signature. It runs on the receiving goroutine, not the
+// worker: the sync data queued in the inbox behind it benefits at once.
 func (n *Node) onCheckpoint(m *message) {
 	cr, ok := n.rep.(checkpointReplica)
 	cp := m.Checkpoint
@@ -276,4 +277,22 @@ func (c *checkpoints) hold(id uint64, ds []crdt.Delta, now time.Time) bool {
 	}
 	c.carry[id] = carried{deltas: ds, at: now}
 	return true
+}
+
+// awaitMember returns the alive member name, waiting a little for a joiner
+// that asked before our membership heard of it.
+func (n *Node) awaitMember(name string) *memberlist.Node {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for range 60 {
+		if to := n.memberNode(name); to != nil {
+			return to
+		}
+		select {
+		case <-n.stop:
+			return nil
+		case <-t.C:
+		}
+	}
+	return nil
 }

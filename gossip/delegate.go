@@ -136,6 +136,10 @@ func (n *Node) receive(p []byte, state bool) {
 		n.drop(dropRateLimited, "sender over rate limit", "sender", m.Sender)
 		return
 	}
+	if m.Type == msgCheckpoint {
+		n.onCheckpoint(m) // ahead of the sync data queued in the inbox
+		return
+	}
 	select {
 	case n.inbox <- inMsg{m: m, size: len(p), state: state}:
 	case <-n.stop:

@@ -56,8 +56,6 @@ func (n *Node) handle(im inMsg) {
 		n.onDigestSum(m)
 	case msgCheckpointReq:
 		n.onCheckpointReq(m)
-	case msgCheckpoint:
-		n.onCheckpoint(m)
 	}
 }
 

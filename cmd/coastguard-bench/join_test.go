@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The join measurement completes at a small size, with and without
+// checkpoints, and the checkpointed join skips most verifications.
+func TestMeasureJoinSmall(t *testing.T) {
+	defer func(d time.Duration) { joinTimeout = d }(joinTimeout)
+	joinTimeout = 2 * time.Minute
+	for _, withCP := range []bool{false, true} {
+		r, err := measureJoin(context.Background(), filepath.Join(t.TempDir(), "j.db"), 2, 1500, withCP)
+		require.NoError(t, err)
+		require.Positive(t, r.view)
+		require.GreaterOrEqual(t, r.enforce, time.Duration(0))
+		if withCP {
+			require.Greater(t, r.stats.SkippedVerifies, uint64(1500), "%+v", r.stats)
+		} else {
+			require.Zero(t, r.stats.Hits)
+		}
+	}
+}
