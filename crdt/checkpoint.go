@@ -247,6 +247,14 @@ func (s *State) AcceptCheckpoint(cp Checkpoint) error {
 	return nil
 }
 
+// dropPassedCheckpoint forgets o's checkpoint once o's watermark reached
+// its Max: it has nothing left to vouch for.
+func (s *State) dropPassedCheckpoint(o *originState) {
+	if cp := s.checkpoints[o.name]; cp != nil && o.max >= cp.Max {
+		delete(s.checkpoints, o.name)
+	}
+}
+
 // CheckpointMax returns the Max of the checkpoint held for origin (0: none).
 func (s *State) CheckpointMax(origin string) Version {
 	if cp := s.checkpoints[origin]; cp != nil {

@@ -131,6 +131,7 @@ func TestCheckpointJoinSkipsEntryVerification(t *testing.T) {
 			}
 			require.Equal(t, wantCalls, v.calls, "no entry verified one by one")
 			require.EqualValues(t, w.Len("c1"), st.SkippedVerifies)
+			require.Zero(t, j.CheckpointMax("c1"), "a passed checkpoint is forgotten")
 			// The stored signatures are the origin's: a third replica joining
 			// from the checkpointed one verifies every entry.
 			third, _ := newJoiner(sg)

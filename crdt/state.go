@@ -769,10 +769,12 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		changes = s.applyReset(o, &d, gcBefore, changes)
 		err := s.resetRefused
 		s.resetRefused = nil
+		s.dropPassedCheckpoint(o)
 		return changes, err
 	}
 	changes = o.applyNormal(&d, changes)
 	o.endSessionIfCurrent()
+	s.dropPassedCheckpoint(o)
 	return changes, nil
 }
 

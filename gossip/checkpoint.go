@@ -234,9 +234,13 @@ func (n *Node) onCheckpoint(m *message) {
 
 // alignSync re-cuts the deltas of one bulk sync message at the checkpoint
 // segment bounds, with the tail held from the answer's previous message;
-// it returns what to apply now. The tail of a capped answer (More) is
-// dropped: the resumed sync starts again from our watermark, a segment
-// bound, and sends it again.
+// it returns what to apply now. At the end of the answer, an origin's tail
+// inside a segment is dropped when the answer advanced that origin past a
+// segment bound: the answer is then treated as capped (More), and the
+// resumed pull starts at our new watermark, a segment bound, so the
+// segment arrives whole. (Senders cut answers by budget, not at segment
+// bounds.) A tail with no progress before it is applied as it is, so a
+// sender that holds less than the checkpoint cannot stall us.
 func (n *Node) alignSync(m *message, ds []crdt.Delta) []crdt.Delta {
 	cr, ok := n.rep.(checkpointReplica)
 	if !ok {
@@ -244,9 +248,23 @@ func (n *Node) alignSync(m *message, ds []crdt.Delta) []crdt.Delta {
 	}
 	now := n.cfg.Now()
 	in := append(n.cps.take(m.ID, now), ds...)
-	ready, held := cr.SplitAtCheckpoints(in, m.Final && !m.More)
-	if !m.Final && !n.cps.hold(m.ID, held, now) {
-		ready = append(ready, held...)
+	ready, held := cr.SplitAtCheckpoints(in, false)
+	if !m.Final {
+		if !n.cps.hold(m.ID, held, now) {
+			ready = append(ready, held...)
+		}
+		return ready
+	}
+	progressed := map[string]bool{}
+	for _, d := range ready {
+		progressed[d.Origin] = true
+	}
+	for _, d := range held {
+		if progressed[d.Origin] {
+			m.More = true
+			continue
+		}
+		ready = append(ready, d)
 	}
 	return ready
 }
