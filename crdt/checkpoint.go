@@ -98,7 +98,7 @@ func (sh *segmentHasher) sum(entries []Entry) [32]byte {
 	h := sha256.New()
 	for i := range entries {
 		e := &entries[i]
-		sh.buf = append(sh.buf[:0], EntrySigMessage(e)...)
+		sh.buf = appendEntrySigMessage(sh.buf[:0], e)
 		sh.buf = binary.AppendUvarint(sh.buf, uint64(len(e.Sig)))
 		sh.buf = append(sh.buf, e.Sig...)
 		_, _ = h.Write(sh.buf)

@@ -60,8 +60,52 @@ func (s *State) SplitAtCheckpoints(ds []Delta, final bool) (ready, held []Delta)
 	return ready, held
 }
 
+// splittable reports whether d may be joined with its neighbours: not a
+// gap delta, and its entries of its origin, strictly ordered inside
+// (From, To] (the rest of ValidateDelta is left to Apply, piece by piece).
 func splittable(d *Delta) bool {
-	return !d.Gap && ValidateDelta(d) == nil
+	if d.Gap || d.From > d.To || len(d.Entries) > MaxDeltaEntries {
+		return false
+	}
+	prev := d.From
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if e.Origin != d.Origin || e.Version <= prev || e.Version > d.To {
+			return false
+		}
+		prev = e.Version
+	}
+	return true
+}
+
+// aligned reports whether a run is already cut at every bound of cp and
+// nowhere else inside a segment it covers whole: nothing to re-cut.
+func aligned(run []Delta, cp *Checkpoint) bool {
+	from, to := run[0].From, run[len(run)-1].To
+	for i := range run {
+		d := &run[i]
+		// a bound strictly inside d
+		k := sort.Search(len(cp.Bounds), func(k int) bool { return cp.Bounds[k] > d.From })
+		if k < len(cp.Bounds) && cp.Bounds[k] < d.To {
+			return false
+		}
+		if i == len(run)-1 {
+			break
+		}
+		// d.To strictly inside a segment the run covers whole
+		c := d.To
+		k = sort.Search(len(cp.Bounds), func(k int) bool { return cp.Bounds[k] > c })
+		if k < len(cp.Bounds) {
+			lo := Version(0)
+			if k > 0 {
+				lo = cp.Bounds[k-1]
+			}
+			if lo < c && from <= lo && cp.Bounds[k] <= to {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // continues reports whether d directly extends prev in one sender's stream.
@@ -79,7 +123,14 @@ func continues(prev, d *Delta) bool {
 // segment.
 func splitRun(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
 	from, to := run[0].From, run[len(run)-1].To
-	var entries []Entry
+	if aligned(run, cp) {
+		return alignedTail(run, cp, final)
+	}
+	n := 0
+	for i := range run {
+		n += len(run[i].Entries)
+	}
+	entries := make([]Entry, 0, n)
 	for i := range run {
 		entries = append(entries, run[i].Entries...)
 	}
@@ -158,4 +209,31 @@ func piece(run []Delta, lo, hi Version) Delta {
 		p.Head, p.HeadSig, p.Final = 0, nil, false
 	}
 	return p
+}
+
+// alignedTail splits an aligned run into what to apply and, unless final,
+// the deltas after its last checkpoint bound when it ends inside a
+// segment (the same rule as splitRun).
+func alignedTail(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
+	last := &run[len(run)-1]
+	if final || last.Final || last.To >= cp.Max {
+		return run, nil
+	}
+	k := len(run)
+	for k > 0 && !isBound(cp, run[k-1].To) {
+		k--
+	}
+	held := 0
+	for i := k; i < len(run); i++ {
+		held += len(run[i].Entries)
+	}
+	if held == 0 || held > MaxDeltaEntries {
+		return run, nil
+	}
+	return run[:k:k], run[k:]
+}
+
+func isBound(cp *Checkpoint, v Version) bool {
+	k := sort.Search(len(cp.Bounds), func(k int) bool { return cp.Bounds[k] >= v })
+	return k < len(cp.Bounds) && cp.Bounds[k] == v
 }

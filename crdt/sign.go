@@ -150,7 +150,10 @@ func appendLenString(b []byte, s string) []byte {
 // domain, origin, kind, name, version, tombstone flag, stamp and the
 // SHA-256 of the value.
 func EntrySigMessage(e *Entry) []byte {
-	b := make([]byte, 0, len(domainEntry)+len(e.Origin)+len(e.Name)+64)
+	return appendEntrySigMessage(make([]byte, 0, len(domainEntry)+len(e.Origin)+len(e.Name)+64), e)
+}
+
+func appendEntrySigMessage(b []byte, e *Entry) []byte {
 	b = append(b, domainEntry...)
 	b = appendLenString(b, e.Origin)
 	b = append(b, byte(e.Kind))
