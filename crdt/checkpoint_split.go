@@ -122,10 +122,15 @@ func continues(prev, d *Delta) bool {
 // last bound reached is returned as tail when the run ends inside a
 // segment.
 func splitRun(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
-	from, to := run[0].From, run[len(run)-1].To
 	if aligned(run, cp) {
 		return alignedTail(run, cp, final)
 	}
+	return recut(run, cp, final)
+}
+
+// recut is splitRun for a run that is not aligned.
+func recut(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
+	from, to := run[0].From, run[len(run)-1].To
 	n := 0
 	for i := range run {
 		n += len(run[i].Entries)
@@ -172,7 +177,7 @@ func splitRun(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
 	if !final && !run[len(run)-1].Final && to < cp.Max && count(from, to) > 0 {
 		holdFrom = from
 		for _, b := range cp.Bounds {
-			if b > from && b < to {
+			if b > from && b <= to {
 				holdFrom = b
 			}
 		}

@@ -357,3 +357,36 @@ func BenchmarkCheckpointJoin(b *testing.B) {
 		})
 	}
 }
+
+// The pass-through of aligned runs cuts exactly as the general re-cut.
+func TestCheckpointAlignedFastPathAgrees(t *testing.T) {
+	w, _ := cpWriter(t, 2100, false)
+	cp, err := w.MakeCheckpoint()
+	require.NoError(t, err)
+	shape := func(ds []Delta) (out [][3]uint64) {
+		for _, d := range ds {
+			out = append(out, [3]uint64{uint64(d.From), uint64(d.To), uint64(len(d.Entries))})
+		}
+		return out
+	}
+	stream := w.DeltaSince(Digest{}, 0) // 512-entry chunks: aligned
+	tested := 0
+	for lo := 0; lo < len(stream); lo++ {
+		for hi := lo + 1; hi <= len(stream); hi++ {
+			run := stream[lo:hi]
+			if !aligned(run, &cp) {
+				continue
+			}
+			tested++
+			for _, final := range []bool{false, true} {
+				p1, t1 := alignedTail(run, &cp, final)
+				p2, t2 := recut(run, &cp, final)
+				require.Equal(t, shape(p2), shape(p1), "run %d..%d final=%v", lo, hi, final)
+				require.Equal(t, shape(t2), shape(t1), "run %d..%d final=%v", lo, hi, final)
+			}
+		}
+	}
+	require.Positive(t, tested)
+	// and a run cut elsewhere is not aligned
+	require.False(t, aligned(rechop(stream, []int{300}), &cp))
+}

@@ -47,9 +47,12 @@ const (
 	maxAsked   = 4096
 )
 
+// carried is what one bulk sync answer leaves for its next message: the
+// tail held back, and the origins the answer advanced so far.
 type carried struct {
-	deltas []crdt.Delta
-	at     time.Time
+	deltas     []crdt.Delta
+	progressed map[string]bool
+	at         time.Time
 }
 
 // checkpoints is the checkpoint concern of a Node, under its own lock.
@@ -235,7 +238,7 @@ func (n *Node) onCheckpoint(m *message) {
 // alignSync re-cuts the deltas of one bulk sync message at the checkpoint
 // segment bounds, with the tail held from the answer's previous message;
 // it returns what to apply now. At the end of the answer, an origin's tail
-// inside a segment is dropped when the answer advanced that origin past a
+// inside a segment is dropped when the answer advanced that origin to a
 // segment bound: the answer is then treated as capped (More), and the
 // resumed pull starts at our new watermark, a segment bound, so the
 // segment arrives whole. (Senders cut answers by budget, not at segment
@@ -247,20 +250,23 @@ func (n *Node) alignSync(m *message, ds []crdt.Delta) []crdt.Delta {
 		return ds
 	}
 	now := n.cfg.Now()
-	in := append(n.cps.take(m.ID, now), ds...)
-	ready, held := cr.SplitAtCheckpoints(in, false)
+	c := n.cps.take(m.ID, now)
+	ready, held := cr.SplitAtCheckpoints(append(c.deltas, ds...), false)
+	if c.progressed == nil {
+		c.progressed = map[string]bool{}
+	}
+	for _, d := range ready {
+		c.progressed[d.Origin] = true
+	}
 	if !m.Final {
-		if !n.cps.hold(m.ID, held, now) {
+		c.deltas, c.at = held, now
+		if !n.cps.hold(m.ID, c) {
 			ready = append(ready, held...)
 		}
 		return ready
 	}
-	progressed := map[string]bool{}
-	for _, d := range ready {
-		progressed[d.Origin] = true
-	}
 	for _, d := range held {
-		if progressed[d.Origin] {
+		if c.progressed[d.Origin] {
 			m.More = true
 			continue
 		}
@@ -269,7 +275,7 @@ func (n *Node) alignSync(m *message, ds []crdt.Delta) []crdt.Delta {
 	return ready
 }
 
-func (c *checkpoints) take(id uint64, now time.Time) []crdt.Delta {
+func (c *checkpoints) take(id uint64, now time.Time) carried {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for k, h := range c.carry {
@@ -279,21 +285,18 @@ func (c *checkpoints) take(id uint64, now time.Time) []crdt.Delta {
 	}
 	h := c.carry[id]
 	delete(c.carry, id)
-	return h.deltas
+	return h
 }
 
-// hold keeps a sync answer's tail for its next message; false when too
-// many answers are held already (the caller applies it now).
-func (c *checkpoints) hold(id uint64, ds []crdt.Delta, now time.Time) bool {
-	if len(ds) == 0 {
-		return true
-	}
+// hold keeps a sync answer's tail and progress for its next message; false
+// when too many answers are held already (the caller applies the tail now).
+func (c *checkpoints) hold(id uint64, h carried) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.carry) >= maxCarried {
 		return false
 	}
-	c.carry[id] = carried{deltas: ds, at: now}
+	c.carry[id] = h
 	return true
 }
 
