@@ -86,7 +86,12 @@ func TestJoinUsesWriterCheckpoint(t *testing.T) {
 	}
 	_, err := a.rep.WriteMany(ops)
 	require.NoError(t, err)
-	j := startNode(t, "j", "c2", keys, signed(t, signingKey(2)))
+	// Small sync answers: the checkpoint is in before most of the data,
+	// whatever the timing of the first answer.
+	j := startNode(t, "j", "c2", keys, func(c *Config) {
+		signed(t, signingKey(2))(c)
+		c.SyncMaxBytes = 64 << 10
+	})
 	joinAll(t, a, j)
 	requireConverged(t, waitConverge, a, j)
 	require.Equal(t, a.rep.Digest()["c1"], j.rep.Digest()["c1"])
@@ -97,7 +102,7 @@ func TestJoinUsesWriterCheckpoint(t *testing.T) {
 	// The checkpoint may arrive after the first sync messages: those
 	// segments are verified one by one; the rest are vouched for.
 	require.NotZero(t, st.Hits, "stats %+v", st)
-	require.Greater(t, st.SkippedVerifies, uint64(0))
+	require.Greater(t, st.SkippedVerifies, uint64(n/2))
 	require.Equal(t, float64(st.Hits), testutil.ToFloat64(j.cps.segHits))
 }
 
