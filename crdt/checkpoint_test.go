@@ -90,7 +90,7 @@ func joinIn(t testing.TB, j *State, ds []Delta, msgSize int) {
 	var carry []Delta
 	for lo := 0; lo < len(ds); lo += msgSize {
 		hi := min(lo+msgSize, len(ds))
-		in := append(carry, ds[lo:hi]...)
+		in := append(append([]Delta(nil), carry...), ds[lo:hi]...)
 		ready, held := j.SplitAtCheckpoints(in, hi == len(ds))
 		for _, d := range ready {
 			_, err := j.Apply(d)
