@@ -119,3 +119,74 @@ func TestCheckpointUnsolicitedDropped(t *testing.T) {
 	}))
 	require.Zero(t, j.rep.CheckpointMax("c1"))
 }
+
+// alignSyncNode is a node (no I/O) whose replica holds c1's checkpoint,
+// and c1's writer state.
+func alignSyncNode(t *testing.T) (*Node, *crdt.State) {
+	w := crdt.NewState("c1")
+	w.SetSigner(NewSigner(signingKey(1)))
+	require.NoError(t, w.SetEpoch(1))
+	for i := 0; i < 1300; i++ {
+		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%05d", i), []byte{0x80}, false, 1)
+		require.NoError(t, err)
+	}
+	cp, err := w.MakeCheckpoint()
+	require.NoError(t, err)
+	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger()}
+	require.NoError(t, cfg.setDefaults())
+	rep := newMemReplica(t, "c2")
+	tr, err := NewTrust(map[string][]byte{"c1": cp.Key}, true, "c2", NewSigner(signingKey(2)).PublicKey(), nil, testLogger())
+	require.NoError(t, err)
+	rep.SetVerifier(tr, nil)
+	require.NoError(t, rep.AcceptCheckpoint(cp))
+	n, err := newNode(cfg, rep)
+	require.NoError(t, err)
+	return n, w
+}
+
+// cut cuts w's stream from 0 into chunks of size entries.
+func cut(w *crdt.State, size int) []crdt.Delta {
+	var out []crdt.Delta
+	for _, d := range w.DeltaSince(crdt.Digest{}, 0) {
+		for lo := 0; lo < len(d.Entries); lo += size {
+			c := d
+			c.Entries = d.Entries[lo:min(lo+size, len(d.Entries))]
+			if lo > 0 {
+				c.From = d.Entries[lo-1].Version
+			}
+			c.To = c.Entries[len(c.Entries)-1].Version
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// A bulk sync answer is re-cut at segment bounds across its messages; the
+// partial segment at its end is dropped and the answer marked capped, so
+// the resumed pull starts at the bound.
+func TestAlignSyncHoldsTailAcrossMessages(t *testing.T) {
+	n, w := alignSyncNode(t)
+	chunks := cut(w, 300) // 1300 entries: segments of 512, 512, 276
+	cpBounds := w.DeltaSince(crdt.Digest{}, 0)
+	first := &message{Type: msgSyncData, ID: 7}
+	got := n.alignSync(first, chunks[:2]) // (0, 600]: segment 1 whole, 88 entries held
+	require.Len(t, got, 1)
+	require.Equal(t, cpBounds[0].To, got[0].To)
+	require.Len(t, got[0].Entries, crdt.SegmentEntries)
+	last := &message{Type: msgSyncData, ID: 7, Final: true}
+	got = n.alignSync(last, chunks[2:3]) // up to 900: held again, nothing whole
+	require.Empty(t, got)
+	require.True(t, last.More, "the tail is re-pulled from the segment bound")
+	require.Empty(t, n.cps.carry, "nothing left held after the answer")
+}
+
+// A tail with no progress before it (the sender holds less than the
+// checkpoint) is applied, not dropped: no stall.
+func TestAlignSyncAppliesTailWithoutProgress(t *testing.T) {
+	n, w := alignSyncNode(t)
+	chunks := cut(w, 100)
+	m := &message{Type: msgSyncData, ID: 8, Final: true}
+	got := n.alignSync(m, chunks[:2]) // (0, 200], inside the first segment
+	require.Len(t, got, 2)
+	require.False(t, m.More)
+}
