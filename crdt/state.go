@@ -207,6 +207,10 @@ type State struct {
 	// resetRefused carries applyReset's verdict out to Apply.
 	resetRefused error
 	limits       Limits
+
+	// checkpoints are the accepted origin checkpoints (checkpoint.go).
+	checkpoints map[string]*Checkpoint
+	cpStats     CheckpointStats
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
@@ -765,10 +769,12 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		changes = s.applyReset(o, &d, gcBefore, changes)
 		err := s.resetRefused
 		s.resetRefused = nil
+		s.dropPassedCheckpoint(o)
 		return changes, err
 	}
 	changes = o.applyNormal(&d, changes)
 	o.endSessionIfCurrent()
+	s.dropPassedCheckpoint(o)
 	return changes, nil
 }
 

@@ -125,7 +125,7 @@ func (n *Node) receive(p []byte, state bool) {
 		n.drop(dropOversize, "dropping oversized message", "bytes", len(p))
 		return
 	}
-	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) {
+	if len(p) > 0 && (p[0] < byte(msgHeads) || p[0] > byte(msgForward)) && !isCheckpointMsg(p[0]) {
 		n.drop(dropUnknownType, "dropping message of unknown type", "type", p[0], "bytes", len(p))
 		return
 	}
@@ -141,6 +141,10 @@ func (n *Node) receive(p []byte, state bool) {
 	n.m.messages.WithLabelValues("in", m.Type.String()).Inc()
 	if !n.limits.allow(m.Sender) {
 		n.drop(dropRateLimited, "sender over rate limit", "sender", m.Sender)
+		return
+	}
+	if m.Type == msgCheckpoint {
+		n.onCheckpoint(m) // ahead of the sync data queued in the inbox
 		return
 	}
 	select {

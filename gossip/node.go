@@ -91,6 +91,7 @@ type Node struct {
 	limits    *senderLimits
 	forwarded *forwardLog
 	retirer   *retirer
+	cps       *checkpoints // fast-join checkpoints (checkpoint.go)
 
 	inbox    chan inMsg
 	serveSem chan struct{}
@@ -183,6 +184,9 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		return nil, err
 	}
 	n.m = m
+	if n.cps, err = newCheckpoints(cfg.Registerer, rep); err != nil {
+		return nil, err
+	}
 	n.retirer = &retirer{
 		self: cfg.ClusterID, timeout: cfg.ReconnectTimeout, now: cfg.Now,
 		digest: rep.Digest, status: n.members.noticeOrigins,

@@ -54,6 +54,8 @@ func (n *Node) handle(im inMsg) {
 		n.onRetire(m)
 	case msgDigestSum:
 		n.onDigestSum(m)
+	case msgCheckpointReq:
+		n.onCheckpointReq(m)
 	}
 }
 
@@ -245,6 +247,8 @@ func (n *Node) onSyncData(m *message) {
 	path := "sync"
 	if s.fast {
 		path = "pull"
+	} else {
+		good = n.alignSync(m, good)
 	}
 	before := n.rep.Digest()
 	n.applyDeltas(good, path)
@@ -295,6 +299,7 @@ func (n *Node) onDigest(m *message, state bool) {
 		for o := range out.pull {
 			origins = append(origins, o)
 		}
+		n.askCheckpoints(m.Digest, out.pull)
 		n.startSync(m.Sender, origins, out.pull, false)
 	}
 	n.observeDigest(m.Sender, out.observe)

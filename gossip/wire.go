@@ -53,6 +53,10 @@ func (t msgType) String() string {
 		return "digest_sum"
 	case msgForward:
 		return "forward"
+	case msgCheckpointReq:
+		return "checkpoint_req"
+	case msgCheckpoint:
+		return "checkpoint"
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
@@ -77,6 +81,9 @@ type message struct {
 	Digest  crdt.Digest   // msgSyncReq, msgDigest
 	Retires []crdt.Retire // msgRetire
 	Sum     uint64        // msgDigestSum
+
+	Origin     string           // msgCheckpointReq
+	Checkpoint *crdt.Checkpoint // msgCheckpoint
 }
 
 const (
@@ -339,6 +346,10 @@ func decodeMessage(p []byte) (*message, error) {
 		m.Retires = r.retires()
 	case msgDigestSum:
 		m.Sum = r.uvarint()
+	case msgCheckpointReq:
+		m.Origin = r.checkpointReq()
+	case msgCheckpoint:
+		m.Checkpoint = r.checkpoint()
 	default:
 		return nil, errBadType
 	}

@@ -404,13 +404,15 @@ func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, 
 }
 
 // Apply merges deltas from peers and returns their effects after they are
-// durable. Deltas are applied in order; on the first invalid delta Apply
-// stops, persists what was applied, and returns those changes with the
-// error.
+// durable. Deltas are applied in order (those of one origin; origins with
+// a checkpoint are first re-cut at its segment bounds, see
+// SplitAtCheckpoints); on the first invalid delta Apply stops, persists
+// what was applied, and returns those changes with the error.
 func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	var all []crdt.Change
 	var applyErr error
 	err := r.mutate(true, func(st *crdt.State) effect {
+		deltas, _ := st.SplitAtCheckpoints(deltas, true)
 		origins := map[string]struct{}{}
 		var prepared []bool
 		if r.pv != nil && r.pv.workers > 1 && entryCount(deltas) >= preVerifyMin {
@@ -420,7 +422,7 @@ func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 			if prepared != nil && !prepared[i] {
 				// origins pinned by the deltas before (trust on first use)
 				// become eligible here
-				r.pv.prepare(deltas[i:], prepared[i:], st.Digest())
+				r.pv.prepare(deltas[i:], prepared[i:], st.Digest(), st.Vouched)
 			}
 			ch, err := st.Apply(d)
 			all = append(all, ch...)

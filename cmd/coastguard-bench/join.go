@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/store"
+)
+
+// runJoin measures a new cluster joining a set (issue 18: 1 M entries,
+// full view and enforce view within 15 s), end to end in-process over
+// loopback gossip: a fresh coastguardd-like node (gossip.Node, store.Replica
+// on bbolt with fsync, gossip.Trust on first use, the daemon's enforce
+// Mirror fed by the replica's change feed) joins a mesh whose members hold
+// `origins` signed origins of realistic pods, and takes in everything by
+// bulk sync. With checkpoints the joiner asks each origin's writer for its
+// signed checkpoint and skips per-entry verification for matching
+// segments; the per-entry baseline hides the checkpoint methods from gossip.
+// Both variants run at the smaller size in this run (the ratio); the
+// checkpointed one also at the full size.
+func runJoin(ctx context.Context, cfg *config, rec *recorder) error {
+	origins, full, small := 10, 100_000, 10_000
+	if cfg.quick {
+		full, small = 5_000, 2_000
+	}
+	dir, err := os.MkdirTemp("", "coastguard-join-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }()
+	var smallRates [2]float64
+	for i, withCP := range []bool{false, true} {
+		r, err := measureJoin(ctx, filepath.Join(dir, fmt.Sprint("small-", i)), origins, small, withCP)
+		if err != nil {
+			return err
+		}
+		smallRates[i] = r.rate()
+		rec.add("join_entries_per_s", r.rate(), "entries/s", r.params(), "", nil)
+	}
+	rec.add("join_checkpoint_speedup", smallRates[1]/smallRates[0], "ratio",
+		map[string]any{"entries": origins * small, "what": "ingest rate with checkpoints / per-entry verification, same run"}, "", nil)
+	r, err := measureJoin(ctx, filepath.Join(dir, "full"), origins, full, true)
+	if err != nil {
+		return err
+	}
+	rec.add("join_entries_per_s", r.rate(), "entries/s", r.params(), "", nil)
+	target := ""
+	var met func(float64) bool
+	if origins*full >= 1_000_000 {
+		target, met = "<= 15", le(15)
+	}
+	rec.add("join_full_view_s", r.view.Seconds(), "s", r.params(), target, met)
+	rec.add("join_enforce_view_s", r.enforce.Seconds(), "s", r.params(), target, met)
+	return nil
+}
+
+// joinTimeout bounds one join measurement.
+var joinTimeout = 5 * time.Minute
+
+type joinResult struct {
+	origins, per int
+	checkpoint   bool
+	view         time.Duration // until the replica holds every origin's digest
+	enforce      time.Duration // until the enforce mirror holds every entry
+	build        time.Duration // writers' checkpoints (MakeCheckpoint), total
+	stats        crdt.CheckpointStats
+}
+
+func (r joinResult) rate() float64 { return float64(r.origins*r.per) / r.view.Seconds() }
+
+func (r joinResult) params() map[string]any {
+	return map[string]any{
+		"entries": r.origins * r.per, "origins": r.origins, "checkpoints": r.checkpoint,
+		"view_s": round(r.view.Seconds()), "enforce_view_s": round(r.enforce.Seconds()),
+		"checkpoint_build_ms_total": round(float64(r.build.Milliseconds())),
+		"segment_hits":              r.stats.Hits, "segment_misses": r.stats.Misses, "verifies_skipped": r.stats.SkippedVerifies,
+		"how": "in-process: joiner gossip.Node + store.Replica (bbolt, fsync) + daemon.Mirror via the change feed; " +
+			"1 hub + 1 writer node per origin (sharing one in-memory replica) over loopback TCP/UDP, LAN profile; " +
+			"timed from Join until the joiner's digest equals the hub's (view) and the mirror holds every entry (enforce); " +
+			"not included: the enforcer's first full translation",
+	}
+}
+
+// joinMesh is the existing cluster set: one hub node and one writer node
+// per origin, all on one in-memory replica holding every origin (so they
+// never sync among themselves); each writer node serves its origin's
+// checkpoint, built once when the data was written.
+type joinMesh struct {
+	hub   *store.Replica
+	nodes []*gossip.Node
+	build time.Duration
+}
+
+func (m *joinMesh) close() {
+	for _, n := range m.nodes {
+		_ = n.Shutdown()
+	}
+	_ = m.hub.Close()
+}
+
+// writerView is a writer node's Replica: the shared data, and its own
+// origin's checkpoint.
+type writerView struct {
+	*store.Replica
+	cp crdt.Checkpoint
+}
+
+func (w writerView) MakeCheckpoint() (crdt.Checkpoint, error) { return w.cp, nil }
+
+func joinKey(seed int) ed25519.PrivateKey {
+	s := make([]byte, ed25519.SeedSize)
+	s[0], s[1] = byte(seed), 0x5a
+	return ed25519.NewKeyFromSeed(s)
+}
+
+func quietLogger() *slog.Logger {
+	if os.Getenv("JOIN_DEBUG") != "" {
+		return slog.Default()
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+func newJoinMesh(origins, per int) (*joinMesh, error) {
+	m := &joinMesh{hub: store.NewMemReplica("")}
+	cps := make([]crdt.Checkpoint, origins)
+	pins := map[string][]byte{}
+	for c := 0; c < origins; c++ {
+		cp, took, err := fillOrigin(m.hub, fmt.Sprintf("cluster-%02d", c), c, per)
+		if err != nil {
+			_ = m.hub.Close()
+			return nil, err
+		}
+		cps[c], m.build = cp, m.build+took
+		pins[cp.Origin] = cp.Key
+	}
+	// The members pin the origins' keys (relays forward them with the
+	// data); set after the fill, which is not what is measured.
+	tr, err := gossip.NewTrust(pins, true, "", nil, nil, quietLogger())
+	if err != nil {
+		_ = m.hub.Close()
+		return nil, err
+	}
+	m.hub.SetVerifier(tr, nil)
+	start := func(name, cluster string, rep gossip.Replica, seeds []string) error {
+		n, err := newBenchNode(name, cluster, rep, seeds, nil, nil)
+		if err != nil {
+			return err
+		}
+		m.nodes = append(m.nodes, n)
+		return nil
+	}
+	if err := start("hub-0", "hub", m.hub, nil); err != nil {
+		m.close()
+		return nil, err
+	}
+	for c := 0; c < origins; c++ {
+		if err := start(fmt.Sprintf("cluster-%02d-0", c), fmt.Sprintf("cluster-%02d", c),
+			writerView{Replica: m.hub, cp: cps[c]}, []string{m.nodes[0].Addr()}); err != nil {
+			m.close()
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// fillOrigin writes per signed pods as origin's writer and hands them to
+// the hub (no verifier there); it returns the writer's checkpoint and the
+// time MakeCheckpoint took.
+func fillOrigin(hub *store.Replica, origin string, seed, per int) (crdt.Checkpoint, time.Duration, error) {
+	w := crdt.NewState(origin)
+	w.SetSigner(gossip.NewSigner(joinKey(seed)))
+	if err := w.SetEpoch(1); err != nil {
+		return crdt.Checkpoint{}, 0, err
+	}
+	for i := 0; i < per; i++ {
+		v, err := realisticPodValue(seed*per + i)
+		if err != nil {
+			return crdt.Checkpoint{}, 0, err
+		}
+		if _, _, err := w.Write(crdt.KindPod, fmt.Sprintf("team-%02d/web-%07d", i%50, i), v, false, int64(i+1)); err != nil {
+			return crdt.Checkpoint{}, 0, err
+		}
+	}
+	t0 := time.Now()
+	cp, err := w.MakeCheckpoint()
+	took := time.Since(t0)
+	if err != nil {
+		return crdt.Checkpoint{}, 0, err
+	}
+	if _, err := hub.Apply(w.DeltaSince(crdt.Digest{}, 0)...); err != nil {
+		return crdt.Checkpoint{}, 0, err
+	}
+	return cp, took, nil
+}
+
+func newBenchNode(name, cluster string, rep gossip.Replica, seeds []string, sg crdt.Signer, tr *gossip.Trust) (*gossip.Node, error) {
+	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
+	if err != nil {
+		return nil, err
+	}
+	cfg := gossip.Config{
+		NodeName: name, ClusterID: cluster, BindAddr: "127.0.0.1", EphemeralPort: true,
+		Keyring: [][]byte{make([]byte, 32)}, Profile: gossip.ProfileLAN, Seeds: seeds, Logger: quietLogger(),
+		Transport: gossip.NewFaultTransport(inner), IsWriter: func() bool { return true },
+	}
+	if sg != nil {
+		cfg.Signer, cfg.Trust = sg, tr
+	}
+	return gossip.New(cfg, rep)
+}
+
+// plainReplica hides the checkpoint methods of a replica from gossip: the
+// per-entry baseline.
+type plainReplica struct{ r *store.Replica }
+
+func (p plainReplica) Digest() crdt.Digest { return p.r.Digest() }
+func (p plainReplica) DeltaSince(d crdt.Digest, n int) []crdt.Delta {
+	return p.r.DeltaSince(d, n)
+}
+func (p plainReplica) Apply(ds ...crdt.Delta) ([]crdt.Change, error) { return p.r.Apply(ds...) }
+func (p plainReplica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
+	return p.r.ApplyRetire(rt)
+}
+func (p plainReplica) SetSigner(sg crdt.Signer) { p.r.SetSigner(sg) }
+func (p plainReplica) SetVerifier(v crdt.Verifier, a crdt.RetireAuthority) {
+	p.r.SetVerifier(v, a)
+}
+func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
+
+// mirrorFeed is the daemon's enforce view, fed by the replica's change
+// feed (as daemon wiring does), counting the changes it took in.
+type mirrorFeed struct {
+	mu     sync.Mutex
+	m      *daemon.Mirror
+	copied atomic.Int64
+}
+
+func (f *mirrorFeed) apply(ch []crdt.Change) {
+	f.mu.Lock()
+	f.m.Apply(ch)
+	f.mu.Unlock()
+	f.copied.Add(int64(len(ch)))
+}
+
+func measureJoin(ctx context.Context, path string, origins, per int, withCP bool) (joinResult, error) {
+	res := joinResult{origins: origins, per: per, checkpoint: withCP}
+	mesh, err := newJoinMesh(origins, per)
+	if err != nil {
+		return res, err
+	}
+	defer mesh.close()
+	res.build = mesh.build
+	rep, err := store.OpenReplica(path, "joiner", store.Options{Logger: quietLogger()})
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = rep.Close() }()
+	feed := &mirrorFeed{m: daemon.NewMirror("joiner")}
+	rep.Subscribe(feed.apply)
+	sg := gossip.NewSigner(joinKey(200))
+	tr, err := gossip.NewTrust(nil, false, "joiner", sg.PublicKey(), nil, quietLogger())
+	if err != nil {
+		return res, err
+	}
+	var grep gossip.Replica = rep
+	if !withCP {
+		grep = plainReplica{rep}
+	}
+	runtime.GC()
+	t0 := time.Now()
+	n, err := newBenchNode("joiner-0", "joiner", grep, []string{mesh.nodes[0].Addr()}, sg, tr)
+	if err != nil {
+		return res, err
+	}
+	defer func() { _ = n.Shutdown() }()
+	want := mesh.hub.Digest()
+	total := int64(origins * per)
+	deadline := time.Now().Add(joinTimeout)
+	for res.view == 0 || res.enforce == 0 {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return res, errors.Join(ctx.Err(), fmt.Errorf("join of %d entries incomplete after %s (mirrored %d)", total, time.Since(t0), feed.copied.Load()))
+		}
+		time.Sleep(10 * time.Millisecond)
+		if res.view == 0 && sameOrigins(rep.Digest(), want) {
+			res.view = time.Since(t0)
+		}
+		if res.enforce == 0 && feed.copied.Load() >= total {
+			res.enforce = time.Since(t0)
+		}
+	}
+	res.stats = rep.CheckpointStats()
+	slog.Info("join measured", "entries", total, "checkpoints", withCP, "view", res.view, "enforce", res.enforce, "stats", res.stats)
+	return res, nil
+}
+
+// sameOrigins reports whether got holds every origin of want as want does.
+func sameOrigins(got, want crdt.Digest) bool {
+	for o, w := range want {
+		g := got[o]
+		if g.Max != w.Max || g.Hash != w.Hash {
+			return false
+		}
+	}
+	return true
+}
