@@ -35,16 +35,52 @@ func (n *Node) everyJittered(interval time.Duration, fn func()) {
 	}
 }
 
-// antiEntropyLoop expires overdue syncs and sends our digest sum to one
-// random peer every AntiEntropyInterval.
+// antiEntropyLoop runs an anti-entropy round every AntiEntropyInterval
+// (±25% jitter), every AntiEntropyInterval/repairTickDivisor in repair mode
+// (decide.go), and one at once when repair mode begins.
 func (n *Node) antiEntropyLoop() {
-	n.everyJittered(n.cfg.AntiEntropyInterval, func() {
-		n.expireSyncs()
-		if peers := n.randomPeers(1, ""); len(peers) == 1 {
-			out := n.decide(nil, false, peers[0].Name)
-			n.send(peers[0], out.send, out.sendType)
+	defer n.wg.Done()
+	t := time.NewTimer(jitter(n.cfg.AntiEntropyInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		case <-n.syncs.repairStarted:
+			t.Stop() // Reset below discards a pending tick (Go 1.23 timers)
 		}
-	})
+		n.antiEntropyRound()
+		t.Reset(jitter(n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now())))
+	}
+}
+
+// antiEntropyRound expires overdue syncs, re-announces our own head if it
+// changed (trailingHead) and sends our digest sum (or, in repair mode, our
+// full digest) to one random peer.
+func (n *Node) antiEntropyRound() {
+	n.expireSyncs()
+	n.trailingHead()
+	if peers := n.randomPeers(1, ""); len(peers) == 1 {
+		out := n.decide(nil, false, peers[0].Name)
+		n.trace("TR tick", "to", peers[0].Name, "full", out.sendType == msgDigest)
+		n.reply(peers[0].Name, out)
+	}
+}
+
+// trailingHead re-announces our own origin's head once per round when it
+// changed since the last round. Publish announces every write, but that
+// head is sent to a few random peers at the next gossip tick only: if they
+// could not receive it (a partition lifting right after the write) nothing
+// else ever announces the last write of a burst, and the nodes that lack it
+// wait for anti-entropy to happen upon a holder.
+func (n *Node) trailingHead() {
+	if !n.cfg.IsWriter() {
+		return
+	}
+	if n.syncs.ownHeadChanged(n.rep.Digest()[n.cfg.ClusterID].Max) {
+		n.announce(n.cfg.ClusterID)
+	}
 }
 
 func (n *Node) expireSyncs() {

@@ -42,12 +42,16 @@ type syncer struct {
 	closed     bool
 	pace       pacing
 	digestLim  *rate.Limiter // full-digest byte budget (antientropy.go)
+	// repairStarted wakes the anti-entropy loop when repair mode begins.
+	repairStarted chan struct{}
+	// ownHead is our own origin's watermark at the last trailingHead check.
+	ownHead crdt.Version
 }
 
 func newSyncer(maxBulk int) *syncer {
 	return &syncer{maxBulk: maxBulk, syncs: map[uint64]*syncState{}, pulls: map[string]uint64{},
 		bulkByPeer: map[string]uint64{}, backoffs: map[string]*backoff{},
-		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter()}
+		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(), repairStarted: make(chan struct{}, 1)}
 }
 
 // decide runs the pure sync decision against the pacing state and budget.
@@ -65,6 +69,38 @@ func (s *syncer) applied(now time.Time) {
 	s.mu.Lock()
 	s.pace.lastApply = now
 	s.mu.Unlock()
+}
+
+// repaired records that a bulk anti-entropy sync changed the local replica
+// at now: repair mode (decide.go) until now+repairWindow.
+func (s *syncer) repaired(now time.Time) {
+	s.mu.Lock()
+	started := !s.pace.repairing(now)
+	s.pace.repairUntil = now.Add(repairWindow)
+	s.mu.Unlock()
+	if started {
+		select {
+		case s.repairStarted <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// ownHeadChanged reports whether our own watermark is max and changed
+// since the last call.
+func (s *syncer) ownHeadChanged(max crdt.Version) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := max != s.ownHead && max > 0
+	s.ownHead = max
+	return changed
+}
+
+// tickEvery is the anti-entropy tick interval at now (antiEntropyEvery).
+func (s *syncer) tickEvery(base time.Duration, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return antiEntropyEvery(base, s.pace, now)
 }
 
 // close refuses new pulls (the node is shutting down).
