@@ -62,7 +62,7 @@ func TestDecideSync(t *testing.T) {
 		{name: "sum mismatch: full digest", msg: sum(ahead), budget: full, send: msgDigest, lastFullD: t0},
 		{name: "sum mismatch while deltas spread: skipped", msg: sum(ahead), pace: busy, budget: full,
 			lastFullD: busy.lastFullDigest},
-{name: "sum mismatch while deltas spread, in repair mode: full digest, no skip", msg: sum(ahead),
+		{name: "sum mismatch while deltas spread, in repair mode: full digest, no skip", msg: sum(ahead),
 			pace: repairing, budget: full, send: msgDigest, lastFullD: t0},
 		{name: "sum mismatch, skipped for maxQuietSkip already: full digest", msg: sum(ahead), pace: quietTooLong,
 			budget: full, send: msgDigest, lastFullD: t0},
