@@ -72,6 +72,9 @@ type syncInput struct {
 	// peerKnown: the sender is an alive member we can answer.
 	peerKnown bool
 	pace      pacing
+	// repairBudget, when set, also bounds the full digests of repair-mode
+	// ticks (antientropy.go).
+	repairBudget *rate.Limiter
 }
 
 // syncOutput is what to do. Zero value: nothing.
@@ -113,12 +116,17 @@ func decideSync(in syncInput, budget *rate.Limiter) syncOutput {
 }
 
 // decideTick is the periodic round: our digest sum, or in repair mode our
-// full digest when the budget allows it.
+// full digest when both the repair share and the full-digest budget allow
+// it (a refusal is counted as suppressed; the sum goes instead).
 func decideTick(in syncInput, budget *rate.Limiter, out *syncOutput) {
 	if in.pace.repairing(in.now) && in.peerKnown {
-		if fullDigest(in, false, budget, out); out.send != nil {
+		msg := encodeDigestMsg(in.self, false, in.local)
+		if (in.repairBudget == nil || allowDigest(in.repairBudget, in.now, len(msg))) &&
+			allowDigest(budget, in.now, len(msg)) {
+			out.send, out.sendType = msg, msgDigest
 			return
 		}
+		out.suppressed = true
 	}
 	out.send, out.sendType = encodeDigestSum(in.self, digestSum(in.local)), msgDigestSum
 }

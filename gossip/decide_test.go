@@ -154,28 +154,39 @@ func TestAntiEntropyEvery(t *testing.T) {
 }
 
 // In repair mode every tick offers a full digest, yet the full-digest
-// bytes stay within the budget: what it refuses goes out as a digest sum.
+// bytes stay within the budget, and within the repair share of it when the
+// node has one: what they refuse goes out as a digest sum.
 func TestRepairTicksBoundedByBudget(t *testing.T) {
 	t0 := time.Unix(5000, 0)
 	local := crdt.Digest{}
-	for i := 0; i < 300; i++ {
+	for i := 0; i < 100; i++ { // a ~6.7 KB digest, within both bursts
 		local[string(rune('a'+i%26))+string(rune('a'+i/26))] = crdt.OriginDigest{Max: crdt.Version(i + 1), Hash: uint64(i)}
 	}
-	budget := newDigestLimiter()
-	full, sums := 0, 0
-	pace := pacing{}
-	for ms := 0; ms < 10_000; ms += 5 { // a tick every 5 ms for 10 s, repair mode re-armed all along
-		now := t0.Add(time.Duration(ms) * time.Millisecond)
-		pace.repairUntil = now.Add(repairWindow)
-		out := decideSync(syncInput{self: "me", local: local, now: now, peerKnown: true, pace: pace}, budget)
-		if out.sendType == msgDigest {
-			full += len(out.send)
-		} else {
-			require.Equal(t, msgDigestSum, out.sendType)
-			sums++
+	run := func(repair *rate.Limiter) (full, sums int) {
+		budget := newDigestLimiter()
+		pace := pacing{}
+		for ms := 0; ms < 10_000; ms += 5 { // a tick every 5 ms for 10 s, repair mode re-armed all along
+			now := t0.Add(time.Duration(ms) * time.Millisecond)
+			pace.repairUntil = now.Add(repairWindow)
+			out := decideSync(syncInput{self: "me", local: local, now: now, peerKnown: true, pace: pace,
+				repairBudget: repair}, budget)
+			if out.sendType == msgDigest {
+				full += len(out.send)
+			} else {
+				require.Equal(t, msgDigestSum, out.sendType)
+				require.True(t, out.suppressed)
+				sums++
+			}
 		}
+		return full, sums
 	}
+	full, sums := run(nil)
 	require.LessOrEqual(t, full, FullDigestBurst+FullDigestBytesPerSec*10)
-	require.Greater(t, full, 0)
+	require.Greater(t, full, FullDigestBytesPerSec*5, "the budget is used")
 	require.Greater(t, sums, 0, "refused full digests fall back to the sum")
+
+	full, sums = run(newRepairDigestLimiter())
+	require.LessOrEqual(t, full, RepairDigestBurst+RepairDigestBytesPerSec*10)
+	require.Greater(t, full, 0)
+	require.Greater(t, sums, 0)
 }

@@ -42,6 +42,7 @@ type syncer struct {
 	closed     bool
 	pace       pacing
 	digestLim  *rate.Limiter // full-digest byte budget (antientropy.go)
+	repairLim  *rate.Limiter // its share for repair-mode ticks
 	// repairStarted wakes the anti-entropy loop when repair mode begins.
 	repairStarted chan struct{}
 	// ownHead is our own origin's watermark at the last trailingHead check.
@@ -51,14 +52,15 @@ type syncer struct {
 func newSyncer(maxBulk int) *syncer {
 	return &syncer{maxBulk: maxBulk, syncs: map[uint64]*syncState{}, pulls: map[string]uint64{},
 		bulkByPeer: map[string]uint64{}, backoffs: map[string]*backoff{},
-		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(), repairStarted: make(chan struct{}, 1)}
+		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(),
+		repairLim: newRepairDigestLimiter(), repairStarted: make(chan struct{}, 1)}
 }
 
 // decide runs the pure sync decision against the pacing state and budget.
 func (s *syncer) decide(in syncInput) syncOutput {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	in.pace = s.pace
+	in.pace, in.repairBudget = s.pace, s.repairLim
 	out := decideSync(in, s.digestLim)
 	s.pace = out.pace
 	return out
