@@ -55,31 +55,14 @@ func (n *Node) antiEntropyLoop() {
 	}
 }
 
-// antiEntropyRound expires overdue syncs, re-announces our own head if it
-// changed (trailingHead) and sends our digest sum (or, in repair mode, our
-// full digest) to one random peer.
+// antiEntropyRound expires overdue syncs and sends our digest sum (or, in
+// repair mode, our full digest) to one random peer.
 func (n *Node) antiEntropyRound() {
 	n.expireSyncs()
-	n.trailingHead()
 	if peers := n.randomPeers(1, ""); len(peers) == 1 {
 		out := n.decide(nil, false, peers[0].Name)
 		n.trace("TR tick", "to", peers[0].Name, "full", out.sendType == msgDigest)
 		n.reply(peers[0].Name, out)
-	}
-}
-
-// trailingHead re-announces our own origin's head once per round when it
-// changed since the last round. Publish announces every write, but that
-// head is sent to a few random peers at the next gossip tick only: if they
-// could not receive it (a partition lifting right after the write) nothing
-// else ever announces the last write of a burst, and the nodes that lack it
-// wait for anti-entropy to happen upon a holder.
-func (n *Node) trailingHead() {
-	if !n.cfg.IsWriter() {
-		return
-	}
-	if n.syncs.ownHeadChanged(n.rep.Digest()[n.cfg.ClusterID].Max) {
-		n.announce(n.cfg.ClusterID)
 	}
 }
 

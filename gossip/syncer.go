@@ -45,8 +45,6 @@ type syncer struct {
 	repairLim  *rate.Limiter // its share for repair-mode ticks
 	// repairStarted wakes the anti-entropy loop when repair mode begins.
 	repairStarted chan struct{}
-	// ownHead is our own origin's watermark at the last trailingHead check.
-	ownHead crdt.Version
 }
 
 func newSyncer(maxBulk int) *syncer {
@@ -86,16 +84,6 @@ func (s *syncer) repaired(now time.Time) {
 		default:
 		}
 	}
-}
-
-// ownHeadChanged reports whether our own watermark is max and changed
-// since the last call.
-func (s *syncer) ownHeadChanged(max crdt.Version) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	changed := max != s.ownHead && max > 0
-	s.ownHead = max
-	return changed
 }
 
 // tickEvery is the anti-entropy tick interval at now (antiEntropyEvery).
