@@ -131,7 +131,7 @@ func healOnce(ctx context.Context, seed uint64, partition time.Duration, tr *hea
 	lift := time.Now()
 	var sn, so string
 	res.took, res.slowest, sn, so, err = watchHeal(ctx, mesh, 120*time.Second)
-	fmt.Fprintf(os.Stderr, "heal run %d: %d ms, %s\n", run, res.took.Milliseconds(), res.slowest)
+	slog.Info("heal run", "run", run, "ms", res.took.Milliseconds(), "slowest", res.slowest)
 	tr.dump(run, lift, sn, so)
 	return res, err
 }

@@ -64,10 +64,20 @@ func (t *healTrace) dump(run int, t0 time.Time, node, origin string) {
 	_ = os.WriteFile(fmt.Sprintf("%s/run%d.txt", dir, run), []byte(b.String()), 0o644)
 	fmt.Fprintf(os.Stderr, "heal trace run %d: slowest %s <- %s\n", run, node, origin)
 	for _, l := range t.lines {
-		if strings.Contains(l.text, "node="+node+" ") && (strings.Contains(l.text, origin) || strings.Contains(l.text, "TR tick") || strings.Contains(l.text, "TR sum") || strings.Contains(l.text, "TR dig")) && l.at.After(t0) {
+		if l.at.After(t0) && strings.Contains(l.text, "node="+node+" ") && relevant(l.text, origin) {
 			fmt.Fprintf(os.Stderr, "  %6d %s\n", l.at.Sub(t0).Milliseconds(), l.text)
 		}
 	}
+}
+
+// relevant: an event about origin, or an anti-entropy round.
+func relevant(text, origin string) bool {
+	for _, s := range []string{"origin=" + origin + " ", "TR tick", "TR sum", "TR dig"} {
+		if strings.Contains(text, s) {
+			return true
+		}
+	}
+	return false
 }
 
 type traceHandler struct {
