@@ -21,6 +21,20 @@ const (
 	FullDigestBurst       = 64 << 10
 )
 
+// Repair mode (decide.go) offers a full digest on every tick; those draw
+// from a smaller budget of their own as well, so that a node kept in repair
+// mode (a fast path that keeps missing, as under overload) spends at most
+// RepairDigestBytesPerSec of its full-digest budget on them and the rest
+// stays for answers.
+const (
+	RepairDigestBytesPerSec = 8 << 10
+	RepairDigestBurst       = 16 << 10
+)
+
+func newRepairDigestLimiter() *rate.Limiter {
+	return rate.NewLimiter(rate.Limit(RepairDigestBytesPerSec), RepairDigestBurst)
+}
+
 func newDigestLimiter() *rate.Limiter {
 	return rate.NewLimiter(rate.Limit(FullDigestBytesPerSec), FullDigestBurst)
 }

@@ -21,6 +21,41 @@ type pacing struct {
 	lastApply time.Time
 	// lastFullDigest is when a digest-sum mismatch last led to a full digest.
 	lastFullDigest time.Time
+	// repairUntil ends the repair mode (see repairWindow): set when a bulk
+	// anti-entropy sync brought news.
+	repairUntil time.Time
+}
+
+// Repair mode. A bulk anti-entropy sync that changes the replica is a sign
+// that the fast path (push, forward, heads and pulls) missed something: a
+// healed partition, a restart, lost packets. Then the news that other nodes
+// still lack is not spreading by itself (its heads were sent while the
+// partition stood, or never reached the holder), and a 1 s round with one
+// random peer, whose answer the peer's quiet-period skip may hold back, is
+// slow to find it. For repairWindow after such a sync the node therefore
+// (a) runs its anti-entropy tick repairTickDivisor times as often, (b) sends
+// its full digest on the tick instead of the digest sum (the peer pulls
+// what it lacks and answers with its own digest if we lack something, so
+// no quiet-period skip can hold the round back), and (c) never skips the
+// full digest on a sum mismatch itself. Every full digest still goes
+// through the full-digest budget (antientropy.go), and a refused one falls
+// back to the digest sum: repair mode adds at most repairTickDivisor
+// digest sums per AntiEntropyInterval, whatever the load.
+const (
+	repairWindow      = 3 * time.Second
+	repairTickDivisor = 4
+)
+
+// repairing reports whether the node is in repair mode at now.
+func (p pacing) repairing(now time.Time) bool { return now.Before(p.repairUntil) }
+
+// antiEntropyEvery is the anti-entropy tick interval at now: base, or
+// base/repairTickDivisor in repair mode.
+func antiEntropyEvery(base time.Duration, p pacing, now time.Time) time.Duration {
+	if p.repairing(now) {
+		return base / repairTickDivisor
+	}
+	return base
 }
 
 // syncInput is what the decision sees.
@@ -37,6 +72,9 @@ type syncInput struct {
 	// peerKnown: the sender is an alive member we can answer.
 	peerKnown bool
 	pace      pacing
+	// repairBudget, when set, also bounds the full digests of repair-mode
+	// ticks (antientropy.go).
+	repairBudget *rate.Limiter
 }
 
 // syncOutput is what to do. Zero value: nothing.
@@ -66,7 +104,7 @@ func decideSync(in syncInput, budget *rate.Limiter) syncOutput {
 	out := syncOutput{pace: in.pace}
 	switch {
 	case in.msg == nil:
-		out.send, out.sendType = encodeDigestSum(in.self, digestSum(in.local)), msgDigestSum
+		decideTick(in, budget, &out)
 	case in.msg.Type == msgDigestSum:
 		decideDigestSum(in, budget, &out)
 	case in.msg.Type == msgDigest:
@@ -77,19 +115,36 @@ func decideSync(in syncInput, budget *rate.Limiter) syncOutput {
 	return out
 }
 
+// decideTick is the periodic round: our digest sum, or in repair mode our
+// full digest when both the repair share and the full-digest budget allow
+// it (a refusal is counted as suppressed; the sum goes instead).
+func decideTick(in syncInput, budget *rate.Limiter, out *syncOutput) {
+	if in.pace.repairing(in.now) && in.peerKnown {
+		msg := encodeDigestMsg(in.self, false, in.local)
+		if (in.repairBudget == nil || allowDigest(in.repairBudget, in.now, len(msg))) &&
+			allowDigest(budget, in.now, len(msg)) {
+			out.send, out.sendType = msg, msgDigest
+			return
+		}
+		out.suppressed = true
+	}
+	out.send, out.sendType = encodeDigestSum(in.self, digestSum(in.local)), msgDigestSum
+}
+
 // decideDigestSum: equal sums mean the sender holds exactly what we hold,
 // an anti-entropy round as complete as a full digest would be. Otherwise we
 // send our full digest (the sender pulls what it lacks and answers with its
 // own digest if we lack something). While fresh deltas are still spreading
 // (one applied in the last quietPeriod) a mismatch is expected and the fast
 // path closes it: the O(clusters) digest is skipped then, but never for
-// longer than maxQuietSkip.
+// longer than maxQuietSkip, and never in repair mode.
 func decideDigestSum(in syncInput, budget *rate.Limiter, out *syncOutput) {
 	if digestSum(in.local) == in.msg.Sum {
 		out.observe = in.local
 		return
 	}
-	if in.now.Sub(in.pace.lastApply) < quietPeriod && in.now.Sub(in.pace.lastFullDigest) < maxQuietSkip {
+	if in.now.Sub(in.pace.lastApply) < quietPeriod && in.now.Sub(in.pace.lastFullDigest) < maxQuietSkip &&
+		!in.pace.repairing(in.now) {
 		return
 	}
 	out.pace.lastFullDigest = in.now

@@ -27,6 +27,10 @@ func TestDecideSync(t *testing.T) {
 	}
 	busy := pacing{lastApply: t0.Add(-100 * time.Millisecond), lastFullDigest: t0.Add(-time.Second)}
 	quietTooLong := pacing{lastApply: t0.Add(-100 * time.Millisecond), lastFullDigest: t0.Add(-maxQuietSkip)}
+	// busy, but a bulk repair brought news 1 s ago: repair mode
+	repairing := pacing{lastApply: busy.lastApply, lastFullDigest: busy.lastFullDigest,
+		repairUntil: t0.Add(repairWindow - time.Second)}
+	repairOver := pacing{repairUntil: t0}
 	full := newDigestLimiter
 	empty := func() *rate.Limiter { l := newDigestLimiter(); l.AllowN(t0, FullDigestBurst); return l }
 
@@ -46,10 +50,20 @@ func TestDecideSync(t *testing.T) {
 		lastFullD time.Time
 	}{
 		{name: "tick sends the digest sum", msg: nil, budget: full, send: msgDigestSum},
+		{name: "tick in repair mode sends the full digest", msg: nil, pace: repairing, budget: full, send: msgDigest,
+			lastFullD: repairing.lastFullDigest},
+		{name: "tick in repair mode, budget spent: the digest sum", msg: nil, pace: repairing, budget: empty,
+			send: msgDigestSum, suppress: true, lastFullD: repairing.lastFullDigest},
+		{name: "tick in repair mode to an unknown peer: the digest sum", msg: nil, pace: repairing, unknown: true,
+			budget: full, send: msgDigestSum, lastFullD: repairing.lastFullDigest},
+		{name: "tick once repair mode is over: the digest sum", msg: nil, pace: repairOver, budget: full,
+			send: msgDigestSum},
 		{name: "equal sums: nothing, the round is complete", msg: sum(equal), budget: full, observe: local},
 		{name: "sum mismatch: full digest", msg: sum(ahead), budget: full, send: msgDigest, lastFullD: t0},
 		{name: "sum mismatch while deltas spread: skipped", msg: sum(ahead), pace: busy, budget: full,
 			lastFullD: busy.lastFullDigest},
+		{name: "sum mismatch while deltas spread, in repair mode: full digest, no skip", msg: sum(ahead),
+			pace: repairing, budget: full, send: msgDigest, lastFullD: t0},
 		{name: "sum mismatch, skipped for maxQuietSkip already: full digest", msg: sum(ahead), pace: quietTooLong,
 			budget: full, send: msgDigest, lastFullD: t0},
 		{name: "sum mismatch, budget spent: suppressed", msg: sum(ahead), budget: empty, suppress: true, lastFullD: t0},
@@ -126,4 +140,53 @@ func TestDecideSyncBoundedUnderStorm(t *testing.T) {
 	}
 	require.LessOrEqual(t, bytes, FullDigestBurst+FullDigestBytesPerSec*10)
 	require.Greater(t, bytes, 0)
+}
+
+// Repair mode quickens the anti-entropy tick for repairWindow, no longer.
+func TestAntiEntropyEvery(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	base := time.Second
+	require.Equal(t, base, antiEntropyEvery(base, pacing{}, t0))
+	p := pacing{repairUntil: t0.Add(repairWindow)}
+	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, p, t0))
+	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, p, t0.Add(repairWindow-time.Millisecond)))
+	require.Equal(t, base, antiEntropyEvery(base, p, t0.Add(repairWindow)))
+}
+
+// In repair mode every tick offers a full digest, yet the full-digest
+// bytes stay within the budget, and within the repair share of it when the
+// node has one: what they refuse goes out as a digest sum.
+func TestRepairTicksBoundedByBudget(t *testing.T) {
+	t0 := time.Unix(5000, 0)
+	local := crdt.Digest{}
+	for i := 0; i < 100; i++ { // a ~6.7 KB digest, within both bursts
+		local[string(rune('a'+i%26))+string(rune('a'+i/26))] = crdt.OriginDigest{Max: crdt.Version(i + 1), Hash: uint64(i)}
+	}
+	run := func(repair *rate.Limiter) (full, sums int) {
+		budget := newDigestLimiter()
+		pace := pacing{}
+		for ms := 0; ms < 10_000; ms += 5 { // a tick every 5 ms for 10 s, repair mode re-armed all along
+			now := t0.Add(time.Duration(ms) * time.Millisecond)
+			pace.repairUntil = now.Add(repairWindow)
+			out := decideSync(syncInput{self: "me", local: local, now: now, peerKnown: true, pace: pace,
+				repairBudget: repair}, budget)
+			if out.sendType == msgDigest {
+				full += len(out.send)
+			} else {
+				require.Equal(t, msgDigestSum, out.sendType)
+				require.True(t, out.suppressed)
+				sums++
+			}
+		}
+		return full, sums
+	}
+	full, sums := run(nil)
+	require.LessOrEqual(t, full, FullDigestBurst+FullDigestBytesPerSec*10)
+	require.Greater(t, full, FullDigestBytesPerSec*5, "the budget is used")
+	require.Greater(t, sums, 0, "refused full digests fall back to the sum")
+
+	full, sums = run(newRepairDigestLimiter())
+	require.LessOrEqual(t, full, RepairDigestBurst+RepairDigestBytesPerSec*10)
+	require.Greater(t, full, 0)
+	require.Greater(t, sums, 0)
 }

@@ -35,16 +35,35 @@ func (n *Node) everyJittered(interval time.Duration, fn func()) {
 	}
 }
 
-// antiEntropyLoop expires overdue syncs and sends our digest sum to one
-// random peer every AntiEntropyInterval.
+// antiEntropyLoop runs an anti-entropy round every AntiEntropyInterval
+// (±25% jitter), every AntiEntropyInterval/repairTickDivisor in repair mode
+// (decide.go), and one at once when repair mode begins.
 func (n *Node) antiEntropyLoop() {
-	n.everyJittered(n.cfg.AntiEntropyInterval, func() {
-		n.expireSyncs()
-		if peers := n.randomPeers(1, ""); len(peers) == 1 {
-			out := n.decide(nil, false, peers[0].Name)
-			n.send(peers[0], out.send, out.sendType)
+	defer n.wg.Done()
+	t := time.NewTimer(jitter(n.cfg.AntiEntropyInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+		case <-n.syncs.repairStarted:
+			t.Stop() // Reset below discards a pending tick (Go 1.23 timers)
 		}
-	})
+		n.antiEntropyRound()
+		t.Reset(jitter(n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now())))
+	}
+}
+
+// antiEntropyRound expires overdue syncs and sends our digest sum (or, in
+// repair mode, our full digest) to one random peer.
+func (n *Node) antiEntropyRound() {
+	n.expireSyncs()
+	if peers := n.randomPeers(1, ""); len(peers) == 1 {
+		out := n.decide(nil, false, peers[0].Name)
+		n.trace("TR tick", "to", peers[0].Name, "full", out.sendType == msgDigest)
+		n.reply(peers[0].Name, out)
+	}
 }
 
 func (n *Node) expireSyncs() {

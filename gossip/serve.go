@@ -23,6 +23,7 @@ func (n *Node) serve(m *message) {
 	if from := n.decide(m, false, m.Sender).serve; from != nil {
 		deltas = n.rep.DeltaSince(from, syncEntryBudget)
 	}
+	n.trace("TR serve", "to", m.Sender, "id", m.ID, "req", len(m.Digest), "deltas", len(deltas))
 	a := &syncAnswer{n: n, to: to, id: m.ID}
 	if !a.write(deltas, m.Digest) || !a.flush(true) {
 		n.m.syncs.WithLabelValues("server", "send_failed").Inc()

@@ -37,6 +37,7 @@ func (n *Node) handle(im inMsg) {
 	if m.Sender == n.cfg.NodeName {
 		return
 	}
+	n.traceMsg(m)
 	switch m.Type {
 	case msgHeads:
 		n.onHeads(m)
@@ -88,6 +89,7 @@ func (n *Node) reply(peer string, out syncOutput) {
 // full digest goes back (decideDigestSum).
 func (n *Node) onDigestSum(m *message) {
 	out := n.decide(m, false, m.Sender)
+	n.trace("TR sum", "from", m.Sender, "match", out.observe != nil, "send", out.send != nil, "suppressed", out.suppressed)
 	if out.observe != nil {
 		n.observeDigest(m.Sender, out.observe)
 	}
@@ -130,8 +132,11 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		// that lacks what it brought should get our full digest at once
 		// (decideSync's quiet-period skip), not after the heads reach it.
 		n.syncs.applied(n.cfg.Now())
+	} else if len(changes) > 0 {
+		n.syncs.repaired(n.cfg.Now()) // the fast path missed it: repair mode
 	}
 	n.observeLag(changes)
+	n.traceAdvanced(path, before)
 	n.announceAdvanced(ds, before, path == "push" || path == "forward")
 }
 
@@ -193,6 +198,7 @@ func (n *Node) onHeads(m *message) {
 			continue
 		}
 		s := n.syncs.beginPull(m.Sender, h.Origin, h.Max, now)
+		n.trace("TR head", "from", m.Sender, "origin", h.Origin, "max", uint64(h.Max), "pull", s != nil)
 		if s == nil {
 			continue
 		}
@@ -294,6 +300,7 @@ func (n *Node) observeDigest(sender string, d crdt.Digest) {
 func (n *Node) onDigest(m *message, state bool) {
 	n.retireFromDigest(m.Digest)
 	out := n.decide(m, state, m.Sender)
+	n.trace("TR dig", "from", m.Sender, "state", state, "reply", m.Reply, "pull", len(out.pull), "send", out.send != nil, "suppressed", out.suppressed)
 	if len(out.pull) > 0 {
 		origins := make([]string, 0, len(out.pull))
 		for o := range out.pull {
@@ -323,6 +330,7 @@ func (n *Node) retireFromDigest(rd crdt.Digest) {
 // local holds our digest of (at least) those origins.
 func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resume bool) {
 	s, res := n.syncs.beginBulk(peer, origins, n.cfg.Now(), resume)
+	n.trace("TR bulk", "peer", peer, "origins", len(origins), "res", int(res), "resume", resume)
 	switch res {
 	case bulkThrottled:
 		n.m.syncs.WithLabelValues("requester", "throttled").Inc()

@@ -42,19 +42,23 @@ type syncer struct {
 	closed     bool
 	pace       pacing
 	digestLim  *rate.Limiter // full-digest byte budget (antientropy.go)
+	repairLim  *rate.Limiter // its share for repair-mode ticks
+	// repairStarted wakes the anti-entropy loop when repair mode begins.
+	repairStarted chan struct{}
 }
 
 func newSyncer(maxBulk int) *syncer {
 	return &syncer{maxBulk: maxBulk, syncs: map[uint64]*syncState{}, pulls: map[string]uint64{},
 		bulkByPeer: map[string]uint64{}, backoffs: map[string]*backoff{},
-		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter()}
+		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(),
+		repairLim: newRepairDigestLimiter(), repairStarted: make(chan struct{}, 1)}
 }
 
 // decide runs the pure sync decision against the pacing state and budget.
 func (s *syncer) decide(in syncInput) syncOutput {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	in.pace = s.pace
+	in.pace, in.repairBudget = s.pace, s.repairLim
 	out := decideSync(in, s.digestLim)
 	s.pace = out.pace
 	return out
@@ -65,6 +69,28 @@ func (s *syncer) applied(now time.Time) {
 	s.mu.Lock()
 	s.pace.lastApply = now
 	s.mu.Unlock()
+}
+
+// repaired records that a bulk anti-entropy sync changed the local replica
+// at now: repair mode (decide.go) until now+repairWindow.
+func (s *syncer) repaired(now time.Time) {
+	s.mu.Lock()
+	started := !s.pace.repairing(now)
+	s.pace.repairUntil = now.Add(repairWindow)
+	s.mu.Unlock()
+	if started {
+		select {
+		case s.repairStarted <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// tickEvery is the anti-entropy tick interval at now (antiEntropyEvery).
+func (s *syncer) tickEvery(base time.Duration, now time.Time) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return antiEntropyEvery(base, s.pace, now)
 }
 
 // close refuses new pulls (the node is shutting down).

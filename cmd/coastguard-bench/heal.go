@@ -43,8 +43,9 @@ func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
 	var worst time.Duration
 	var times []float64
 	var last healResult
+	tr := newHealTrace()
 	for i := 0; i < runs; i++ {
-		r, err := healOnce(ctx, cfg.seed+uint64(i), partition)
+		r, err := healOnce(ctx, cfg.seed+uint64(i), partition, tr, i+1)
 		if err != nil {
 			return fmt.Errorf("heal run %d: %w", i+1, err)
 		}
@@ -79,13 +80,13 @@ type healResult struct {
 // package's fault transport) into two halves, writes on both sides until
 // the partition lifts, and measures until every replica holds the same
 // state (equal digests).
-func healOnce(ctx context.Context, seed uint64, partition time.Duration) (healResult, error) {
+func healOnce(ctx context.Context, seed uint64, partition time.Duration, tr *healTrace, run int) (healResult, error) {
 	dir, err := os.MkdirTemp("", "coastguard-bench-heal-")
 	if err != nil {
 		return healResult{}, err
 	}
 	defer removeScratch(dir)
-	mesh, err := startHealMesh(dir)
+	mesh, err := startHealMesh(dir, tr.logger())
 	defer func() {
 		for _, h := range mesh {
 			_ = h.node.Shutdown()
@@ -114,6 +115,7 @@ func healOnce(ctx context.Context, seed uint64, partition time.Duration) (healRe
 		}
 	}
 	res := healResult{}
+	tr.start()
 	if res.writes, err = partitionWrites(ctx, mesh, rng, partition); err != nil {
 		return res, err
 	}
@@ -126,7 +128,11 @@ func healOnce(ctx context.Context, seed uint64, partition time.Duration) (healRe
 	for _, h := range mesh {
 		h.node.Transport().UnblockAll()
 	}
-	res.took, res.slowest, err = watchHeal(ctx, mesh, 120*time.Second)
+	lift := time.Now()
+	var sn, so string
+	res.took, res.slowest, sn, so, err = watchHeal(ctx, mesh, 120*time.Second)
+	slog.Info("heal run", "run", run, "ms", res.took.Milliseconds(), "slowest", res.slowest)
+	tr.dump(run, lift, sn, so)
 	return res, err
 }
 
@@ -135,7 +141,7 @@ func healValue(i int) []byte {
 	return b
 }
 
-func startHealMesh(dir string) ([]*healNode, error) {
+func startHealMesh(dir string, glog *slog.Logger) ([]*healNode, error) {
 	quiet := slog.New(slog.DiscardHandler)
 	key := []byte("0123456789abcdef0123456789abcdef")
 	var mesh []*healNode
@@ -156,7 +162,7 @@ func startHealMesh(dir string) ([]*healNode, error) {
 		}
 		n, err := gossip.New(gossip.Config{
 			NodeName: cl + "-0", ClusterID: cl, BindAddr: "127.0.0.1", EphemeralPort: true,
-			Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: quiet,
+			Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: glog,
 			Transport: gossip.NewFaultTransport(inner),
 		}, rep)
 		if err != nil {
@@ -201,7 +207,7 @@ func partitionWrites(ctx context.Context, mesh []*healNode, rng *rand.Rand, part
 // watchHeal polls every replica's digest until all are equal and returns
 // how long that took and the last (node, origin) pair to reach the final
 // state, for the analysis of a slow heal.
-func watchHeal(ctx context.Context, mesh []*healNode, timeout time.Duration) (time.Duration, string, error) {
+func watchHeal(ctx context.Context, mesh []*healNode, timeout time.Duration) (time.Duration, string, string, string, error) {
 	type snap struct {
 		at time.Duration
 		d  []crdt.Digest
@@ -210,7 +216,7 @@ func watchHeal(ctx context.Context, mesh []*healNode, timeout time.Duration) (ti
 	t0 := time.Now()
 	for !converged(mesh) {
 		if time.Since(t0) > timeout {
-			return 0, "", fmt.Errorf("not converged after %s", timeout)
+			return 0, "", "", "", fmt.Errorf("not converged after %s", timeout)
 		}
 		var ds []crdt.Digest
 		for _, h := range mesh {
@@ -219,13 +225,14 @@ func watchHeal(ctx context.Context, mesh []*healNode, timeout time.Duration) (ti
 		snaps = append(snaps, snap{time.Since(t0), ds})
 		select {
 		case <-ctx.Done():
-			return 0, "", ctx.Err()
+			return 0, "", "", "", ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
 	took := time.Since(t0)
 	final := mesh[0].rep.Digest()
 	slowest, at := "none", time.Duration(0)
+	var sNode, sOrigin string
 	for i := range mesh {
 		for o := range final {
 			reached := took
@@ -235,10 +242,11 @@ func watchHeal(ctx context.Context, mesh []*healNode, timeout time.Duration) (ti
 			if reached > at {
 				at = reached
 				slowest = fmt.Sprintf("node %d <- origin %s at %d ms", i, o, reached.Milliseconds())
+				sNode, sOrigin = mesh[i].node.Name(), o
 			}
 		}
 	}
-	return took, slowest, nil
+	return took, slowest, sNode, sOrigin, nil
 }
 
 func converged(ns []*healNode) bool {
