@@ -1,8 +1,9 @@
 // Package gossip connects coastguard daemons of all clusters into one
 // hashicorp/memberlist mesh and replicates crdt state over it:
 //
-//   - fresh local writes are pushed directly (UDP) to a few peers and spread by
-//     tiny per-origin HEAD announcements through memberlist's broadcast queue;
+//   - fresh local writes travel (UDP) down a per-origin push tree (tree.go)
+//     and tiny per-origin HEAD announcements through memberlist's broadcast
+//     queue repair what the tree missed;
 //     a node that hears of a newer head pulls the missing range from the node
 //     that announced it (push-announce / pull-data);
 //   - anti-entropy exchanges digests only (O(clusters)): memberlist push/pull

@@ -21,17 +21,25 @@ func jitter(d time.Duration) time.Duration {
 
 // everyJittered runs fn every interval (±25% jitter) until the node stops.
 func (n *Node) everyJittered(interval time.Duration, fn func()) {
+	n.everyJitteredUntil(func() time.Duration { return interval }, nil, fn)
+}
+
+// everyJitteredUntil runs fn after each jittered next() and at once when
+// wake fires (nil: never), until the node stops.
+func (n *Node) everyJitteredUntil(next func() time.Duration, wake <-chan struct{}, fn func()) {
 	defer n.wg.Done()
-	t := time.NewTimer(jitter(interval))
+	t := time.NewTimer(jitter(next()))
 	defer t.Stop()
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
+		case <-wake:
+			t.Stop() // Reset below discards a pending tick (Go 1.23 timers)
 		}
 		fn()
-		t.Reset(jitter(interval))
+		t.Reset(jitter(next()))
 	}
 }
 
@@ -39,20 +47,9 @@ func (n *Node) everyJittered(interval time.Duration, fn func()) {
 // (±25% jitter), every AntiEntropyInterval/repairTickDivisor in repair mode
 // (decide.go), and one at once when repair mode begins.
 func (n *Node) antiEntropyLoop() {
-	defer n.wg.Done()
-	t := time.NewTimer(jitter(n.cfg.AntiEntropyInterval))
-	defer t.Stop()
-	for {
-		select {
-		case <-n.stop:
-			return
-		case <-t.C:
-		case <-n.syncs.repairStarted:
-			t.Stop() // Reset below discards a pending tick (Go 1.23 timers)
-		}
-		n.antiEntropyRound()
-		t.Reset(jitter(n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now())))
-	}
+	n.everyJitteredUntil(func() time.Duration {
+		return n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now())
+	}, n.syncs.repairStarted, n.antiEntropyRound)
 }
 
 // antiEntropyRound expires overdue syncs and sends our digest sum (or, in

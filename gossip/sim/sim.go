@@ -389,7 +389,7 @@ type cgMember struct {
 	rep  *store.Replica
 }
 
-// memberAddr is member i's loopback address. All members share 127.0.0.1:
+// memberAddr is every member's loopback address. All members share it:
 // giving each its own (127.1.x.y, with TCP streams dialled from it) was
 // tried on 2026-11-26 and made the N = 300 LAN mesh much less stable on
 // this 2-core machine, for the naive baseline too (p99 23.6 s, runs killed
@@ -397,10 +397,10 @@ type cgMember struct {
 // inbound streams at the guard's per-IP limit (4), which throttles
 // memberlist's join and push/pull storms. A failed join is retried with
 // another member instead.
-func memberAddr(int) string { return "127.0.0.1" }
+const memberAddr = "127.0.0.1"
 
 func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []crdt.Delta) (*cgMember, error) {
-	inner, err := gossip.NewLoopbackTransport(memberAddr(i))
+	inner, err := gossip.NewLoopbackTransport(memberAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +433,7 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 	n, err := gossip.New(gossip.Config{
 		NodeName:      fmt.Sprintf("n%03d", i),
 		ClusterID:     origin(i),
-		BindAddr:      memberAddr(i),
+		BindAddr:      memberAddr,
 		EphemeralPort: true,
 		Keyring:       keys,
 		Profile:       opts.Profile,
@@ -501,7 +501,7 @@ func (b uniqueBroadcast) Finished()                             {}
 func (b uniqueBroadcast) UniqueBroadcast()                      {}
 
 func newNaiveMember(i int, opts Options, keys [][]byte, arr *arrivals) (*naiveMember, error) {
-	inner, err := gossip.NewLoopbackTransport(memberAddr(i))
+	inner, err := gossip.NewLoopbackTransport(memberAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -509,7 +509,7 @@ func newNaiveMember(i int, opts Options, keys [][]byte, arr *arrivals) (*naiveMe
 	mc := gossip.MemberlistConfigForProfile(opts.Profile)
 	mc.RetransmitMult = 4
 	mc.Name = fmt.Sprintf("n%03d", i)
-	mc.BindAddr = memberAddr(i)
+	mc.BindAddr = memberAddr
 	mc.BindPort = 0
 	mc.AdvertisePort = 0
 	mc.Transport = m.tr
