@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -109,4 +110,29 @@ func TestCoverageUnderChurnUsesFirstDigestSinceClose(t *testing.T) {
 	local["eu-2"] = crdt.OriginDigest{Max: target}
 	assert.True(t, c.covered(t0, local, nil)["eu-2"], "caught up with a digest received since the gate closed, though newer ones are ahead")
 	assert.False(t, c.covered(t0.Add(time.Hour), local, nil)["eu-2"], "nothing received since a later close")
+}
+
+// While the gate is closed, gossip is asked for exactly the clusters the
+// gate waits for: never this cluster itself (its own inventory is not an
+// anti-entropy matter); a digest that arrives meanwhile wakes the gate.
+func TestGateWantForGossip(t *testing.T) {
+	d := &Daemon{opts: Options{ClusterID: "eu-1", Registry: prometheus.NewRegistry()}}
+	require.NoError(t, d.initSafety())
+	require.Empty(t, d.wantDigests())
+	missing := DecideGate(GateInput{Now: time.Unix(1, 0), Since: time.Unix(1, 0), Self: "eu-1",
+		Known: []string{"eu-1", "eu-2", "us-1"}}).Missing
+	require.Equal(t, []string{"eu-1 (own inventory)", "eu-2", "us-1"}, missing)
+	d.setGateWant(missing)
+	require.Equal(t, []string{"eu-2", "us-1"}, d.wantDigests())
+
+	d.gateClosed.Store(true)
+	d.observeDigest("eu-2", crdt.Digest{})
+	select {
+	case <-d.gateWake:
+	default:
+		t.Fatal("a digest received while the gate is closed must wake the gate loop")
+	}
+	d.gateClosed.Store(false)
+	d.observeDigest("us-1", crdt.Digest{})
+	require.Empty(t, d.gateWake, "an open gate is not woken")
 }

@@ -25,6 +25,11 @@ type safety struct {
 	gateSince  time.Time
 	gateClosed atomic.Bool
 	gateGauge  prometheus.Gauge
+	// gateWant is what gossip asks for while the gate is closed: the
+	// clusters the gate still waits for (Config.WantDigests).
+	gateWant atomic.Pointer[[]string]
+	// gateWake re-evaluates the gate at once when a digest arrives.
+	gateWake chan struct{}
 
 	fatalMu  sync.Mutex
 	fatalErr error
@@ -35,6 +40,7 @@ type safety struct {
 
 func (d *Daemon) initSafety() error {
 	d.cov = newCoverage()
+	d.gateWake = make(chan struct{}, 1)
 	d.gateGauge = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "coastguard_empty_view_gate_closed",
 		Help: "1 while this leader holds back deletes and shrinks of generated NetworkPolicies until its view is complete.",
@@ -77,6 +83,38 @@ func (d *Daemon) fatal() error {
 // observeDigest is gossip's OnDigest hook.
 func (d *Daemon) observeDigest(cluster string, dg crdt.Digest) {
 	d.cov.observe(cluster, dg, time.Now())
+	if d.gateClosed.Load() {
+		select {
+		case d.gateWake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wantDigests is gossip's WantDigests hook: while the gate is closed, the
+// clusters it waits for, so that anti-entropy asks their members now
+// instead of waiting for them to come by.
+func (d *Daemon) wantDigests() []string {
+	if w := d.gateWant.Load(); w != nil {
+		return *w
+	}
+	return nil
+}
+
+// setGateWant publishes the clusters the closed gate waits for (from its
+// decision's Missing, without this cluster's own inventory) and wakes
+// gossip's anti-entropy when it starts asking.
+func (d *Daemon) setGateWant(missing []string) {
+	var want []string
+	for _, c := range missing {
+		if c != d.opts.ClusterID && !strings.HasPrefix(c, d.opts.ClusterID+" ") {
+			want = append(want, c)
+		}
+	}
+	was := d.gateWant.Swap(&want)
+	if len(want) > 0 && (was == nil || len(*was) == 0) && d.node != nil {
+		d.node.WakeAntiEntropy()
+	}
 }
 
 func (d *Daemon) heartbeat(now time.Time) { d.lastBeat.Store(now.UnixNano()) }
@@ -124,6 +162,7 @@ func (d *Daemon) releaseGate(reason string) {
 		return
 	}
 	d.gateGauge.Set(0)
+	d.gateWant.Store(nil)
 	d.applier.SetHold(false)
 	d.mu.Lock()
 	changed := d.outputs.SetGateDegraded("")
@@ -176,6 +215,9 @@ func (d *Daemon) gateLoop(ctx context.Context) {
 			return true
 		}
 		dec := DecideGate(d.gateInput(now))
+		if !dec.Open {
+			d.setGateWant(dec.Missing)
+		}
 		if dec.Open {
 			if dec.Reason == "timeout" {
 				d.log.Warn("empty-view gate timed out before anti-entropy covered every cluster; enforcing the current view",
@@ -198,9 +240,14 @@ func (d *Daemon) gateLoop(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			d.gateWant.Store(nil) // a standby asks for nothing
 			return
 		case now := <-t.C:
 			if check(now) {
+				return
+			}
+		case <-d.gateWake:
+			if check(time.Now()) {
 				return
 			}
 		}

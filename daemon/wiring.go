@@ -96,6 +96,7 @@ func (d *Daemon) startGossip() error {
 	gcfg.IsWriter = d.elector.IsLeader
 	gcfg.Logger, gcfg.Registerer = d.log, o.Registry
 	gcfg.OnDigest = d.observeDigest
+	gcfg.WantDigests = d.wantDigests
 	if gcfg.ReconnectTimeout == 0 {
 		gcfg.ReconnectTimeout = 24 * time.Hour
 	}

@@ -118,6 +118,13 @@ type Config struct {
 	// sum equals ours (the peer holds exactly what we hold). The daemon's
 	// empty-view gate uses it.
 	OnDigest func(senderCluster string, d crdt.Digest)
+	// WantDigests, when set, returns the clusters whose current digest the
+	// daemon is waiting for (its empty-view gate's missing clusters). While
+	// it returns any, anti-entropy ticks run at the repair pace, go to an
+	// alive member of one of those clusters when there is one, and ask the
+	// peer for its digest sum in return: an exchange the asker sees through
+	// OnDigest. Call Node.WakeAntiEntropy when the answer becomes non-empty.
+	WantDigests func() []string
 	// MaxConcurrentSyncs caps concurrent outgoing and incoming catch-up syncs
 	// (default 4 each).
 	MaxConcurrentSyncs int

@@ -50,9 +50,10 @@ const (
 func (p pacing) repairing(now time.Time) bool { return now.Before(p.repairUntil) }
 
 // antiEntropyEvery is the anti-entropy tick interval at now: base, or
-// base/repairTickDivisor in repair mode.
-func antiEntropyEvery(base time.Duration, p pacing, now time.Time) time.Duration {
-	if p.repairing(now) {
+// base/repairTickDivisor in repair mode or while the node asks for digests
+// (Config.WantDigests).
+func antiEntropyEvery(base time.Duration, p pacing, now time.Time, asking bool) time.Duration {
+	if asking || p.repairing(now) {
 		return base / repairTickDivisor
 	}
 	return base
@@ -75,6 +76,9 @@ type syncInput struct {
 	// repairBudget, when set, also bounds the full digests of repair-mode
 	// ticks (antientropy.go).
 	repairBudget *rate.Limiter
+	// ask, on the tick: the node waits for this peer's cluster's digest
+	// (Config.WantDigests); the tick is a digest sum asking for the peer's.
+	ask bool
 }
 
 // syncOutput is what to do. Zero value: nothing.
@@ -119,6 +123,12 @@ func decideSync(in syncInput, budget *rate.Limiter) syncOutput {
 // full digest when both the repair share and the full-digest budget allow
 // it (a refusal is counted as suppressed; the sum goes instead).
 func decideTick(in syncInput, budget *rate.Limiter, out *syncOutput) {
+	if in.ask {
+		// the answer (a sum) is what the asker needs; the repair-mode
+		// digest, if any, waits for a tick that does not ask
+		out.send, out.sendType = encodeDigestSum(in.self, digestSum(in.local), true), msgDigestSum
+		return
+	}
 	if in.pace.repairing(in.now) && in.peerKnown {
 		msg := encodeDigestMsg(in.self, false, in.local)
 		if (in.repairBudget == nil || allowDigest(in.repairBudget, in.now, len(msg))) &&
@@ -128,7 +138,7 @@ func decideTick(in syncInput, budget *rate.Limiter, out *syncOutput) {
 		}
 		out.suppressed = true
 	}
-	out.send, out.sendType = encodeDigestSum(in.self, digestSum(in.local)), msgDigestSum
+	out.send, out.sendType = encodeDigestSum(in.self, digestSum(in.local), false), msgDigestSum
 }
 
 // decideDigestSum: equal sums mean the sender holds exactly what we hold,
@@ -137,9 +147,18 @@ func decideTick(in syncInput, budget *rate.Limiter, out *syncOutput) {
 // own digest if we lack something). While fresh deltas are still spreading
 // (one applied in the last quietPeriod) a mismatch is expected and the fast
 // path closes it: the O(clusters) digest is skipped then, but never for
-// longer than maxQuietSkip, and never in repair mode.
+// longer than maxQuietSkip, and never in repair mode. A sum that asks for
+// ours (the sender waits for our cluster's digest, Config.WantDigests) gets
+// our sum back when nothing else is sent: the same size as the ask, so an
+// ask cannot amplify.
 func decideDigestSum(in syncInput, budget *rate.Limiter, out *syncOutput) {
-	if digestSum(in.local) == in.msg.Sum {
+	sum := digestSum(in.local)
+	defer func() {
+		if in.msg.Ask && in.peerKnown && out.send == nil {
+			out.send, out.sendType = encodeDigestSum(in.self, sum, false), msgDigestSum
+		}
+	}()
+	if sum == in.msg.Sum {
 		out.observe = in.local
 		return
 	}

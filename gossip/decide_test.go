@@ -22,6 +22,9 @@ func TestDecideSync(t *testing.T) {
 	behind := crdt.Digest{"c1": od(10, 0, 1), "c2": od(3, 0, 9)} // peer lacks some of c2
 	equal := crdt.Digest{"c1": od(10, 0, 1), "c2": od(5, 0, 2)}
 	sum := func(d crdt.Digest) *message { return &message{Type: msgDigestSum, Sender: "p", Sum: digestSum(d)} }
+	askSum := func(d crdt.Digest) *message {
+		return &message{Type: msgDigestSum, Sender: "p", Sum: digestSum(d), Ask: true}
+	}
 	dig := func(d crdt.Digest, reply bool) *message {
 		return &message{Type: msgDigest, Sender: "p", Digest: d, Reply: reply}
 	}
@@ -43,6 +46,7 @@ func TestDecideSync(t *testing.T) {
 		budget    func() *rate.Limiter
 		send      msgType // 0: nothing
 		reply     bool
+		ask       bool // on the tick: the node asks; on a sent sum: it asks
 		pull      crdt.Digest
 		serve     bool
 		observe   crdt.Digest
@@ -58,7 +62,20 @@ func TestDecideSync(t *testing.T) {
 			budget: full, send: msgDigestSum, lastFullD: repairing.lastFullDigest},
 		{name: "tick once repair mode is over: the digest sum", msg: nil, pace: repairOver, budget: full,
 			send: msgDigestSum},
+		{name: "asking tick: a digest sum that asks", msg: nil, ask: true, budget: full, send: msgDigestSum},
+		{name: "asking tick in repair mode: still the asking sum", msg: nil, ask: true, pace: repairing,
+			budget: full, send: msgDigestSum, lastFullD: repairing.lastFullDigest},
 		{name: "equal sums: nothing, the round is complete", msg: sum(equal), budget: full, observe: local},
+		{name: "equal sums that ask: our sum back", msg: askSum(equal), budget: full, observe: local,
+			send: msgDigestSum},
+		{name: "asking sum mismatch while deltas spread: our sum back", msg: askSum(ahead), pace: busy,
+			budget: full, send: msgDigestSum, lastFullD: busy.lastFullDigest},
+		{name: "asking sum mismatch: the full digest answers", msg: askSum(ahead), budget: full, send: msgDigest,
+			lastFullD: t0},
+		{name: "asking sum mismatch, budget spent: our sum back", msg: askSum(ahead), budget: empty,
+			suppress: true, send: msgDigestSum, lastFullD: t0},
+		{name: "asking sum from an unknown peer: nothing", msg: askSum(equal), unknown: true, budget: full,
+			observe: local},
 		{name: "sum mismatch: full digest", msg: sum(ahead), budget: full, send: msgDigest, lastFullD: t0},
 		{name: "sum mismatch while deltas spread: skipped", msg: sum(ahead), pace: busy, budget: full,
 			lastFullD: busy.lastFullDigest},
@@ -89,7 +106,7 @@ func TestDecideSync(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			out := decideSync(syncInput{msg: tc.msg, state: tc.state, self: "me", local: local, now: t0,
-				peerKnown: !tc.unknown, pace: tc.pace}, tc.budget())
+				peerKnown: !tc.unknown, pace: tc.pace, ask: tc.ask && tc.msg == nil}, tc.budget())
 			if tc.send == 0 {
 				require.Nil(t, out.send)
 			} else {
@@ -102,6 +119,7 @@ func TestDecideSync(t *testing.T) {
 					require.Equal(t, tc.reply, m.Reply)
 				} else {
 					require.Equal(t, digestSum(local), m.Sum)
+					require.Equal(t, tc.ask, m.Ask, "a tick asks when the node asks; an answer never asks")
 				}
 			}
 			require.Equal(t, tc.pull, out.pull)
@@ -146,11 +164,12 @@ func TestDecideSyncBoundedUnderStorm(t *testing.T) {
 func TestAntiEntropyEvery(t *testing.T) {
 	t0 := time.Unix(5000, 0)
 	base := time.Second
-	require.Equal(t, base, antiEntropyEvery(base, pacing{}, t0))
+	require.Equal(t, base, antiEntropyEvery(base, pacing{}, t0, false))
 	p := pacing{repairUntil: t0.Add(repairWindow)}
-	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, p, t0))
-	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, p, t0.Add(repairWindow-time.Millisecond)))
-	require.Equal(t, base, antiEntropyEvery(base, p, t0.Add(repairWindow)))
+	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, p, t0, false))
+	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, p, t0.Add(repairWindow-time.Millisecond), false))
+	require.Equal(t, base, antiEntropyEvery(base, p, t0.Add(repairWindow), false))
+	require.Equal(t, base/repairTickDivisor, antiEntropyEvery(base, pacing{}, t0, true), "asking for digests")
 }
 
 // In repair mode every tick offers a full digest, yet the full-digest

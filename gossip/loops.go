@@ -45,22 +45,67 @@ func (n *Node) everyJitteredUntil(next func() time.Duration, wake <-chan struct{
 
 // antiEntropyLoop runs an anti-entropy round every AntiEntropyInterval
 // (±25% jitter), every AntiEntropyInterval/repairTickDivisor in repair mode
-// (decide.go), and one at once when repair mode begins.
+// (decide.go) or while the node asks for digests (Config.WantDigests), and
+// one at once when repair mode begins or WakeAntiEntropy is called.
 func (n *Node) antiEntropyLoop() {
 	n.everyJitteredUntil(func() time.Duration {
-		return n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now())
+		return n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now(), len(n.wantDigests()) > 0)
 	}, n.syncs.repairStarted, n.antiEntropyRound)
 }
 
+// WakeAntiEntropy runs an anti-entropy round now (the daemon calls it when
+// Config.WantDigests becomes non-empty).
+func (n *Node) WakeAntiEntropy() { n.syncs.wake() }
+
 // antiEntropyRound expires overdue syncs and sends our digest sum (or, in
-// repair mode, our full digest) to one random peer.
+// repair mode, our full digest) to one peer: a random one, or while the
+// node asks for digests (Config.WantDigests) a random member of a wanted
+// cluster, with the sum asking for the peer's.
 func (n *Node) antiEntropyRound() {
 	n.expireSyncs()
-	if peers := n.randomPeers(1, ""); len(peers) == 1 {
-		out := n.decide(nil, false, peers[0].Name)
-		n.trace("TR tick", "to", peers[0].Name, "full", out.sendType == msgDigest)
-		n.reply(peers[0].Name, out)
+	peer, ask := n.tickPeer(n.wantDigests())
+	if peer == "" {
+		return
 	}
+	_, alive, _ := n.members.lookup(peer)
+	out := n.syncs.decide(syncInput{self: n.cfg.NodeName, local: n.rep.Digest(), now: n.cfg.Now(),
+		peerKnown: alive, ask: ask})
+	n.trace("TR tick", "to", peer, "full", out.sendType == msgDigest, "ask", ask)
+	n.reply(peer, out)
+}
+
+// tickPeer picks the anti-entropy peer: a random alive member of one of the
+// wanted clusters (ask: true), or, when there is none, a random alive
+// member ("" when there is no peer at all).
+func (n *Node) tickPeer(wanted []string) (peer string, ask bool) {
+	cand := n.alivePeers("")
+	if len(cand) == 0 {
+		return "", false
+	}
+	if len(wanted) > 0 {
+		want := make(map[string]bool, len(wanted))
+		for _, c := range wanted {
+			want[c] = true
+		}
+		var in []string
+		for _, p := range cand {
+			if c, _, _ := n.members.lookup(p.Name); want[c] {
+				in = append(in, p.Name)
+			}
+		}
+		if len(in) > 0 {
+			return in[rand.IntN(len(in))], true
+		}
+	}
+	return cand[rand.IntN(len(cand))].Name, len(wanted) > 0
+}
+
+// wantDigests is Config.WantDigests (nil when unset).
+func (n *Node) wantDigests() []string {
+	if n.cfg.WantDigests == nil {
+		return nil
+	}
+	return n.cfg.WantDigests()
 }
 
 func (n *Node) expireSyncs() {

@@ -41,13 +41,13 @@ func TestBulkRepairStartsRepairMode(t *testing.T) {
 	n.applyDeltas(ds[:1], "pull")
 	require.False(t, pace().repairing(now), "a fresh delta is not a repair")
 	require.Zero(t, digestsSent())
-	require.Equal(t, time.Hour, n.syncs.tickEvery(time.Hour, now))
+	require.Equal(t, time.Hour, n.syncs.tickEvery(time.Hour, now, false))
 
 	n.applyDeltas(ds[1:2], "sync")
 	require.True(t, pace().repairing(now))
 	require.True(t, pace().repairing(now.Add(repairWindow-time.Millisecond)))
 	require.False(t, pace().repairing(now.Add(repairWindow)), "repair mode is bounded")
-	require.Equal(t, time.Hour/repairTickDivisor, n.syncs.tickEvery(time.Hour, now))
+	require.Equal(t, time.Hour/repairTickDivisor, n.syncs.tickEvery(time.Hour, now, false))
 	require.True(t, waitFor(waitMembership, func() bool { return digestsSent() >= 1 }),
 		"repair mode runs an anti-entropy round at once, with the full digest")
 

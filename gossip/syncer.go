@@ -43,7 +43,8 @@ type syncer struct {
 	pace       pacing
 	digestLim  *rate.Limiter // full-digest byte budget (antientropy.go)
 	repairLim  *rate.Limiter // its share for repair-mode ticks
-	// repairStarted wakes the anti-entropy loop when repair mode begins.
+	// repairStarted wakes the anti-entropy loop when repair mode begins
+	// (and on WakeAntiEntropy).
 	repairStarted chan struct{}
 }
 
@@ -79,18 +80,24 @@ func (s *syncer) repaired(now time.Time) {
 	s.pace.repairUntil = now.Add(repairWindow)
 	s.mu.Unlock()
 	if started {
-		select {
-		case s.repairStarted <- struct{}{}:
-		default:
-		}
+		s.wake()
+	}
+}
+
+// wake runs an anti-entropy round at once (the loop takes at most one
+// pending wake).
+func (s *syncer) wake() {
+	select {
+	case s.repairStarted <- struct{}{}:
+	default:
 	}
 }
 
 // tickEvery is the anti-entropy tick interval at now (antiEntropyEvery).
-func (s *syncer) tickEvery(base time.Duration, now time.Time) time.Duration {
+func (s *syncer) tickEvery(base time.Duration, now time.Time, asking bool) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return antiEntropyEvery(base, s.pace, now)
+	return antiEntropyEvery(base, s.pace, now, asking)
 }
 
 // close refuses new pulls (the node is shutting down).

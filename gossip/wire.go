@@ -81,6 +81,7 @@ type message struct {
 	Digest  crdt.Digest   // msgSyncReq, msgDigest
 	Retires []crdt.Retire // msgRetire
 	Sum     uint64        // msgDigestSum
+	Ask     bool          // msgDigestSum: answer with your own digest sum
 
 	Origin     string           // msgCheckpointReq
 	Checkpoint *crdt.Checkpoint // msgCheckpoint
@@ -181,9 +182,12 @@ func encodeDigestMsg(sender string, reply bool, d crdt.Digest) []byte {
 	return b
 }
 
-func encodeDigestSum(sender string, sum uint64) []byte {
-	b := header(msgDigestSum, sender, 10)
+func encodeDigestSum(sender string, sum uint64, ask bool) []byte {
+	b := header(msgDigestSum, sender, 11)
 	b.uvarint(sum)
+	if ask {
+		b = append(b, 1)
+	}
 	return b
 }
 
@@ -346,6 +350,11 @@ func decodeMessage(p []byte) (*message, error) {
 		m.Retires = r.retires()
 	case msgDigestSum:
 		m.Sum = r.uvarint()
+		// optional flags byte (absent from older senders; older receivers
+		// ignore it)
+		if r.err == nil && len(r.b) > 0 {
+			m.Ask = r.u8()&1 == 1
+		}
 	case msgCheckpointReq:
 		m.Origin = r.checkpointReq()
 	case msgCheckpoint:

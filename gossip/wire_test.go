@@ -44,7 +44,7 @@ func sampleMessages(t testing.TB) [][]byte {
 		encodeDigestMsg("node-d", true, dig),
 		encodeDigestMsg("node-d", false, crdt.Digest{}),
 		encodeRetires("node-e", []crdt.Retire{{Origin: "c3", UpTo: crdt.MakeVersion(2, 10)}}),
-		encodeDigestSum("node-f", digestSum(dig)),
+		encodeDigestSum("node-f", digestSum(dig), false),
 	}
 }
 
@@ -84,6 +84,14 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, digestSum(crdt.Digest{"c1": {Max: crdt.MakeVersion(1, 3), Hash: 42}, "c2": {Max: 7, GC: 2, Retired: 1}}), sum.Sum)
 	require.NotEqual(t, digestSum(crdt.Digest{}), sum.Sum)
+	require.False(t, sum.Ask)
+
+	// The ask flag is an optional trailing byte: a sum without it (an
+	// older sender) decodes as a plain sum, as above.
+	ask, err := decodeMessage(encodeDigestSum("node-g", 99, true))
+	require.NoError(t, err)
+	require.Equal(t, uint64(99), ask.Sum)
+	require.True(t, ask.Ask)
 
 	// Trailing bytes from a newer peer are tolerated.
 	ext, err := decodeMessage(append(append([]byte{}, msgs[0]...), 1, 2, 3))
