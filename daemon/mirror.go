@@ -28,6 +28,14 @@ type Mirror struct {
 	clusters map[string]map[string]string           // origin -> labels as published
 	counts   map[string]int                         // origin -> live entries mirrored
 	reports  map[string]map[string]crdt.ReportValue // policy key -> enforcing cluster -> report
+	// validOrigin caches the origins found to be DNS-1123 labels (a regexp
+	// per change was a measurable share of a join's mirror work).
+	validOrigin map[string]bool
+	// pd and pod decode live pod values (crdt.PodDecoder, several times
+	// cheaper than DecodeValue); pod is reused, so the labels of the
+	// enforce.Change that applyPod returns are valid until the next apply.
+	pd  crdt.PodDecoder
+	pod crdt.PodValue
 	// errors counts entries that failed to decode (poison values are
 	// skipped, never applied half-way).
 	DecodeErrors int
@@ -41,6 +49,8 @@ func NewMirror(self string) *Mirror {
 		clusters: map[string]map[string]string{},
 		counts:   map[string]int{},
 		reports:  map[string]map[string]crdt.ReportValue{},
+
+		validOrigin: map[string]bool{},
 	}
 }
 
@@ -107,6 +117,7 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 		if n <= 0 {
 			delete(m.counts, origin)
 			delete(m.clusters, origin)
+			delete(m.validOrigin, origin)
 			m.inv.RemoveCluster(origin)
 			res.All = true
 		}
@@ -169,13 +180,24 @@ func (m *Mirror) ensureCluster(origin string) {
 // when the enforcer does not care, e.g. reports).
 func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	k := ch.Key
-	if msgs := validation.IsDNS1123Label(k.Origin); len(msgs) > 0 {
+	if !m.validOrigin[k.Origin] {
+		msgs := validation.IsDNS1123Label(k.Origin)
+		if len(msgs) == 0 {
+			m.validOrigin[k.Origin] = true
+			return m.applyValid(ch)
+		}
 		// received over gossip (or loaded from a store written by an older
 		// version): an origin that is not a DNS label could make generated
 		// names ambiguous; the entry is skipped
 		return nil, fmt.Errorf("entry %s/%s of origin %q received over gossip: origin is not a valid cluster ID (DNS-1123 label): %s",
 			k.Kind, k.Name, k.Origin, strings.Join(msgs, "; "))
 	}
+	return m.applyValid(ch)
+}
+
+// applyValid is apply for a change of a valid origin.
+func (m *Mirror) applyValid(ch crdt.Change) (*enforce.Change, error) {
+	k := ch.Key
 	wasLive, isLive := live(ch.Old), live(ch.New)
 	if wasLive && !isLive {
 		m.counts[k.Origin]--
@@ -247,8 +269,8 @@ func (m *Mirror) applyPod(ch crdt.Change, isLive bool) (*enforce.Change, error) 
 		ech.Labels = append(ech.Labels, old)
 	}
 	if isLive {
-		var v crdt.PodValue
-		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+		v := &m.pod
+		if err := m.pd.Decode(ch.New.Value, v); err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
 		p := enforce.Pod{Namespace: ns, Name: name, Labels: v.Labels, IPs: v.IPs,

@@ -121,6 +121,7 @@ func (m *Mirror) Reset() {
 	clear(m.clusters)
 	clear(m.counts)
 	clear(m.reports)
+	clear(m.validOrigin)
 }
 
 // decodedPod is one live pod entry, decoded for loadPods.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,7 +43,7 @@ func runJoin(ctx context.Context, cfg *config, rec *recorder) error {
 	defer func() { _ = os.RemoveAll(dir) }()
 	var smallRates [2]float64
 	for i, withCP := range []bool{false, true} {
-		r, err := measureJoin(ctx, filepath.Join(dir, fmt.Sprint("small-", i)), origins, small, withCP)
+		r, err := measureJoin(ctx, filepath.Join(dir, fmt.Sprint("small-", i)), origins, small, withCP, true)
 		if err != nil {
 			return err
 		}
@@ -51,7 +52,7 @@ func runJoin(ctx context.Context, cfg *config, rec *recorder) error {
 	}
 	rec.add("join_checkpoint_speedup", smallRates[1]/smallRates[0], "ratio",
 		map[string]any{"entries": origins * small, "what": "ingest rate with checkpoints / per-entry verification, same run"}, "", nil)
-	r, err := measureJoin(ctx, filepath.Join(dir, "full"), origins, full, true)
+	r, err := measureJoin(ctx, filepath.Join(dir, "full"), origins, full, true, true)
 	if err != nil {
 		return err
 	}
@@ -72,6 +73,7 @@ var joinTimeout = 5 * time.Minute
 type joinResult struct {
 	origins, per int
 	checkpoint   bool
+	isolated     bool // the set ran in a child process
 	view         time.Duration // until the replica holds every origin's digest
 	enforce      time.Duration // until the enforce mirror holds every entry
 	build        time.Duration // writers' checkpoints (MakeCheckpoint), total
@@ -86,8 +88,9 @@ func (r joinResult) params() map[string]any {
 		"view_s": round(r.view.Seconds()), "enforce_view_s": round(r.enforce.Seconds()),
 		"checkpoint_build_ms_total": round(float64(r.build.Milliseconds())),
 		"segment_hits":              r.stats.Hits, "segment_misses": r.stats.Misses, "verifies_skipped": r.stats.SkippedVerifies,
-		"how": "in-process: joiner gossip.Node + store.Replica (bbolt, fsync) + daemon.Mirror via the change feed; " +
-			"1 hub + 1 writer node per origin (sharing one in-memory replica) over loopback TCP/UDP, LAN profile; " +
+		"set_process": map[bool]string{true: "child", false: "same"}[r.isolated],
+		"how": "joiner gossip.Node + store.Replica (bbolt, fsync) + daemon.Mirror via the change feed; " +
+			"the set (1 hub + 1 writer node per origin, sharing one in-memory replica) in a child process, over loopback TCP/UDP, LAN profile; " +
 			"timed from Join until the joiner's digest equals the hub's (view) and the mirror holds every entry (enforce); " +
 			"not included: the enforcer's first full translation",
 	}
@@ -254,14 +257,14 @@ func (f *mirrorFeed) apply(ch []crdt.Change) {
 	f.copied.Add(int64(len(ch)))
 }
 
-func measureJoin(ctx context.Context, path string, origins, per int, withCP bool) (joinResult, error) {
-	res := joinResult{origins: origins, per: per, checkpoint: withCP}
-	mesh, err := newJoinMesh(origins, per)
+func measureJoin(ctx context.Context, path string, origins, per int, withCP, isolated bool) (joinResult, error) {
+	res := joinResult{origins: origins, per: per, checkpoint: withCP, isolated: isolated}
+	set, err := startJoinSet(ctx, origins, per, isolated)
 	if err != nil {
 		return res, err
 	}
-	defer mesh.close()
-	res.build = mesh.build
+	defer set.close()
+	res.build = set.Build
 	rep, err := store.OpenReplica(path, "joiner", store.Options{Logger: quietLogger()})
 	if err != nil {
 		return res, err
@@ -279,13 +282,15 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP bool
 		grep = plainReplica{rep}
 	}
 	runtime.GC()
+	stopProfile := joinProfile()
+	defer stopProfile()
 	t0 := time.Now()
-	n, err := newBenchNode("joiner-0", "joiner", grep, []string{mesh.nodes[0].Addr()}, sg, tr)
+	n, err := newBenchNode("joiner-0", "joiner", grep, []string{set.Addr}, sg, tr)
 	if err != nil {
 		return res, err
 	}
 	defer func() { _ = n.Shutdown() }()
-	want := mesh.hub.Digest()
+	want := set.Want
 	total := int64(origins * per)
 	deadline := time.Now().Add(joinTimeout)
 	for res.view == 0 || res.enforce == 0 {
@@ -303,6 +308,27 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP bool
 	res.stats = rep.CheckpointStats()
 	slog.Info("join measured", "entries", total, "checkpoints", withCP, "view", res.view, "enforce", res.enforce, "stats", res.stats)
 	return res, nil
+}
+
+// joinProfile starts a CPU profile of the timed window when JOIN_CPUPROFILE
+// names a file (each measurement overwrites it: the last, full-size one
+// remains); it returns the stop function.
+func joinProfile() func() {
+	path := os.Getenv("JOIN_CPUPROFILE")
+	if path == "" {
+		return func() {}
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		slog.Warn("join profile", "err", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		slog.Warn("join profile", "err", err)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
 
 // sameOrigins reports whether got holds every origin of want as want does.

@@ -15,7 +15,7 @@ func TestMeasureJoinSmall(t *testing.T) {
 	defer func(d time.Duration) { joinTimeout = d }(joinTimeout)
 	joinTimeout = 2 * time.Minute
 	for _, withCP := range []bool{false, true} {
-		r, err := measureJoin(context.Background(), filepath.Join(t.TempDir(), "j.db"), 2, 1500, withCP)
+		r, err := measureJoin(context.Background(), filepath.Join(t.TempDir(), "j.db"), 2, 1500, withCP, false)
 		require.NoError(t, err)
 		require.Positive(t, r.view)
 		require.GreaterOrEqual(t, r.enforce, time.Duration(0))

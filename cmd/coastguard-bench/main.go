@@ -170,9 +170,13 @@ func main() {
 	simProfiles := flag.String("sim-profiles", "lan,wan", "timing profiles used with -sim-n")
 	flag.DurationVar(&simTimeoutOverride, "sim-timeout", 0, "deadline of one simulated mesh in the sim section (default 90s + 0.6s*N)")
 	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
+	joinChild := flag.String("join-child", "", "internal: run the join section's cluster set (JSON options) until stdin closes")
 	flag.Parse()
 	if *simChild != "" {
 		os.Exit(simChildMain(*simChild))
+	}
+	if *joinChild != "" {
+		os.Exit(joinChildMain(*joinChild))
 	}
 
 	level := slog.LevelInfo
