@@ -73,7 +73,7 @@ var joinTimeout = 5 * time.Minute
 type joinResult struct {
 	origins, per int
 	checkpoint   bool
-	isolated     bool // the set ran in a child process
+	isolated     bool          // the set ran in a child process
 	view         time.Duration // until the replica holds every origin's digest
 	enforce      time.Duration // until the enforce mirror holds every entry
 	build        time.Duration // writers' checkpoints (MakeCheckpoint), total
