@@ -111,7 +111,11 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		return
 	}
 	before := n.rep.Digest()
-	changes, err := n.rep.Apply(ds...)
+	apply := n.rep.Apply
+	if p, ok := n.rep.(pipelinedReplica); ok && path == "sync" {
+		apply = p.ApplyPipelined
+	}
+	changes, err := apply(ds...)
 	applied := len(ds)
 	if isLocalStoreFailure(err) {
 		// our own disk failed, not the peer: nothing is dropped as invalid;
@@ -138,6 +142,15 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 	n.observeLag(changes)
 	n.traceAdvanced(path, before)
 	n.announceAdvanced(ds, before, path == "push" || path == "forward")
+}
+
+// pipelinedReplica is a Replica that can merge a bulk sync's deltas without
+// waiting for each batch to be durable (store.Replica.ApplyPipelined): the
+// next chunk of a sync answer is merged while the previous one is written.
+// Only bulk anti-entropy answers use it; what gossip forwards or announces
+// on the fast path is durable first.
+type pipelinedReplica interface {
+	ApplyPipelined(ds ...crdt.Delta) ([]crdt.Change, error)
 }
 
 // applyOneByOne applies ds one delta at a time, dropping the invalid ones;
@@ -331,6 +344,9 @@ func (n *Node) retireFromDigest(rd crdt.Digest) {
 func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resume bool) {
 	s, res := n.syncs.beginBulk(peer, origins, n.cfg.Now(), resume)
 	n.trace("TR bulk", "peer", peer, "origins", len(origins), "res", int(res), "resume", resume)
+	if s != nil && len(s.origins) < len(origins) {
+		n.trace("TR bulk split", "peer", peer, "taken", len(s.origins))
+	}
 	switch res {
 	case bulkThrottled:
 		n.m.syncs.WithLabelValues("requester", "throttled").Inc()
@@ -338,8 +354,8 @@ func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resum
 	case bulkSkipped:
 		return
 	}
-	want := make(crdt.Digest, len(origins))
-	for _, o := range origins {
+	want := make(crdt.Digest, len(s.origins))
+	for _, o := range s.origins {
 		want[o] = local[o]
 	}
 	to := n.memberNode(peer)

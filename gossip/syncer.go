@@ -37,6 +37,11 @@ type syncer struct {
 	syncs      map[uint64]*syncState
 	pulls      map[string]uint64 // origin -> fast pull id in flight
 	bulkByPeer map[string]uint64
+	// bulkOrigins: origin -> the bulk sync pulling it. One origin is pulled
+	// by one bulk sync at a time: a second peer's answer would carry the
+	// same entries again (a joining node once pulled its whole set from up
+	// to four peers at once).
+	bulkOrigins map[string]uint64
 	backoffs   map[string]*backoff
 	nextID     uint64
 	closed     bool
@@ -50,7 +55,7 @@ type syncer struct {
 
 func newSyncer(maxBulk int) *syncer {
 	return &syncer{maxBulk: maxBulk, syncs: map[uint64]*syncState{}, pulls: map[string]uint64{},
-		bulkByPeer: map[string]uint64{}, backoffs: map[string]*backoff{},
+		bulkByPeer: map[string]uint64{}, bulkOrigins: map[string]uint64{}, backoffs: map[string]*backoff{},
 		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(),
 		repairLim: newRepairDigestLimiter(), repairStarted: make(chan struct{}, 1)}
 }
@@ -138,8 +143,13 @@ const (
 	bulkThrottled           // MaxConcurrentSyncs reached
 )
 
-// beginBulk starts a bulk pull of origins from peer. A resumed sync (the
-// peer said More) ignores the peer's backoff.
+// beginBulk starts a bulk pull of origins from peer, leaving out the
+// origins another bulk sync is pulling (bulkSkipped when none is left). When
+// many origins are behind (at least 2·maxBulk: a join or a restart, not a
+// heal of a few), one sync takes at most a maxBulk-th of them, so that the
+// rest go to the next peers whose digests show them and several peers
+// serve the catch-up at once. A resumed sync (the peer said More) ignores
+// the peer's backoff.
 func (s *syncer) beginBulk(peer string, origins []string, now time.Time, resume bool) (*syncState, bulkStart) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -155,10 +165,25 @@ func (s *syncer) beginBulk(peer string, origins []string, now time.Time, resume 
 	if b := s.backoffs[peer]; b != nil && now.Before(b.until) && !resume {
 		return nil, bulkSkipped
 	}
+	free := make([]string, 0, len(origins))
+	for _, o := range origins {
+		if _, busy := s.bulkOrigins[o]; !busy {
+			free = append(free, o)
+		}
+	}
+	if len(free) == 0 {
+		return nil, bulkSkipped
+	}
+	if s.maxBulk > 1 && len(free) >= 2*s.maxBulk {
+		free = free[:(len(free)+s.maxBulk-1)/s.maxBulk]
+	}
 	s.nextID++
-	st := &syncState{id: s.nextID, peer: peer, origins: origins, deadline: now.Add(bulkSyncTimeout)}
+	st := &syncState{id: s.nextID, peer: peer, origins: free, deadline: now.Add(bulkSyncTimeout)}
 	s.syncs[st.id] = st
 	s.bulkByPeer[peer] = st.id
+	for _, o := range free {
+		s.bulkOrigins[o] = st.id
+	}
 	return st, bulkStarted
 }
 
@@ -183,6 +208,11 @@ func (s *syncer) removeLocked(st *syncState) {
 		}
 	} else if s.bulkByPeer[st.peer] == st.id {
 		delete(s.bulkByPeer, st.peer)
+		for _, o := range st.origins {
+			if s.bulkOrigins[o] == st.id {
+				delete(s.bulkOrigins, o)
+			}
+		}
 	}
 }
 

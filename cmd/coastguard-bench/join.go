@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,6 +76,8 @@ type joinResult struct {
 	origins, per int
 	checkpoint   bool
 	isolated     bool          // the set ran in a child process
+	catchUp      bool          // the daemon's catch-up GC ran
+	peakRSS      int64         // the joiner process's peak RSS (VmHWM), bytes
 	view         time.Duration // until the replica holds every origin's digest
 	enforce      time.Duration // until the enforce mirror holds every entry
 	build        time.Duration // writers' checkpoints (MakeCheckpoint), total
@@ -89,6 +93,8 @@ func (r joinResult) params() map[string]any {
 		"checkpoint_build_ms_total": round(float64(r.build.Milliseconds())),
 		"segment_hits":              r.stats.Hits, "segment_misses": r.stats.Misses, "verifies_skipped": r.stats.SkippedVerifies,
 		"set_process": map[bool]string{true: "child", false: "same"}[r.isolated],
+		"catch_up_gc": r.catchUp, "memory_limit_mib": joinMemoryLimit >> 20,
+		"peak_rss_mib": r.peakRSS >> 20,
 		"how": "joiner gossip.Node + store.Replica (bbolt, fsync) + daemon.Mirror via the change feed; " +
 			"the set (1 hub + 1 writer node per origin, sharing one in-memory replica) in a child process, over loopback TCP/UDP, LAN profile; " +
 			"timed from Join until the joiner's digest equals the hub's (view) and the mirror holds every entry (enforce); " +
@@ -233,6 +239,9 @@ func (p plainReplica) DeltaSince(d crdt.Digest, n int) []crdt.Delta {
 	return p.r.DeltaSince(d, n)
 }
 func (p plainReplica) Apply(ds ...crdt.Delta) ([]crdt.Change, error) { return p.r.Apply(ds...) }
+func (p plainReplica) ApplyPipelined(ds ...crdt.Delta) ([]crdt.Change, error) {
+	return p.r.ApplyPipelined(ds...)
+}
 func (p plainReplica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
 	return p.r.ApplyRetire(rt)
 }
@@ -245,12 +254,14 @@ func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
 // mirrorFeed is the daemon's enforce view, fed by the replica's change
 // feed (as daemon wiring does), counting the changes it took in.
 type mirrorFeed struct {
-	mu     sync.Mutex
-	m      *daemon.Mirror
-	copied atomic.Int64
+	mu      sync.Mutex
+	m       *daemon.Mirror
+	catchUp *daemon.CatchUpGC
+	copied  atomic.Int64
 }
 
 func (f *mirrorFeed) apply(ch []crdt.Change) {
+	f.catchUp.Observe(len(ch))
 	f.mu.Lock()
 	f.m.Apply(ch)
 	f.mu.Unlock()
@@ -270,7 +281,17 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP, iso
 		return res, err
 	}
 	defer func() { _ = rep.Close() }()
+	// The joiner runs as deploy/ runs the daemon, under a memory limit
+	// (GOMEMLIMIT from the container's limit; docs/OPERATIONS.md "Sizing"
+	// asks 1.5Gi for a 1 M-entry set), with the daemon's catch-up GC
+	// (daemon/catchup.go; JOIN_NO_CATCHUP=1 leaves GOGC alone).
+	prevLimit := debug.SetMemoryLimit(joinMemoryLimit)
+	defer debug.SetMemoryLimit(prevLimit)
 	feed := &mirrorFeed{m: daemon.NewMirror("joiner")}
+	if os.Getenv("JOIN_NO_CATCHUP") == "" {
+		feed.catchUp = daemon.NewCatchUpGC(quietLogger())
+		res.catchUp = true
+	}
 	rep.Subscribe(feed.apply)
 	sg := gossip.NewSigner(joinKey(200))
 	tr, err := gossip.NewTrust(nil, false, "joiner", sg.PublicKey(), nil, quietLogger())
@@ -306,8 +327,30 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP, iso
 		}
 	}
 	res.stats = rep.CheckpointStats()
+	res.peakRSS = peakRSS()
 	slog.Info("join measured", "entries", total, "checkpoints", withCP, "view", res.view, "enforce", res.enforce, "stats", res.stats)
 	return res, nil
+}
+
+// joinMemoryLimit is the joiner's GOMEMLIMIT (the Sizing figure for 1 M
+// entries).
+const joinMemoryLimit = 1536 << 20
+
+// peakRSS returns this process's peak resident set (VmHWM), 0 if unknown.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			if _, err := fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
 }
 
 // joinProfile starts a CPU profile of the timed window when JOIN_CPUPROFILE

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"time"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -103,6 +104,12 @@ func joinChildMain(optsJSON string) int {
 	}
 	defer mesh.close()
 	s := joinSet{Addr: mesh.nodes[0].Addr(), Want: mesh.hub.Digest(), Build: mesh.build}
+	// JOIN_CHILD_CPUPROFILE profiles the set's serving (after its fill)
+	if path := os.Getenv("JOIN_CHILD_CPUPROFILE"); path != "" {
+		if f, err := os.Create(path); err == nil && pprof.StartCPUProfile(f) == nil {
+			defer func() { pprof.StopCPUProfile(); _ = f.Close() }()
+		}
+	}
 	if err := json.NewEncoder(os.Stdout).Encode(s); err != nil {
 		fmt.Fprintln(os.Stderr, "join-child:", err)
 		return 1
