@@ -49,8 +49,6 @@ type Daemon struct {
 	dec     *decommissioner
 
 	stop context.CancelFunc
-	// catchUp raises the GC percent during bulk catch-up (catchup.go)
-	catchUp *CatchUpGC
 
 	safety // gate, store failure, liveness (safety.go)
 }
@@ -102,7 +100,6 @@ func New(opts Options) (*Daemon, error) {
 		podIPs: podIPs,
 		view:   view{mirror: NewMirror(opts.ClusterID), outputs: NewOutputs(opts.ClusterID)},
 	}
-	d.catchUp = NewCatchUpGC(opts.Logger)
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)
 	if err := d.initSafety(); err != nil {

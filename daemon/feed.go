@@ -14,7 +14,6 @@ func (d *Daemon) persistedOwn() (kube.Snapshot, error) {
 
 // onChanges is the replica's change feed (called after commit, in order).
 func (d *Daemon) onChanges(changes []crdt.Change) {
-	d.catchUp.Observe(len(changes))
 	var newest int64
 	ownRemoved := false
 	for _, ch := range changes {

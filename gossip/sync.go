@@ -248,8 +248,9 @@ func (n *Node) onSyncData(m *message) {
 		n.drop(dropUnsolicited, "sync data we did not ask for", "sender", m.Sender, "id", m.ID)
 		return
 	}
-	if m.Final {
-		n.syncs.finish(m.ID)
+	final := m.Final && !s.done
+	if final {
+		n.syncs.finalize(m.ID, n.cfg.Now())
 	}
 	allowed := map[string]bool{}
 	for _, o := range s.origins {
@@ -267,14 +268,22 @@ func (n *Node) onSyncData(m *message) {
 	if s.fast {
 		path = "pull"
 	} else {
-		good = n.alignSync(m, good)
+		am := m
+		if s.done {
+			// a chunk that arrived after the final one: nothing of this
+			// answer follows it, so nothing of it is held back
+			late := *m
+			late.Final = true
+			am = &late
+		}
+		good = n.alignSync(am, good)
 	}
 	before := n.rep.Digest()
 	n.applyDeltas(good, path)
 	if s.fast {
 		n.forwardFresh(m.Sender, good, before)
 	}
-	if m.Final {
+	if final {
 		n.syncDone(m, s)
 	}
 }

@@ -76,7 +76,6 @@ type joinResult struct {
 	origins, per int
 	checkpoint   bool
 	isolated     bool          // the set ran in a child process
-	catchUp      bool          // the daemon's catch-up GC ran
 	peakRSS      int64         // the joiner process's peak RSS (VmHWM), bytes
 	view         time.Duration // until the replica holds every origin's digest
 	enforce      time.Duration // until the enforce mirror holds every entry
@@ -92,9 +91,9 @@ func (r joinResult) params() map[string]any {
 		"view_s": round(r.view.Seconds()), "enforce_view_s": round(r.enforce.Seconds()),
 		"checkpoint_build_ms_total": round(float64(r.build.Milliseconds())),
 		"segment_hits":              r.stats.Hits, "segment_misses": r.stats.Misses, "verifies_skipped": r.stats.SkippedVerifies,
-		"set_process": map[bool]string{true: "child", false: "same"}[r.isolated],
-		"catch_up_gc": r.catchUp, "memory_limit_mib": joinMemoryLimit >> 20,
-		"peak_rss_mib": r.peakRSS >> 20,
+		"set_process":      map[bool]string{true: "child", false: "same"}[r.isolated],
+		"memory_limit_mib": joinMemoryLimit >> 20,
+		"peak_rss_mib":     r.peakRSS >> 20,
 		"how": "joiner gossip.Node + store.Replica (bbolt, fsync) + daemon.Mirror via the change feed; " +
 			"the set (1 hub + 1 writer node per origin, sharing one in-memory replica) in a child process, over loopback TCP/UDP, LAN profile; " +
 			"timed from Join until the joiner's digest equals the hub's (view) and the mirror holds every entry (enforce); " +
@@ -254,14 +253,12 @@ func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
 // mirrorFeed is the daemon's enforce view, fed by the replica's change
 // feed (as daemon wiring does), counting the changes it took in.
 type mirrorFeed struct {
-	mu      sync.Mutex
-	m       *daemon.Mirror
-	catchUp *daemon.CatchUpGC
-	copied  atomic.Int64
+	mu     sync.Mutex
+	m      *daemon.Mirror
+	copied atomic.Int64
 }
 
 func (f *mirrorFeed) apply(ch []crdt.Change) {
-	f.catchUp.Observe(len(ch))
 	f.mu.Lock()
 	f.m.Apply(ch)
 	f.mu.Unlock()
@@ -283,15 +280,10 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP, iso
 	defer func() { _ = rep.Close() }()
 	// The joiner runs as deploy/ runs the daemon, under a memory limit
 	// (GOMEMLIMIT from the container's limit; docs/OPERATIONS.md "Sizing"
-	// asks 1.5Gi for a 1 M-entry set), with the daemon's catch-up GC
-	// (daemon/catchup.go; JOIN_NO_CATCHUP=1 leaves GOGC alone).
+	// asks 1.5Gi for a 1 M-entry set) and the default GOGC.
 	prevLimit := debug.SetMemoryLimit(joinMemoryLimit)
 	defer debug.SetMemoryLimit(prevLimit)
 	feed := &mirrorFeed{m: daemon.NewMirror("joiner")}
-	if os.Getenv("JOIN_NO_CATCHUP") == "" {
-		feed.catchUp = daemon.NewCatchUpGC(quietLogger())
-		res.catchUp = true
-	}
 	rep.Subscribe(feed.apply)
 	sg := gossip.NewSigner(joinKey(200))
 	tr, err := gossip.NewTrust(nil, false, "joiner", sg.PublicKey(), nil, quietLogger())
