@@ -102,56 +102,6 @@ func TestSyncerSessions(t *testing.T) {
 	require.Equal(t, bulkSkipped, res)
 }
 
-// One origin is pulled by one bulk sync at a time; a catch-up of many
-// origins is split across peers; a sync whose final chunk arrived still
-// takes late chunks for syncLinger without blocking the next sync.
-func TestSyncerBulkOriginsAndLinger(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	s := newSyncer(4)
-	many := []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9"}
-	a, res := s.beginBulk("a", many, t0, false)
-	require.Equal(t, bulkStarted, res)
-	require.Len(t, a.origins, 3, "10 origins behind: a quarter (rounded up) per peer")
-	b, res := s.beginBulk("b", many, t0, false)
-	require.Equal(t, bulkStarted, res)
-	require.Len(t, b.origins, 7, "fewer than 2·4 left: all of them")
-	require.Empty(t, intersect(a.origins, b.origins), "never the same origin from two peers")
-	_, res = s.beginBulk("c", many, t0, false)
-	require.Equal(t, bulkSkipped, res, "every origin is being pulled")
-	require.NotNil(t, s.finish(b.id))
-	_, res = s.beginBulk("e", a.origins, t0, false)
-	require.Equal(t, bulkSkipped, res, "every origin is being pulled")
-	few, res := s.beginBulk("e", []string{a.origins[0], "x1", "x2"}, t0, false)
-	require.Equal(t, bulkStarted, res)
-	require.Equal(t, []string{"x1", "x2"}, few.origins, "a few origins behind are not split, only deduplicated")
-	require.NotNil(t, s.finish(few.id))
-
-	require.NotNil(t, s.finalize(a.id, t0))
-	require.Nil(t, s.finalize(a.id, t0), "finalized once")
-	got, ok := s.accept(a.id, "a", t0.Add(syncLinger/2))
-	require.True(t, ok, "a chunk overtaken by the final one is still taken")
-	require.True(t, got.done)
-	a2, res := s.beginBulk("a", a.origins, t0, true)
-	require.Equal(t, bulkStarted, res, "the lingering sync does not block the resumed one")
-	require.Equal(t, a.origins, a2.origins)
-	_, ok = s.accept(a.id, "a", t0.Add(syncLinger))
-	require.False(t, ok, "after the linger, unsolicited")
-	_, failed := s.expire(t0.Add(syncLinger))
-	require.Empty(t, failed, "a lingering sync that ends is no failure")
-}
-
-func intersect(a, b []string) []string {
-	var out []string
-	for _, x := range a {
-		for _, y := range b {
-			if x == y {
-				out = append(out, x)
-			}
-		}
-	}
-	return out
-}
-
 // Per-sender limits: each sender has its own bucket.
 func TestSenderLimits(t *testing.T) {
 	l := newSenderLimits(0.001, 2)

@@ -111,11 +111,7 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 		return
 	}
 	before := n.rep.Digest()
-	apply := n.rep.Apply
-	if p, ok := n.rep.(pipelinedReplica); ok && path == "sync" {
-		apply = p.ApplyPipelined
-	}
-	changes, err := apply(ds...)
+	changes, err := n.rep.Apply(ds...)
 	applied := len(ds)
 	if isLocalStoreFailure(err) {
 		// our own disk failed, not the peer: nothing is dropped as invalid;
@@ -142,15 +138,6 @@ func (n *Node) applyDeltas(ds []crdt.Delta, path string) {
 	n.observeLag(changes)
 	n.traceAdvanced(path, before)
 	n.announceAdvanced(ds, before, path == "push" || path == "forward")
-}
-
-// pipelinedReplica is a Replica that can merge a bulk sync's deltas without
-// waiting for each batch to be durable (store.Replica.ApplyPipelined): the
-// next chunk of a sync answer is merged while the previous one is written.
-// Only bulk anti-entropy answers use it; what gossip forwards or announces
-// on the fast path is durable first.
-type pipelinedReplica interface {
-	ApplyPipelined(ds ...crdt.Delta) ([]crdt.Change, error)
 }
 
 // applyOneByOne applies ds one delta at a time, dropping the invalid ones;
@@ -248,9 +235,8 @@ func (n *Node) onSyncData(m *message) {
 		n.drop(dropUnsolicited, "sync data we did not ask for", "sender", m.Sender, "id", m.ID)
 		return
 	}
-	final := m.Final && !s.done
-	if final {
-		n.syncs.finalize(m.ID, n.cfg.Now())
+	if m.Final {
+		n.syncs.finish(m.ID)
 	}
 	allowed := map[string]bool{}
 	for _, o := range s.origins {
@@ -268,22 +254,14 @@ func (n *Node) onSyncData(m *message) {
 	if s.fast {
 		path = "pull"
 	} else {
-		am := m
-		if s.done {
-			// a chunk that arrived after the final one: nothing of this
-			// answer follows it, so nothing of it is held back
-			late := *m
-			late.Final = true
-			am = &late
-		}
-		good = n.alignSync(am, good)
+		good = n.alignSync(m, good)
 	}
 	before := n.rep.Digest()
 	n.applyDeltas(good, path)
 	if s.fast {
 		n.forwardFresh(m.Sender, good, before)
 	}
-	if final {
+	if m.Final {
 		n.syncDone(m, s)
 	}
 }
@@ -353,9 +331,6 @@ func (n *Node) retireFromDigest(rd crdt.Digest) {
 func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resume bool) {
 	s, res := n.syncs.beginBulk(peer, origins, n.cfg.Now(), resume)
 	n.trace("TR bulk", "peer", peer, "origins", len(origins), "res", int(res), "resume", resume)
-	if s != nil && len(s.origins) < len(origins) {
-		n.trace("TR bulk split", "peer", peer, "taken", len(s.origins))
-	}
 	switch res {
 	case bulkThrottled:
 		n.m.syncs.WithLabelValues("requester", "throttled").Inc()
@@ -363,8 +338,8 @@ func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resum
 	case bulkSkipped:
 		return
 	}
-	want := make(crdt.Digest, len(s.origins))
-	for _, o := range s.origins {
+	want := make(crdt.Digest, len(origins))
+	for _, o := range origins {
 		want[o] = local[o]
 	}
 	to := n.memberNode(peer)

@@ -19,17 +19,7 @@ type syncState struct {
 	origins  []string
 	target   crdt.Version // fast pulls: the announced head
 	deadline time.Time
-	// done: the answer's final chunk arrived; the sync only lingers (until
-	// deadline) to take chunks that arrive after it (see finalize).
-	done bool
 }
-
-// syncLinger is how long a sync whose final chunk arrived still accepts its
-// other chunks. Every chunk of an answer travels on its own stream, so the
-// final one can overtake others; a chunk refused as unsolicited would
-// leave a gap for the next anti-entropy round to close (a 1 M-entry join
-// spent its last 1-2 s doing that).
-const syncLinger = time.Second
 
 type backoff struct {
 	failures int
@@ -47,17 +37,12 @@ type syncer struct {
 	syncs      map[uint64]*syncState
 	pulls      map[string]uint64 // origin -> fast pull id in flight
 	bulkByPeer map[string]uint64
-	// bulkOrigins: origin -> the bulk sync pulling it. One origin is pulled
-	// by one bulk sync at a time: a second peer's answer would carry the
-	// same entries again (a joining node once pulled its whole set from up
-	// to four peers at once).
-	bulkOrigins map[string]uint64
-	backoffs    map[string]*backoff
-	nextID      uint64
-	closed      bool
-	pace        pacing
-	digestLim   *rate.Limiter // full-digest byte budget (antientropy.go)
-	repairLim   *rate.Limiter // its share for repair-mode ticks
+	backoffs   map[string]*backoff
+	nextID     uint64
+	closed     bool
+	pace       pacing
+	digestLim  *rate.Limiter // full-digest byte budget (antientropy.go)
+	repairLim  *rate.Limiter // its share for repair-mode ticks
 	// repairStarted wakes the anti-entropy loop when repair mode begins
 	// (and on WakeAntiEntropy).
 	repairStarted chan struct{}
@@ -65,7 +50,7 @@ type syncer struct {
 
 func newSyncer(maxBulk int) *syncer {
 	return &syncer{maxBulk: maxBulk, syncs: map[uint64]*syncState{}, pulls: map[string]uint64{},
-		bulkByPeer: map[string]uint64{}, bulkOrigins: map[string]uint64{}, backoffs: map[string]*backoff{},
+		bulkByPeer: map[string]uint64{}, backoffs: map[string]*backoff{},
 		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(),
 		repairLim: newRepairDigestLimiter(), repairStarted: make(chan struct{}, 1)}
 }
@@ -153,15 +138,8 @@ const (
 	bulkThrottled           // MaxConcurrentSyncs reached
 )
 
-// beginBulk starts a bulk pull of origins from peer, leaving out the
-// origins another bulk sync is pulling (bulkSkipped when none is left). When
-// many origins are behind (at least 2·maxBulk: a join or a restart, not a
-// heal of a few), one sync takes at most a maxBulk-th of those not already
-// being pulled (rounded up; splitting the rest evenly was slower, 16.2-16.7
-// s against 12.4-17 s for a 1 M-entry join), so that the
-// rest go to the next peers whose digests show them and several peers
-// serve the catch-up at once. A resumed sync (the peer said More) ignores
-// the peer's backoff.
+// beginBulk starts a bulk pull of origins from peer. A resumed sync (the
+// peer said More) ignores the peer's backoff.
 func (s *syncer) beginBulk(peer string, origins []string, now time.Time, resume bool) (*syncState, bulkStart) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -177,25 +155,10 @@ func (s *syncer) beginBulk(peer string, origins []string, now time.Time, resume 
 	if b := s.backoffs[peer]; b != nil && now.Before(b.until) && !resume {
 		return nil, bulkSkipped
 	}
-	free := make([]string, 0, len(origins))
-	for _, o := range origins {
-		if _, busy := s.bulkOrigins[o]; !busy {
-			free = append(free, o)
-		}
-	}
-	if len(free) == 0 {
-		return nil, bulkSkipped
-	}
-	if s.maxBulk > 1 && len(free) >= 2*s.maxBulk {
-		free = free[:(len(free)+s.maxBulk-1)/s.maxBulk]
-	}
 	s.nextID++
-	st := &syncState{id: s.nextID, peer: peer, origins: free, deadline: now.Add(bulkSyncTimeout)}
+	st := &syncState{id: s.nextID, peer: peer, origins: origins, deadline: now.Add(bulkSyncTimeout)}
 	s.syncs[st.id] = st
 	s.bulkByPeer[peer] = st.id
-	for _, o := range free {
-		s.bulkOrigins[o] = st.id
-	}
 	return st, bulkStarted
 }
 
@@ -210,29 +173,8 @@ func (s *syncer) finish(id uint64) *syncState {
 	return st
 }
 
-// finalize ends sync id on its final chunk: it no longer blocks a new sync
-// of its origins or with its peer, yet accepts late chunks for
-// syncLinger. It returns the sync (nil if it is not in flight).
-func (s *syncer) finalize(id uint64, now time.Time) *syncState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.syncs[id]
-	if st == nil || st.done {
-		return nil
-	}
-	s.unindexLocked(st)
-	st.done, st.deadline = true, now.Add(syncLinger)
-	return st
-}
-
 func (s *syncer) removeLocked(st *syncState) {
 	delete(s.syncs, st.id)
-	s.unindexLocked(st)
-}
-
-// unindexLocked forgets st as the pull of its origins or the bulk sync with
-// its peer.
-func (s *syncer) unindexLocked(st *syncState) {
 	if st.fast {
 		for _, o := range st.origins {
 			if s.pulls[o] == st.id {
@@ -241,11 +183,6 @@ func (s *syncer) unindexLocked(st *syncState) {
 		}
 	} else if s.bulkByPeer[st.peer] == st.id {
 		delete(s.bulkByPeer, st.peer)
-		for _, o := range st.origins {
-			if s.bulkOrigins[o] == st.id {
-				delete(s.bulkOrigins, o)
-			}
-		}
 	}
 }
 
@@ -255,12 +192,10 @@ func (s *syncer) accept(id uint64, sender string, now time.Time) (syncState, boo
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.syncs[id]
-	if st == nil || st.peer != sender || (st.done && !now.Before(st.deadline)) {
+	if st == nil || st.peer != sender {
 		return syncState{}, false
 	}
-	if !st.done {
-		st.deadline = now.Add(bulkSyncTimeout)
-	}
+	st.deadline = now.Add(bulkSyncTimeout)
 	return *st, true
 }
 
@@ -300,9 +235,6 @@ func (s *syncer) expire(now time.Time) (pullTimeouts int, failed []string) {
 			continue
 		}
 		s.removeLocked(st)
-		if st.done {
-			continue // lingered after its final chunk: not a failure
-		}
 		if st.fast {
 			pullTimeouts++
 		} else {

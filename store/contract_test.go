@@ -91,7 +91,6 @@ func TestReplicaContract(t *testing.T) {
 				{"ReopenRestoresAndBumpsEpoch", contractReopen},
 				{"ConcurrentWriters", contractConcurrent},
 				{"CommitFailureFailsClosed", contractCommitFailure},
-				{"PipelinedApply", contractPipelined},
 				{"ObserverAndIdentity", contractIdentity},
 			} {
 				t.Run(c.name, func(t *testing.T) { c.fn(t, cb) })
@@ -463,63 +462,4 @@ func contractIdentity(t *testing.T, cb contractBackend) {
 	require.NoError(t, r.Close())
 	_, err = reopen("c2")
 	require.ErrorContains(t, err, `belongs to cluster "c1"`)
-}
-
-// ApplyPipelined (bulk catch-up) returns before the commit, yet the feed
-// still sees every change once durable and in order, a reopen restores all
-// of it, and a commit failure still fails the replica closed.
-func contractPipelined(t *testing.T, cb contractBackend) {
-	r, reopen := cb.open(t, "c1")
-	peer := newPeer(t, "peer")
-	var mu sync.Mutex
-	var got []crdt.Key
-	var early []string
-	r.Subscribe(func(chs []crdt.Change) {
-		durable, err := cb.durable(r)
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range chs {
-			if e, ok := durable[c.Key]; err != nil || !ok || e.Version < c.New.Version {
-				early = append(early, fmt.Sprintf("%s (%v)", c.Key, err))
-			}
-			got = append(got, c.Key)
-		}
-	})
-	var want []crdt.Key
-	for i := range 3 * maxPipelined * 4 {
-		var batch []crdt.Delta
-		for j := range 4 {
-			name := fmt.Sprintf("ns/p-%d-%d", i, j)
-			batch = append(batch, peerWrite(t, peer, name, false, "10.0.0.1"))
-			want = append(want, crdt.Key{Origin: "peer", Kind: crdt.KindPod, Name: name})
-		}
-		chs, err := r.ApplyPipelined(batch...)
-		require.NoError(t, err)
-		require.Len(t, chs, 4, "the changes are returned at once")
-	}
-	require.Equal(t, peer.Digest()["peer"], r.Digest()["peer"])
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(got) >= len(want)
-	}, 20*time.Second, 5*time.Millisecond, "change feed incomplete")
-	mu.Lock()
-	require.Empty(t, early, "notified before the commit")
-	require.Equal(t, want, got, "commit order")
-	mu.Unlock()
-	dig := r.Digest()
-	require.NoError(t, r.Close())
-	r2, err := reopen("c1")
-	require.NoError(t, err)
-	require.Equal(t, dig["peer"], r2.Digest()["peer"], "Close flushes what was pipelined")
-
-	cb.breakCommits(t, r2)
-	_, err = r2.ApplyPipelined(peerWrite(t, peer, "ns/lost", false, "10.0.0.2"))
-	require.NoError(t, err, "queued, not yet committed")
-	var ce *CommitError
-	require.Eventually(t, func() bool { return errors.As(r2.Failed(), &ce) }, 20*time.Second, 5*time.Millisecond,
-		"the failed commit fails the replica")
-	_, err = r2.ApplyPipelined(peerWrite(t, peer, "ns/later", false, "10.0.0.3"))
-	require.ErrorAs(t, err, &ce, "refused once failed")
-	_ = r2.Close()
 }

@@ -52,14 +52,7 @@ type Replica struct {
 	// pv pre-verifies large batches' signatures in parallel (preverify.go);
 	// nil without a verifier.
 	pv *preVerifier
-
-	// pipe bounds the commits ApplyPipelined leaves in flight.
-	pipe chan struct{}
 }
-
-// maxPipelined is how many ApplyPipelined batches may be waiting for their
-// commit at once.
-const maxPipelined = 4
 
 // OpenReplica opens (or creates) the bbolt store at path and returns a
 // replica on it (NewReplica).
@@ -131,7 +124,7 @@ func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
 		return nil, err
 	}
 	r := &Replica{state: st, backend: backend, self: self, opts: opts, reset: reset,
-		log: opts.Logger.With("component", "store"), pipe: make(chan struct{}, maxPipelined)}
+		log: opts.Logger.With("component", "store")}
 	info := r.Info()
 	r.log.Info("store loaded", "backend", describe(backend), "entries", entries, "duration", time.Since(start), "self", self,
 		"unclean_shutdown", info.Unclean, "page_check", info.Checked, "reset_origins", reset)
@@ -247,22 +240,10 @@ func (r *Replica) own(changes []crdt.Change) effect {
 // The error is a refusal or a commit error. A commit error makes the
 // replica refuse every further mutation (fail closed).
 func (r *Replica) mutate(dedupe bool, fn func(*crdt.State) effect) error {
-	done, err := r.mutateQueued(dedupe, fn)
-	if err != nil || done == nil {
-		return err
-	}
-	err = <-done
-	r.committed(err)
-	return err
-}
-
-// mutateQueued is mutate up to handing the batch to the backend: it returns
-// the commit's result channel (nil: nothing to commit) or the refusal.
-func (r *Replica) mutateQueued(dedupe bool, fn func(*crdt.State) effect) (<-chan error, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.failed != nil {
-		return nil, r.failed
+		r.mu.Unlock()
+		return r.failed
 	}
 	var before crdt.Digest
 	if dedupe {
@@ -271,14 +252,12 @@ func (r *Replica) mutateQueued(dedupe bool, fn func(*crdt.State) effect) (<-chan
 	eff := fn(r.state)
 	b := r.batch(&eff, dedupe, before)
 	if b == nil {
-		return nil, nil
+		r.mu.Unlock()
+		return nil
 	}
-	return r.backend.Commit(b), nil
-}
-
-// committed records a commit's result: the first commit error fails the
-// replica (every later mutation is refused) and is reported.
-func (r *Replica) committed(err error) {
+	done := r.backend.Commit(b)
+	r.mu.Unlock()
+	err := <-done
 	if err != nil && !errors.Is(err, ErrClosed) {
 		r.mu.Lock()
 		first := r.failed == nil
@@ -290,6 +269,7 @@ func (r *Replica) committed(err error) {
 			r.opts.OnCommitError(err)
 		}
 	}
+	return err
 }
 
 // batch turns an effect into the Batch to commit, or nil when there is
@@ -431,46 +411,7 @@ func (r *Replica) CollectGarbage(upTo crdt.Version) (crdt.Delta, []crdt.Change, 
 func (r *Replica) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	var all []crdt.Change
 	var applyErr error
-	err := r.mutate(true, r.applyFn(deltas, &all, &applyErr))
-	if err != nil {
-		return nil, err
-	}
-	return all, applyErr
-}
-
-// ApplyPipelined is Apply for bulk catch-up (gossip uses it for anti-entropy
-// sync answers): it returns once the deltas are merged and their batch is
-// queued for commit, without waiting for it to be durable, so that the next
-// chunk is merged while this one is written. Batches still commit in order
-// and the change feed still sees them only once durable; at most
-// maxPipelined wait for their commit at once (the call blocks for a slot).
-// A commit error fails the replica as Apply's does: every later mutation is
-// refused. What was merged but not yet durable when the process dies is
-// simply not in the file: the persisted digest is lower, and the next
-// anti-entropy round pulls it again.
-func (r *Replica) ApplyPipelined(deltas ...crdt.Delta) ([]crdt.Change, error) {
-	r.pipe <- struct{}{}
-	var all []crdt.Change
-	var applyErr error
-	done, err := r.mutateQueued(true, r.applyFn(deltas, &all, &applyErr))
-	if err != nil || done == nil {
-		<-r.pipe
-		if err != nil {
-			return nil, err
-		}
-		return all, applyErr
-	}
-	go func() {
-		r.committed(<-done)
-		<-r.pipe
-	}()
-	return all, applyErr
-}
-
-// applyFn is Apply's mutation: it merges deltas, collecting the changes in
-// *all and the first invalid delta's error in *applyErr.
-func (r *Replica) applyFn(deltas []crdt.Delta, all *[]crdt.Change, applyErr *error) func(*crdt.State) effect {
-	return func(st *crdt.State) effect {
+	err := r.mutate(true, func(st *crdt.State) effect {
 		deltas, _ := st.SplitAtCheckpoints(deltas, true)
 		origins := map[string]struct{}{}
 		var prepared []bool
@@ -484,21 +425,25 @@ func (r *Replica) applyFn(deltas []crdt.Delta, all *[]crdt.Change, applyErr *err
 				r.pv.prepare(deltas[i:], prepared[i:], st.Digest(), st.Vouched)
 			}
 			ch, err := st.Apply(d)
-			*all = append(*all, ch...)
+			all = append(all, ch...)
 			origins[d.Origin] = struct{}{}
 			if err != nil {
-				*applyErr = err
+				applyErr = err
 				break
 			}
 		}
 		if prepared != nil {
 			r.pv.reset()
 		}
-		for _, c := range *all {
+		for _, c := range all {
 			origins[c.Key.Origin] = struct{}{}
 		}
-		return effect{changes: *all, origins: origins, writer: r.self != "" && hasOrigin(origins, r.self)}
+		return effect{changes: all, origins: origins, writer: r.self != "" && hasOrigin(origins, r.self)}
+	})
+	if err != nil {
+		return nil, err
 	}
+	return all, applyErr
 }
 
 func hasOrigin(m map[string]struct{}, o string) bool { _, ok := m[o]; return ok }

@@ -238,9 +238,6 @@ func (p plainReplica) DeltaSince(d crdt.Digest, n int) []crdt.Delta {
 	return p.r.DeltaSince(d, n)
 }
 func (p plainReplica) Apply(ds ...crdt.Delta) ([]crdt.Change, error) { return p.r.Apply(ds...) }
-func (p plainReplica) ApplyPipelined(ds ...crdt.Delta) ([]crdt.Change, error) {
-	return p.r.ApplyPipelined(ds...)
-}
 func (p plainReplica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
 	return p.r.ApplyRetire(rt)
 }
