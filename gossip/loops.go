@@ -67,9 +67,7 @@ func (n *Node) antiEntropyRound() {
 	if peer == "" {
 		return
 	}
-	_, alive, _ := n.members.lookup(peer)
-	out := n.syncs.decide(syncInput{self: n.cfg.NodeName, local: n.rep.Digest(), now: n.cfg.Now(),
-		peerKnown: alive, ask: ask})
+	out := n.decideAsk(nil, false, peer, ask)
 	n.trace("TR tick", "to", peer, "full", out.sendType == msgDigest, "ask", ask)
 	n.reply(peer, out)
 }

@@ -63,9 +63,14 @@ func (n *Node) handle(im inMsg) {
 // decide runs the sync decision (decide.go) for m (nil: the anti-entropy
 // tick) against the current digest and clock.
 func (n *Node) decide(m *message, state bool, peer string) syncOutput {
+	return n.decideAsk(m, state, peer, false)
+}
+
+// decideAsk is decide with the tick's ask flag (syncInput.ask).
+func (n *Node) decideAsk(m *message, state bool, peer string, ask bool) syncOutput {
 	_, alive, _ := n.members.lookup(peer)
 	return n.syncs.decide(syncInput{msg: m, state: state, self: n.cfg.NodeName,
-		local: n.rep.Digest(), now: n.cfg.Now(), peerKnown: alive})
+		local: n.rep.Digest(), now: n.cfg.Now(), peerKnown: alive, ask: ask})
 }
 
 // reply sends what the decision asks for to peer and counts it.
