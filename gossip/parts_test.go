@@ -69,11 +69,11 @@ func TestSyncerSessions(t *testing.T) {
 	p2 := s.beginPull("b", "c1", 11, t0)
 	require.NotNil(t, p2, "a higher head starts a new pull")
 
-	b, res := s.beginBulk("a", []string{"c1"}, t0, false)
+	b, res := s.beginBulk("a", []string{"c1"}, nil, t0, false)
 	require.Equal(t, bulkStarted, res)
-	_, res = s.beginBulk("a", []string{"c2"}, t0, false)
+	_, res = s.beginBulk("a", []string{"c2"}, nil, t0, false)
 	require.Equal(t, bulkSkipped, res, "one bulk sync per peer")
-	_, res = s.beginBulk("b", []string{"c2"}, t0, false)
+	_, res = s.beginBulk("b", []string{"c2"}, nil, t0, false)
 	require.Equal(t, bulkThrottled, res, "MaxConcurrentSyncs")
 
 	got, ok := s.accept(b.id, "a", t0)
@@ -91,15 +91,94 @@ func TestSyncerSessions(t *testing.T) {
 	require.Nil(t, s.finish(b.id), "expired")
 
 	s.fail("a", t0)
-	_, res = s.beginBulk("a", []string{"c1"}, t0.Add(100*time.Millisecond), false)
+	_, res = s.beginBulk("a", []string{"c1"}, nil, t0.Add(100*time.Millisecond), false)
 	require.Equal(t, bulkSkipped, res, "backing off")
-	_, res = s.beginBulk("a", []string{"c1"}, t0.Add(100*time.Millisecond), true)
+	_, res = s.beginBulk("a", []string{"c1"}, nil, t0.Add(100*time.Millisecond), true)
 	require.Equal(t, bulkStarted, res, "a resumed sync ignores the backoff")
 
 	s.close()
 	require.Nil(t, s.beginPull("a", "c9", 1, t0))
-	_, res = s.beginBulk("z", nil, t0, false)
+	_, res = s.beginBulk("z", nil, nil, t0, false)
 	require.Equal(t, bulkSkipped, res)
+}
+
+// An origin far behind is pulled by one bulk sync at a time, and a catch-up
+// of many such origins is split across peers; an origin a little behind is
+// always asked for. An owner that stalls gives its origins up. A sync whose
+// final chunk arrived still takes late chunks for syncLinger without
+// blocking the next sync.
+func TestSyncerBulkOwnersAndLinger(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := newSyncer(4)
+	many := []string{"o0", "o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8", "o9"}
+	all := func(string) bool { return true }
+	a, res := s.beginBulk("a", many, all, t0, false)
+	require.Equal(t, bulkStarted, res)
+	require.Len(t, a.origins, 3, "10 origins far behind: a quarter (rounded up) per peer")
+	b, res := s.beginBulk("b", many, all, t0, false)
+	require.Equal(t, bulkStarted, res)
+	require.Len(t, b.origins, 7, "fewer than 2·4 left: all of them")
+	require.Empty(t, intersect(a.origins, b.origins), "never the same far origin from two peers")
+	_, res = s.beginBulk("c", many, all, t0, false)
+	require.Equal(t, bulkSkipped, res, "every far origin is being pulled")
+	small, res := s.beginBulk("c", many, func(o string) bool { return o != "o9" }, t0, false)
+	require.Equal(t, bulkStarted, res)
+	require.Equal(t, []string{"o9"}, small.origins, "an origin a little behind is asked for whoever pulls it")
+	require.NotNil(t, s.finish(small.id))
+	require.NotNil(t, s.finish(b.id))
+	few, res := s.beginBulk("e", []string{a.origins[0], "x1", "x2"}, all, t0, false)
+	require.Equal(t, bulkStarted, res)
+	require.Equal(t, []string{"x1", "x2"}, few.origins, "a few origins behind are not split, only deduplicated")
+	require.NotNil(t, s.finish(few.id))
+
+	_, ok := s.accept(a.id, "a", t0.Add(time.Second))
+	require.True(t, ok)
+	_, res = s.beginBulk("f", a.origins, all, t0.Add(time.Second+ownerStall/2), false)
+	require.Equal(t, bulkSkipped, res, "the owner received data recently")
+	stolen, res := s.beginBulk("f", a.origins, all, t0.Add(time.Second+ownerStall), false)
+	require.Equal(t, bulkStarted, res, "the owner stalled: another peer may serve its origins")
+	require.Equal(t, a.origins, stolen.origins)
+	require.NotNil(t, s.finish(stolen.id))
+
+	t1 := t0.Add(5 * time.Second)
+	require.NotNil(t, s.finalize(a.id, t1))
+	require.Nil(t, s.finalize(a.id, t1), "finalized once")
+	got, ok := s.accept(a.id, "a", t1.Add(syncLinger/2))
+	require.True(t, ok, "a chunk overtaken by the final one is still taken")
+	require.True(t, got.done)
+	a2, res := s.beginBulk("a", a.origins, all, t1, true)
+	require.Equal(t, bulkStarted, res, "the lingering sync does not block the resumed one")
+	require.Equal(t, a.origins, a2.origins)
+	_, ok = s.accept(a.id, "a", t1.Add(syncLinger))
+	require.False(t, ok, "after the linger, unsolicited")
+	_, failed := s.expire(t1.Add(syncLinger))
+	require.Empty(t, failed, "a lingering sync that ends is no failure")
+}
+
+func intersect(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		for _, y := range b {
+			if x == y {
+				out = append(out, x)
+			}
+		}
+	}
+	return out
+}
+
+func TestManyBehind(t *testing.T) {
+	local := crdt.Digest{"near": {Max: 10}, "far": {Max: 10}, "old": {Max: 10}}
+	epoch2 := crdt.Version(1)<<40 | 5 // epoch 1, seq 5
+	remote := crdt.Digest{"near": {Max: 10 + bulkOwnMin - 1}, "far": {Max: 10 + bulkOwnMin},
+		"new": {Max: bulkOwnMin}, "tiny": {Max: 3}, "old": {Max: epoch2}}
+	big := manyBehind(local, remote)
+	require.False(t, big("old"), "a new epoch counts its own versions: 5")
+	require.False(t, big("near"))
+	require.True(t, big("far"))
+	require.True(t, big("new"), "an origin we know nothing of counts from zero")
+	require.False(t, big("tiny"))
+	require.False(t, big("unknown"))
 }
 
 // Per-sender limits: each sender has its own bucket.

@@ -240,8 +240,9 @@ func (n *Node) onSyncData(m *message) {
 		n.drop(dropUnsolicited, "sync data we did not ask for", "sender", m.Sender, "id", m.ID)
 		return
 	}
-	if m.Final {
-		n.syncs.finish(m.ID)
+	final := m.Final && !s.done
+	if final {
+		n.syncs.finalize(m.ID, n.cfg.Now())
 	}
 	allowed := map[string]bool{}
 	for _, o := range s.origins {
@@ -259,16 +260,28 @@ func (n *Node) onSyncData(m *message) {
 	if s.fast {
 		path = "pull"
 	} else {
-		good = n.alignSync(m, good)
+		good = n.alignSync(lateAsFinal(m, s.done), good)
 	}
 	before := n.rep.Digest()
 	n.applyDeltas(good, path)
 	if s.fast {
 		n.forwardFresh(m.Sender, good, before)
 	}
-	if m.Final {
+	if final {
 		n.syncDone(m, s)
 	}
+}
+
+// lateAsFinal is m as alignSync must see it: a chunk that arrived after its
+// answer's final one (late) ends nothing, but nothing of the answer follows
+// it either, so none of it may be held back for a next chunk.
+func lateAsFinal(m *message, late bool) *message {
+	if !late {
+		return m
+	}
+	c := *m
+	c.Final = true
+	return &c
 }
 
 // syncDone records a completed sync and resumes a bulk one the peer cut
@@ -281,7 +294,11 @@ func (n *Node) syncDone(m *message, s syncState) {
 	n.m.syncs.WithLabelValues(role, "ok").Inc()
 	n.syncs.succeeded(m.Sender)
 	if m.More && !s.fast {
-		n.startSync(m.Sender, s.origins, n.rep.Digest(), true)
+		owned := make(map[string]bool, len(s.owned))
+		for _, o := range s.owned {
+			owned[o] = true
+		}
+		n.startSync(m.Sender, s.origins, n.rep.Digest(), func(o string) bool { return owned[o] }, true)
 	}
 }
 
@@ -312,7 +329,7 @@ func (n *Node) onDigest(m *message, state bool) {
 			origins = append(origins, o)
 		}
 		n.askCheckpoints(m.Digest, out.pull)
-		n.startSync(m.Sender, origins, out.pull, false)
+		n.startSync(m.Sender, origins, out.pull, manyBehind(out.pull, m.Digest), false)
 	}
 	n.observeDigest(m.Sender, out.observe)
 	n.reply(m.Sender, out)
@@ -331,10 +348,28 @@ func (n *Node) retireFromDigest(rd crdt.Digest) {
 	}
 }
 
+// manyBehind reports the origins whose catch-up is large: remote (a
+// peer's digest) holds at least bulkOwnMin more versions of them than local
+// (our digest; absent: nothing). Unlike farBehind it counts versions only,
+// so an origin we know nothing of is small while it is.
+func manyBehind(local, remote crdt.Digest) func(string) bool {
+	return func(o string) bool {
+		l, r := local[o].Max, remote[o].Max
+		switch {
+		case r <= l:
+			return false
+		case r.Epoch() != l.Epoch():
+			return r.Seq() >= bulkOwnMin
+		}
+		return r.Seq()-l.Seq() >= bulkOwnMin
+	}
+}
+
 // startSync asks peer for what we lack of origins (bulk anti-entropy pull);
-// local holds our digest of (at least) those origins.
-func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resume bool) {
-	s, res := n.syncs.beginBulk(peer, origins, n.cfg.Now(), resume)
+// local holds our digest of (at least) those origins, and big the origins
+// far enough behind to be owned (syncer.beginBulk).
+func (n *Node) startSync(peer string, origins []string, local crdt.Digest, big func(string) bool, resume bool) {
+	s, res := n.syncs.beginBulk(peer, origins, big, n.cfg.Now(), resume)
 	n.trace("TR bulk", "peer", peer, "origins", len(origins), "res", int(res), "resume", resume)
 	switch res {
 	case bulkThrottled:
@@ -343,8 +378,8 @@ func (n *Node) startSync(peer string, origins []string, local crdt.Digest, resum
 	case bulkSkipped:
 		return
 	}
-	want := make(crdt.Digest, len(origins))
-	for _, o := range origins {
+	want := make(crdt.Digest, len(s.origins))
+	for _, o := range s.origins {
 		want[o] = local[o]
 	}
 	to := n.memberNode(peer)
