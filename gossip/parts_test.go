@@ -1,11 +1,13 @@
 package gossip
 
 import (
+	"fmt"
 	"net"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/memberlist"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -167,17 +169,29 @@ func intersect(a, b []string) []string {
 	return out
 }
 
+// manyBehind counts the versions a catch-up would carry: not the retired
+// ones, and a new epoch from its start.
 func TestManyBehind(t *testing.T) {
-	local := crdt.Digest{"near": {Max: 10}, "far": {Max: 10}, "old": {Max: 10}}
-	epoch2 := crdt.Version(1)<<40 | 5 // epoch 1, seq 5
-	remote := crdt.Digest{"near": {Max: 10 + bulkOwnMin - 1}, "far": {Max: 10 + bulkOwnMin},
-		"new": {Max: bulkOwnMin}, "tiny": {Max: 3}, "old": {Max: epoch2}}
+	v := func(epoch uint32, seq uint64) crdt.Version { return crdt.MakeVersion(epoch, seq) }
+	epoch0Top := v(1, 0) - 1 // what an epoch bump retires
+	local := crdt.Digest{"near": {Max: v(1, 10)}, "far": {Max: v(1, 10)}, "old": {Max: v(1, 10)}}
+	remote := crdt.Digest{
+		"near":     {Max: v(1, 10+bulkOwnMin-1), Retired: epoch0Top},
+		"far":      {Max: v(1, 10+bulkOwnMin), Retired: epoch0Top},
+		"new":      {Max: v(1, bulkOwnMin), Retired: epoch0Top},
+		"tiny":     {Max: v(1, 3), Retired: epoch0Top},
+		"fresh":    {Max: epoch0Top, Retired: epoch0Top},
+		"unbumped": {Max: v(0, bulkOwnMin)},
+		"old":      {Max: v(2, 5), Retired: v(2, 0) - 1},
+	}
 	big := manyBehind(local, remote)
-	require.False(t, big("old"), "a new epoch counts its own versions: 5")
 	require.False(t, big("near"))
 	require.True(t, big("far"))
-	require.True(t, big("new"), "an origin we know nothing of counts from zero")
-	require.False(t, big("tiny"))
+	require.True(t, big("new"), "an origin we know nothing of counts its current epoch")
+	require.False(t, big("tiny"), "a retired epoch carries no entries")
+	require.False(t, big("fresh"), "an origin that wrote nothing yet")
+	require.True(t, big("unbumped"))
+	require.False(t, big("old"), "a new epoch counts its own versions: 5")
 	require.False(t, big("unknown"))
 }
 
@@ -203,4 +217,39 @@ func TestForwardLogOnce(t *testing.T) {
 	d2.From, d2.To = 5, 6
 	d2.Entries = []crdt.Entry{{Key: d.Entries[0].Key, Version: 6}}
 	require.Empty(t, f.take([]crdt.Delta{d2}, after, crdt.Digest{"c1": {Max: 6}}, 1), "over the byte budget")
+}
+
+// A chunk of a bulk sync answer that arrives after the answer's final one
+// (every chunk travels on its own stream) is applied, not dropped as
+// unsolicited, for syncLinger; after that it is unsolicited.
+func TestSyncDataAfterFinalChunk(t *testing.T) {
+	w := crdt.NewState("c1")
+	require.NoError(t, w.SetEpoch(1))
+	for i := 0; i < 30; i++ {
+		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%02d", i), []byte{0x80}, false, 1)
+		require.NoError(t, err)
+	}
+	chunks := cut(w, 10)
+	require.Len(t, chunks, 3)
+	now := time.Unix(5000, 0)
+	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return now }}
+	require.NoError(t, cfg.setDefaults())
+	n, err := newNode(cfg, newMemReplica(t, "c2"))
+	require.NoError(t, err)
+	st, res := n.syncs.beginBulk("a", []string{"c1"}, nil, now, false)
+	require.Equal(t, bulkStarted, res)
+	unsolicited := func() float64 { return testutil.ToFloat64(n.m.dropped.WithLabelValues(dropUnsolicited)) }
+
+	n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: st.id, Deltas: chunks[:1]})
+	n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: st.id, Final: true, Deltas: chunks[2:]})
+	n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: st.id, Deltas: chunks[1:2]})
+	require.Zero(t, unsolicited())
+	// The overtaken chunk filled the gap up to its end; the final chunk's
+	// entries are held, but the watermark does not jump past a gap it was
+	// applied across (the next round re-pulls that range).
+	require.Equal(t, chunks[1].To, n.rep.Digest()["c1"].Max, "the overtaken chunk was applied")
+
+	now = now.Add(syncLinger)
+	n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: st.id, Deltas: chunks[1:2]})
+	require.Equal(t, 1.0, unsolicited(), "after the linger")
 }

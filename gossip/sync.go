@@ -350,18 +350,23 @@ func (n *Node) retireFromDigest(rd crdt.Digest) {
 
 // manyBehind reports the origins whose catch-up is large: remote (a
 // peer's digest) holds at least bulkOwnMin more versions of them than local
-// (our digest; absent: nothing). Unlike farBehind it counts versions only,
-// so an origin we know nothing of is small while it is.
+// (our digest; absent: nothing). Versions the remote has retired carry no
+// entries and are not counted: every origin's digest retires its previous
+// epoch whole (Retired = the top of that epoch), so an origin we know
+// nothing of is small while it is. (Counting from zero made every origin
+// look huge at first contact, so at N = 300 a handful of peers owned the
+// catch-up of every origin and the mesh collapsed.)
 func manyBehind(local, remote crdt.Digest) func(string) bool {
 	return func(o string) bool {
-		l, r := local[o].Max, remote[o].Max
+		r := remote[o]
+		from := max(local[o].Max, r.Retired)
 		switch {
-		case r <= l:
+		case r.Max <= from:
 			return false
-		case r.Epoch() != l.Epoch():
-			return r.Seq() >= bulkOwnMin
+		case r.Max.Epoch() != from.Epoch():
+			return r.Max.Seq() >= bulkOwnMin
 		}
-		return r.Seq()-l.Seq() >= bulkOwnMin
+		return r.Max.Seq()-from.Seq() >= bulkOwnMin
 	}
 }
 
