@@ -172,7 +172,7 @@ func intersect(a, b []string) []string {
 // manyBehind counts the versions a catch-up would carry: not the retired
 // ones, and a new epoch from its start.
 func TestManyBehind(t *testing.T) {
-	v := func(epoch uint32, seq uint64) crdt.Version { return crdt.MakeVersion(epoch, seq) }
+	v := crdt.MakeVersion
 	epoch0Top := v(1, 0) - 1 // what an epoch bump retires
 	local := crdt.Digest{"near": {Max: v(1, 10)}, "far": {Max: v(1, 10)}, "old": {Max: v(1, 10)}}
 	remote := crdt.Digest{
