@@ -96,15 +96,13 @@ func newCheckpoints(reg prometheus.Registerer, rep Replica) (*checkpoints, error
 }
 
 // farBehind reports whether remote holds many more versions of an origin
-// than local (a join, or a long absence).
+// than local (a join, or a long absence); an origin we hold nothing of is
+// far behind whatever its size (manyBehind counts its current epoch).
 func farBehind(local, remote crdt.OriginDigest) bool {
-	switch {
-	case remote.Max <= local.Max:
-		return false
-	case remote.Max.Epoch() != local.Max.Epoch():
-		return local.Max == 0 || remote.Max.Seq() >= checkpointFarBehind
+	if local.Max == 0 && remote.Max.Epoch() != 0 {
+		return true
 	}
-	return remote.Max.Seq()-local.Max.Seq() >= checkpointFarBehind
+	return versionsAfter(local.Max, remote.Max) >= checkpointFarBehind
 }
 
 // askCheckpoints asks the writers of the origins we are about to pull and

@@ -106,7 +106,8 @@ func TestSyncerSessions(t *testing.T) {
 
 // An origin far behind is pulled by one bulk sync at a time, and a catch-up
 // of many such origins is split across peers; an origin a little behind is
-// always asked for. An owner that stalls gives its origins up. A sync whose
+// always asked for. An owner that stalls, or advances its origins by less
+// than ownerStep versions per ownerStall, gives its origins up. A sync whose
 // final chunk arrived still takes late chunks for syncLinger without
 // blocking the next sync.
 func TestSyncerBulkOwnersAndLinger(t *testing.T) {
@@ -135,8 +136,18 @@ func TestSyncerBulkOwnersAndLinger(t *testing.T) {
 
 	_, ok := s.accept(a.id, "a", t0.Add(time.Second))
 	require.True(t, ok)
+	s.progress(a.id, ownerStep-1, t0.Add(time.Second))
+	f, res := s.beginBulk("f", a.origins, all, t0.Add(ownerStall), false)
+	require.Equal(t, bulkStarted, res, "data that advanced too little (a trickle, a replay) does not keep the owner")
+	require.Equal(t, a.origins, f.origins)
+	require.NotNil(t, s.finish(f.id))
+	require.NotNil(t, s.finish(a.id))
+	a, res = s.beginBulk("a", a.origins, all, t0, false)
+	require.Equal(t, bulkStarted, res)
+	s.progress(a.id, ownerStep-1, t0)
+	s.progress(a.id, 1, t0.Add(time.Second))
 	_, res = s.beginBulk("f", a.origins, all, t0.Add(time.Second+ownerStall/2), false)
-	require.Equal(t, bulkSkipped, res, "the owner received data recently")
+	require.Equal(t, bulkSkipped, res, "the owner advanced recently")
 	stolen, res := s.beginBulk("f", a.origins, all, t0.Add(time.Second+ownerStall), false)
 	require.Equal(t, bulkStarted, res, "the owner stalled: another peer may serve its origins")
 	require.Equal(t, a.origins, stolen.origins)
@@ -252,4 +263,43 @@ func TestSyncDataAfterFinalChunk(t *testing.T) {
 	now = now.Add(syncLinger)
 	n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: st.id, Deltas: chunks[1:2]})
 	require.Equal(t, 1.0, unsolicited(), "after the linger")
+}
+
+// A peer that owns a large catch-up but only replays entries we already
+// hold (or trickles too few) keeps sending data, yet loses the ownership
+// after ownerStall, so another peer may serve the origin; a peer whose
+// chunks advance it keeps the ownership.
+func TestOwnerWithoutProgressLosesOrigin(t *testing.T) {
+	w := crdt.NewState("c1")
+	require.NoError(t, w.SetEpoch(1))
+	for i := 0; i < 3*ownerStep; i++ {
+		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%04d", i), []byte{0x80}, false, 1)
+		require.NoError(t, err)
+	}
+	chunks := cut(w, ownerStep)
+	require.Len(t, chunks, 3)
+	now := time.Unix(5000, 0)
+	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return now }}
+	require.NoError(t, cfg.setDefaults())
+	n, err := newNode(cfg, newMemReplica(t, "c2"))
+	require.NoError(t, err)
+	all := func(string) bool { return true }
+	owner, res := n.syncs.beginBulk("a", []string{"c1"}, all, now, false)
+	require.Equal(t, bulkStarted, res)
+
+	step := ownerStall / 2
+	for _, c := range chunks[:2] { // honest: each chunk advances c1 by ownerStep
+		now = now.Add(step)
+		n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: owner.id, Deltas: []crdt.Delta{c}})
+		_, res = n.syncs.beginBulk("b", []string{"c1"}, all, now.Add(step), false)
+		require.Equal(t, bulkSkipped, res, "an advancing owner keeps c1")
+	}
+	require.Equal(t, chunks[1].To, n.rep.Digest()["c1"].Max)
+	for i := 0; i < 4; i++ { // hostile: replays a chunk we hold, every half stall
+		now = now.Add(step)
+		n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: owner.id, Deltas: chunks[:1]})
+	}
+	other, res := n.syncs.beginBulk("b", []string{"c1"}, all, now, false)
+	require.Equal(t, bulkStarted, res, "replayed data made no progress: another peer serves c1")
+	require.Equal(t, []string{"c1"}, other.owned)
 }

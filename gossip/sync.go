@@ -266,6 +266,8 @@ func (n *Node) onSyncData(m *message) {
 	n.applyDeltas(good, path)
 	if s.fast {
 		n.forwardFresh(m.Sender, good, before)
+	} else if len(s.owned) > 0 {
+		n.syncs.progress(m.ID, versionsGained(before, n.rep.Digest(), s.owned), n.cfg.Now())
 	}
 	if final {
 		n.syncDone(m, s)
@@ -359,15 +361,30 @@ func (n *Node) retireFromDigest(rd crdt.Digest) {
 func manyBehind(local, remote crdt.Digest) func(string) bool {
 	return func(o string) bool {
 		r := remote[o]
-		from := max(local[o].Max, r.Retired)
-		switch {
-		case r.Max <= from:
-			return false
-		case r.Max.Epoch() != from.Epoch():
-			return r.Max.Seq() >= bulkOwnMin
-		}
-		return r.Max.Seq()-from.Seq() >= bulkOwnMin
+		return versionsAfter(max(local[o].Max, r.Retired), r.Max) >= bulkOwnMin
 	}
+}
+
+// versionsAfter counts the versions in (from, to]: none when to is not
+// newer, and a newer epoch's from its start.
+func versionsAfter(from, to crdt.Version) uint64 {
+	switch {
+	case to <= from:
+		return 0
+	case to.Epoch() != from.Epoch():
+		return to.Seq()
+	}
+	return to.Seq() - from.Seq()
+}
+
+// versionsGained sums what after holds of origins beyond before: the
+// progress a bulk sync made (syncer.progress).
+func versionsGained(before, after crdt.Digest, origins []string) uint64 {
+	var n uint64
+	for _, o := range origins {
+		n += versionsAfter(before[o].Max, after[o].Max)
+	}
+	return n
 }
 
 // startSync asks peer for what we lack of origins (bulk anti-entropy pull);

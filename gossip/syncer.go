@@ -20,9 +20,11 @@ type syncState struct {
 	target   crdt.Version // fast pulls: the announced head
 	deadline time.Time
 	// owned: the origins of a bulk sync that no other bulk sync pulls
-	// meanwhile (bulkOrigins); lastData: when its last chunk arrived.
-	owned    []string
-	lastData time.Time
+	// meanwhile (bulkOrigins). progressAt: when its owned origins last
+	// advanced by ownerStep versions (gained: toward the next step).
+	owned      []string
+	progressAt time.Time
+	gained     uint64
 	// done: the answer's final chunk arrived; the sync only lingers (until
 	// deadline) to take chunks that arrive after it (see finalize).
 	done bool
@@ -36,10 +38,13 @@ const (
 	// its whole set from up to four peers at once). A smaller repair is
 	// never held back by another sync.
 	bulkOwnMin = checkpointFarBehind
-	// ownerStall: an owning sync that received nothing for this long (its
-	// server is busy or gone) no longer keeps other peers from serving its
-	// origins; it may still finish.
+	// ownerStall, ownerStep: an owning sync whose owned origins did not
+	// advance by ownerStep versions within ownerStall (its server is busy or
+	// gone, or trickles chunks, or replays entries we hold) no longer keeps
+	// other peers from serving them; it may still finish. A healthy join
+	// advances by tens of thousands of versions a second.
 	ownerStall = 2 * time.Second
+	ownerStep  = 512
 	// syncLinger is how long a sync whose final chunk arrived still accepts
 	// its other chunks. Every chunk of an answer travels on its own stream,
 	// so the final one can overtake others; a chunk refused as unsolicited
@@ -209,7 +214,7 @@ func (s *syncer) beginBulk(peer string, origins []string, big func(string) bool,
 	}
 	s.nextID++
 	st := &syncState{id: s.nextID, peer: peer, origins: append(ask, own...), owned: own,
-		deadline: now.Add(bulkSyncTimeout), lastData: now}
+		deadline: now.Add(bulkSyncTimeout), progressAt: now}
 	s.syncs[st.id] = st
 	s.bulkByPeer[peer] = st.id
 	for _, o := range own {
@@ -219,13 +224,13 @@ func (s *syncer) beginBulk(peer string, origins []string, big func(string) bool,
 }
 
 // ownedLocked reports whether a live bulk sync owns origin o at now; an
-// owner that stalled (ownerStall) loses it.
+// owner that made too little progress (ownerStall) loses it.
 func (s *syncer) ownedLocked(o string, now time.Time) bool {
 	id, ok := s.bulkOrigins[o]
 	if !ok {
 		return false
 	}
-	if st := s.syncs[id]; st != nil && !st.done && now.Sub(st.lastData) < ownerStall {
+	if st := s.syncs[id]; st != nil && !st.done && now.Sub(st.progressAt) < ownerStall {
 		return true
 	}
 	delete(s.bulkOrigins, o)
@@ -294,11 +299,26 @@ func (s *syncer) accept(id uint64, sender string, now time.Time) (syncState, boo
 	if st == nil || st.peer != sender || (st.done && !now.Before(st.deadline)) {
 		return syncState{}, false
 	}
-	st.lastData = now
 	if !st.done {
 		st.deadline = now.Add(bulkSyncTimeout)
 	}
 	return *st, true
+}
+
+// progress records that sync id's chunk advanced its owned origins by
+// gained versions (versionsGained); data that advances nothing (a replay,
+// a trickle) does not keep the sync the owner.
+func (s *syncer) progress(id uint64, gained uint64, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.syncs[id]
+	if st == nil {
+		return
+	}
+	st.gained += gained
+	if st.gained >= ownerStep {
+		st.gained, st.progressAt = 0, now
+	}
 }
 
 // succeeded clears peer's backoff.
