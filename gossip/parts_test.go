@@ -303,3 +303,85 @@ func TestOwnerWithoutProgressLosesOrigin(t *testing.T) {
 	require.Equal(t, bulkStarted, res, "replayed data made no progress: another peer serves c1")
 	require.Equal(t, []string{"c1"}, other.owned)
 }
+
+// Chunks of one answer are applied in answer order: a chunk that overtakes
+// an earlier one is held until it arrives; a duplicate or a chunk without
+// Seq is applied at once; past maxHeldChunks the held ones are applied in
+// order across the gap.
+func TestSyncerOrdersChunks(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	s := newSyncer(4)
+	st, res := s.beginBulk("a", []string{"c1"}, nil, t0, false)
+	require.Equal(t, bulkStarted, res)
+	chunk := func(seq uint64) *message { return &message{Type: msgSyncData, ID: st.id, Seq: seq} }
+	seqs := func(ms []*message) (out []uint64) {
+		for _, m := range ms {
+			out = append(out, m.Seq)
+		}
+		return out
+	}
+	got, held := s.order(st.id, chunk(1))
+	require.Equal(t, []uint64{1}, seqs(got))
+	require.False(t, held)
+	got, held = s.order(st.id, chunk(3))
+	require.Empty(t, got)
+	require.True(t, held, "3 overtook 2")
+	got, _ = s.order(st.id, chunk(4))
+	require.Empty(t, got)
+	got, _ = s.order(st.id, chunk(2))
+	require.Equal(t, []uint64{2, 3, 4}, seqs(got), "2 releases what it was overtaken by")
+	got, _ = s.order(st.id, chunk(2))
+	require.Equal(t, []uint64{2}, seqs(got), "a duplicate is applied (idempotent), not held")
+	got, _ = s.order(st.id, chunk(0))
+	require.Equal(t, []uint64{0}, seqs(got), "a sender without Seq")
+
+	// Chunk 5 is lost: 6..5+maxHeldChunks are held, the next one flushes.
+	for q := uint64(6); q < 6+maxHeldChunks; q++ {
+		got, held = s.order(st.id, chunk(q))
+		require.Empty(t, got)
+		require.True(t, held)
+	}
+	got, held = s.order(st.id, chunk(6+maxHeldChunks))
+	require.False(t, held)
+	want := []uint64{}
+	for q := uint64(6); q <= 6+maxHeldChunks; q++ {
+		want = append(want, q)
+	}
+	require.Equal(t, want, seqs(got), "past the bound: applied in order across the gap")
+	got, _ = s.order(st.id, chunk(5))
+	require.Equal(t, []uint64{5}, seqs(got), "the lost chunk, late, is still applied")
+	got, _ = s.order(st.id, chunk(7+maxHeldChunks))
+	require.Equal(t, []uint64{7 + maxHeldChunks}, seqs(got))
+}
+
+// A node applies an answer whose final chunk overtook the others as if it
+// had arrived in order: the watermark reaches the answer's end, with no
+// gap for the next round to re-pull (compare TestSyncDataAfterFinalChunk,
+// whose sender predates Seq).
+func TestSyncDataInAnswerOrder(t *testing.T) {
+	w := crdt.NewState("c1")
+	require.NoError(t, w.SetEpoch(1))
+	for i := 0; i < 30; i++ {
+		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%02d", i), []byte{0x80}, false, 1)
+		require.NoError(t, err)
+	}
+	chunks := cut(w, 10)
+	now := time.Unix(5000, 0)
+	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return now }}
+	require.NoError(t, cfg.setDefaults())
+	n, err := newNode(cfg, newMemReplica(t, "c2"))
+	require.NoError(t, err)
+	st, res := n.syncs.beginBulk("a", []string{"c1"}, nil, now, false)
+	require.Equal(t, bulkStarted, res)
+	send := func(i int, final bool) {
+		n.onSyncData(&message{Type: msgSyncData, Sender: "a", ID: st.id, Seq: uint64(i + 1), Final: final, Deltas: chunks[i : i+1]})
+	}
+	send(0, false)
+	send(2, true)
+	require.Equal(t, chunks[0].To, n.rep.Digest()["c1"].Max, "the final chunk waits for chunk 1")
+	send(1, false)
+	require.Equal(t, chunks[2].To, n.rep.Digest()["c1"].Max, "all three, in order")
+	require.Equal(t, 1.0, testutil.ToFloat64(n.m.syncs.WithLabelValues("requester", "chunk_held")))
+	_, ok := n.syncs.accept(st.id, "a", now.Add(syncLinger))
+	require.False(t, ok, "the sync ended with its final chunk")
+}

@@ -81,7 +81,7 @@ func (a *syncAnswer) write(deltas []crdt.Delta, requested crdt.Digest) bool {
 
 // flush sends the queued chunks; a single small final message goes by UDP.
 func (a *syncAnswer) flush(final bool) bool {
-	msg := encodeDeltaMsgFlags(msgSyncData, a.n.cfg.NodeName, a.id, final, final && a.more, a.buf)
+	msg := encodeSyncData(a.n.cfg.NodeName, a.id, uint64(a.sent), final, final && a.more, a.buf)
 	a.buf, a.bufBytes = nil, 0
 	a.sent++
 	if final && a.sent == 1 && len(msg) <= udpBudget {

@@ -240,6 +240,19 @@ func (n *Node) onSyncData(m *message) {
 		n.drop(dropUnsolicited, "sync data we did not ask for", "sender", m.Sender, "id", m.ID)
 		return
 	}
+	chunks, held := n.syncs.order(m.ID, m)
+	if held {
+		n.m.syncs.WithLabelValues("requester", "chunk_held").Inc()
+	}
+	for _, c := range chunks {
+		n.applySyncChunk(c, s)
+		s.done = s.done || c.Final
+	}
+}
+
+// applySyncChunk applies one chunk of sync s's answer, in answer order
+// (syncer.order).
+func (n *Node) applySyncChunk(m *message, s syncState) {
 	final := m.Final && !s.done
 	if final {
 		n.syncs.finalize(m.ID, n.cfg.Now())

@@ -1,7 +1,9 @@
 package gossip
 
 import (
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -28,6 +30,10 @@ type syncState struct {
 	// done: the answer's final chunk arrived; the sync only lingers (until
 	// deadline) to take chunks that arrive after it (see finalize).
 	done bool
+	// next: the Seq of the chunk to apply next; held: later chunks that
+	// arrived before it (order).
+	next uint64
+	held map[uint64]*message
 }
 
 const (
@@ -45,6 +51,10 @@ const (
 	// advances by tens of thousands of versions a second.
 	ownerStall = 2 * time.Second
 	ownerStep  = 512
+	// maxHeldChunks bounds the chunks of one answer held while an earlier
+	// one is in flight (each up to SyncChunkBytes); past it they are
+	// applied out of order, as from a sender without Seq.
+	maxHeldChunks = 8
 	// syncLinger is how long a sync whose final chunk arrived still accepts
 	// its other chunks. Every chunk of an answer travels on its own stream,
 	// so the final one can overtake others; a chunk refused as unsolicited
@@ -319,6 +329,48 @@ func (s *syncer) progress(id uint64, gained uint64, now time.Time) {
 	if st.gained >= ownerStep {
 		st.gained, st.progressAt = 0, now
 	}
+}
+
+// order returns the chunks of sync id to apply now, in answer order, given
+// that m (accepted) arrived: m and the held chunks that follow it when m is
+// the next one, nothing when an earlier one is still in flight (m is
+// held). Every chunk travels on its own stream, so a later one can
+// overtake an earlier one; applied out of order, it splits checkpoint
+// segments (verified entry by entry) and leaves a gap in the watermark
+// that a later round re-pulls. A chunk without Seq, a duplicate, or a
+// chunk past maxHeldChunks is applied at once (with the held ones).
+func (s *syncer) order(id uint64, m *message) (out []*message, reordered bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.syncs[id]
+	if st == nil || m.Seq == 0 || m.Seq < st.next {
+		return []*message{m}, false
+	}
+	if st.next == 0 {
+		st.next = 1
+	}
+	if m.Seq > st.next && len(st.held) < maxHeldChunks {
+		if st.held == nil {
+			st.held = map[uint64]*message{}
+		}
+		st.held[m.Seq] = m
+		return nil, true
+	}
+	if m.Seq > st.next { // too many ahead: the earlier chunk is lost or stalled
+		st.held[m.Seq] = m
+		seqs := slices.Sorted(maps.Keys(st.held))
+		for _, q := range seqs {
+			out = append(out, st.held[q])
+		}
+		st.held, st.next = nil, seqs[len(seqs)-1]+1
+		return out, false
+	}
+	out = append(out, m)
+	for st.next++; st.held[st.next] != nil; st.next++ {
+		out = append(out, st.held[st.next])
+		delete(st.held, st.next)
+	}
+	return out, false
 }
 
 // succeeded clears peer's backoff.

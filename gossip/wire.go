@@ -77,6 +77,9 @@ type message struct {
 	ID      uint64        // msgSyncReq, msgSyncData
 	Final   bool          // msgSyncData: last chunk of this answer
 	More    bool          // msgSyncData (final): answer was capped, ask again
+	// Seq (msgSyncData): 1 + the chunk's index in its answer, so the
+	// receiver applies chunks in order; 0 from a sender that predates it.
+	Seq     uint64
 	Reply   bool          // msgDigest: this is an answer, do not answer it
 	Digest  crdt.Digest   // msgSyncReq, msgDigest
 	Retires []crdt.Retire // msgRetire
@@ -130,12 +133,21 @@ func encodeDeltaMsg(t msgType, sender string, id uint64, final bool, encoded [][
 	return encodeDeltaMsgFlags(t, sender, id, final, false, encoded)
 }
 
+// encodeSyncData encodes one chunk of a sync answer: seq is its index in
+// the answer (sent as seq+1, after the deltas, where older decoders ignore
+// it).
+func encodeSyncData(sender string, id, seq uint64, final, more bool, encoded [][]byte) []byte {
+	b := wbuf(encodeDeltaMsgFlags(msgSyncData, sender, id, final, more, encoded))
+	b.uvarint(seq + 1)
+	return b
+}
+
 func encodeDeltaMsgFlags(t msgType, sender string, id uint64, final, more bool, encoded [][]byte) []byte {
 	n := 0
 	for _, e := range encoded {
 		n += len(e) + 4
 	}
-	b := header(t, sender, n+12)
+	b := header(t, sender, n+22) // room for encodeSyncData's seq
 	if t == msgSyncData {
 		b.uvarint(id)
 		var f byte
@@ -340,6 +352,9 @@ func decodeMessage(p []byte) (*message, error) {
 			m.Final, m.More = f&1 == 1, f&2 == 2
 		}
 		m.Deltas = r.deltas()
+		if m.Type == msgSyncData && r.err == nil && len(r.b) > 0 {
+			m.Seq = r.uvarint()
+		}
 	case msgSyncReq:
 		m.ID = r.uvarint()
 		m.Digest = r.digest()

@@ -39,7 +39,7 @@ func sampleMessages(t testing.TB) [][]byte {
 	return [][]byte{
 		encodeHeads("node-a", []Head{{Origin: "c1", Max: crdt.MakeVersion(1, 3)}, {Origin: "c2", Max: 9}}),
 		encodeDeltaMsg(msgPush, "node-a", 0, false, enc),
-		encodeDeltaMsgFlags(msgSyncData, "node-b", 77, true, true, enc[:1]),
+		encodeSyncData("node-b", 77, 2, true, true, enc[:1]),
 		encodeSyncReq("node-c", 5, dig),
 		encodeDigestMsg("node-d", true, dig),
 		encodeDigestMsg("node-d", false, crdt.Digest{}),
@@ -66,6 +66,13 @@ func TestWireRoundTrip(t *testing.T) {
 	require.True(t, sd.Final)
 	require.True(t, sd.More)
 	require.Len(t, sd.Deltas, 1)
+	require.Equal(t, uint64(3), sd.Seq, "chunk index 2, sent as 3")
+	enc, err := crdt.EncodeDelta(sampleDeltas(t)[0])
+	require.NoError(t, err)
+	legacy, err := decodeMessage(encodeDeltaMsgFlags(msgSyncData, "node-b", 77, false, false, [][]byte{enc}))
+	require.NoError(t, err)
+	require.Zero(t, legacy.Seq, "a sender without Seq")
+	require.Len(t, legacy.Deltas, 1)
 
 	req, err := decodeMessage(msgs[3])
 	require.NoError(t, err)
@@ -98,9 +105,14 @@ func TestWireRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, heads.Heads, ext.Heads)
 
-	// Every strict prefix of every message is rejected, never a panic.
-	for _, m := range msgs {
+	// Every strict prefix of every message is rejected, never a panic,
+	// except sync data without its trailing Seq (one byte here): the
+	// legacy form.
+	for k, m := range msgs {
 		for i := 0; i < len(m); i++ {
+			if k == 2 && i == len(m)-1 {
+				continue
+			}
 			if _, err := decodeMessage(m[:i]); err == nil {
 				t.Fatalf("prefix %d of %v accepted", i, m[:i])
 			}
