@@ -72,11 +72,11 @@ type message struct {
 	Type   msgType
 	Sender string
 
-	Heads   []Head        // msgHeads
-	Deltas  []crdt.Delta  // msgPush, msgSyncData
-	ID      uint64        // msgSyncReq, msgSyncData
-	Final   bool          // msgSyncData: last chunk of this answer
-	More    bool          // msgSyncData (final): answer was capped, ask again
+	Heads  []Head       // msgHeads
+	Deltas []crdt.Delta // msgPush, msgSyncData
+	ID     uint64       // msgSyncReq, msgSyncData
+	Final  bool         // msgSyncData: last chunk of this answer
+	More   bool         // msgSyncData (final): answer was capped, ask again
 	// Seq (msgSyncData): 1 + the chunk's index in its answer, so the
 	// receiver applies chunks in order; 0 from a sender that predates it.
 	Seq     uint64
