@@ -116,6 +116,14 @@ func (n *Node) expireSyncs() {
 		n.m.syncs.WithLabelValues("requester", "timeout").Inc()
 		n.syncs.fail(p, now)
 	}
+	for _, m := range n.syncs.releaseStale(now) {
+		n.m.syncs.WithLabelValues("requester", "chunk_gap").Inc()
+		select {
+		case n.inbox <- inMsg{m: m}:
+		default:
+			n.drop(dropQueueFull, "inbox full", "sender", m.Sender, "type", m.Type.String())
+		}
+	}
 }
 
 // maintenanceEvery is the period of the maintenance and retirement loops:

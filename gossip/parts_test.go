@@ -320,38 +320,56 @@ func TestSyncerOrdersChunks(t *testing.T) {
 		}
 		return out
 	}
-	got, held := s.order(st.id, chunk(1))
+	got, how := s.order(st.id, chunk(1), t0)
 	require.Equal(t, []uint64{1}, seqs(got))
-	require.False(t, held)
-	got, held = s.order(st.id, chunk(3))
+	require.Equal(t, chunkApplied, how)
+	got, how = s.order(st.id, chunk(3), t0)
 	require.Empty(t, got)
-	require.True(t, held, "3 overtook 2")
-	got, _ = s.order(st.id, chunk(4))
+	require.Equal(t, chunkHeld, how, "3 overtook 2")
+	got, _ = s.order(st.id, chunk(4), t0)
 	require.Empty(t, got)
-	got, _ = s.order(st.id, chunk(2))
+	got, _ = s.order(st.id, chunk(2), t0)
 	require.Equal(t, []uint64{2, 3, 4}, seqs(got), "2 releases what it was overtaken by")
-	got, _ = s.order(st.id, chunk(2))
+	got, _ = s.order(st.id, chunk(2), t0)
 	require.Equal(t, []uint64{2}, seqs(got), "a duplicate is applied (idempotent), not held")
-	got, _ = s.order(st.id, chunk(0))
+	got, _ = s.order(st.id, chunk(0), t0)
 	require.Equal(t, []uint64{0}, seqs(got), "a sender without Seq")
 
 	// Chunk 5 is lost: 6..5+maxHeldChunks are held, the next one flushes.
 	for q := uint64(6); q < 6+maxHeldChunks; q++ {
-		got, held = s.order(st.id, chunk(q))
+		got, how = s.order(st.id, chunk(q), t0)
 		require.Empty(t, got)
-		require.True(t, held)
+		require.Equal(t, chunkHeld, how)
 	}
-	got, held = s.order(st.id, chunk(6+maxHeldChunks))
-	require.False(t, held)
+	got, how = s.order(st.id, chunk(6+maxHeldChunks), t0)
+	require.Equal(t, chunkGap, how)
 	want := []uint64{}
 	for q := uint64(6); q <= 6+maxHeldChunks; q++ {
 		want = append(want, q)
 	}
 	require.Equal(t, want, seqs(got), "past the bound: applied in order across the gap")
-	got, _ = s.order(st.id, chunk(5))
+	got, _ = s.order(st.id, chunk(5), t0)
 	require.Equal(t, []uint64{5}, seqs(got), "the lost chunk, late, is still applied")
-	got, _ = s.order(st.id, chunk(7+maxHeldChunks))
-	require.Equal(t, []uint64{7 + maxHeldChunks}, seqs(got))
+	next := uint64(7 + maxHeldChunks)
+	got, _ = s.order(st.id, chunk(next), t0)
+	require.Equal(t, []uint64{next}, seqs(got))
+
+	// Chunk next+1 is lost and only two follow: they are released after
+	// chunkHoldMax, and then a late chunk is applied at once.
+	t1 := t0.Add(time.Minute)
+	for _, q := range []uint64{next + 3, next + 2} {
+		got, how = s.order(st.id, chunk(q), t1)
+		require.Empty(t, got)
+		require.Equal(t, chunkHeld, how)
+	}
+	require.Empty(t, s.releaseStale(t1.Add(chunkHoldMax-time.Millisecond)))
+	require.Equal(t, []uint64{next + 2, next + 3}, seqs(s.releaseStale(t1.Add(chunkHoldMax))))
+	require.Empty(t, s.releaseStale(t1.Add(time.Hour)), "released once")
+	for _, q := range []uint64{next + 2, next + 1} {
+		got, how = s.order(st.id, chunk(q), t1)
+		require.Equal(t, []uint64{q}, seqs(got), "released chunks, re-queued, apply at once")
+		require.Equal(t, chunkApplied, how)
+	}
 }
 
 // A node applies an answer whose final chunk overtook the others as if it
@@ -384,4 +402,18 @@ func TestSyncDataInAnswerOrder(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(n.m.syncs.WithLabelValues("requester", "chunk_held")))
 	_, ok := n.syncs.accept(st.id, "a", now.Add(syncLinger))
 	require.False(t, ok, "the sync ended with its final chunk")
+
+	// An answer whose chunk 1 is lost: the final chunk is held, then
+	// handed back to the worker after chunkHoldMax and ends the sync.
+	st, res = n.syncs.beginBulk("b", []string{"c1"}, nil, now, false)
+	require.Equal(t, bulkStarted, res)
+	n.onSyncData(&message{Type: msgSyncData, Sender: "b", ID: st.id, Seq: 1})
+	n.onSyncData(&message{Type: msgSyncData, Sender: "b", ID: st.id, Seq: 3, Final: true})
+	now = now.Add(chunkHoldMax)
+	n.expireSyncs()
+	require.Len(t, n.inbox, 1, "the held final chunk, re-queued")
+	n.handle(<-n.inbox)
+	require.Equal(t, 1.0, testutil.ToFloat64(n.m.syncs.WithLabelValues("requester", "chunk_gap")))
+	_, ok = n.syncs.accept(st.id, "b", now.Add(syncLinger))
+	require.False(t, ok, "the released final chunk ended the sync")
 }

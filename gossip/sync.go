@@ -240,9 +240,12 @@ func (n *Node) onSyncData(m *message) {
 		n.drop(dropUnsolicited, "sync data we did not ask for", "sender", m.Sender, "id", m.ID)
 		return
 	}
-	chunks, held := n.syncs.order(m.ID, m)
-	if held {
+	chunks, how := n.syncs.order(m.ID, m, n.cfg.Now())
+	switch how {
+	case chunkHeld:
 		n.m.syncs.WithLabelValues("requester", "chunk_held").Inc()
+	case chunkGap:
+		n.m.syncs.WithLabelValues("requester", "chunk_gap").Inc()
 	}
 	for _, c := range chunks {
 		n.applySyncChunk(c, s)

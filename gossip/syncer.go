@@ -31,10 +31,20 @@ type syncState struct {
 	// deadline) to take chunks that arrive after it (see finalize).
 	done bool
 	// next: the Seq of the chunk to apply next; held: later chunks that
-	// arrived before it (order).
-	next uint64
-	held map[uint64]*message
+	// arrived before it (order), since heldSince.
+	next      uint64
+	held      map[uint64]*message
+	heldSince time.Time
 }
+
+// chunkOrder is what order did with a chunk.
+type chunkOrder int
+
+const (
+	chunkApplied chunkOrder = iota // applied (with the held ones it releases)
+	chunkHeld                      // an earlier chunk is still in flight
+	chunkGap                       // applied across a gap (maxHeldChunks)
+)
 
 const (
 	// bulkOwnMin is how far behind (in versions) an origin must be for its
@@ -53,8 +63,11 @@ const (
 	ownerStep  = 512
 	// maxHeldChunks bounds the chunks of one answer held while an earlier
 	// one is in flight (each up to SyncChunkBytes); past it they are
-	// applied out of order, as from a sender without Seq.
+	// applied out of order, as from a sender without Seq. So are chunks
+	// held for chunkHoldMax (releaseStale): the one they wait for was lost
+	// (our inbound queue was full, a stream was refused).
 	maxHeldChunks = 8
+	chunkHoldMax  = time.Second
 	// syncLinger is how long a sync whose final chunk arrived still accepts
 	// its other chunks. Every chunk of an answer travels on its own stream,
 	// so the final one can overtake others; a chunk refused as unsolicited
@@ -339,38 +352,59 @@ func (s *syncer) progress(id uint64, gained uint64, now time.Time) {
 // segments (verified entry by entry) and leaves a gap in the watermark
 // that a later round re-pulls. A chunk without Seq, a duplicate, or a
 // chunk past maxHeldChunks is applied at once (with the held ones).
-func (s *syncer) order(id uint64, m *message) (out []*message, reordered bool) {
+func (s *syncer) order(id uint64, m *message, now time.Time) ([]*message, chunkOrder) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.syncs[id]
 	if st == nil || m.Seq == 0 || m.Seq < st.next {
-		return []*message{m}, false
+		return []*message{m}, chunkApplied
 	}
 	if st.next == 0 {
 		st.next = 1
 	}
 	if m.Seq > st.next && len(st.held) < maxHeldChunks {
-		if st.held == nil {
-			st.held = map[uint64]*message{}
+		if len(st.held) == 0 {
+			st.held, st.heldSince = map[uint64]*message{}, now
 		}
 		st.held[m.Seq] = m
-		return nil, true
+		return nil, chunkHeld
 	}
 	if m.Seq > st.next { // too many ahead: the earlier chunk is lost or stalled
 		st.held[m.Seq] = m
-		seqs := slices.Sorted(maps.Keys(st.held))
-		for _, q := range seqs {
-			out = append(out, st.held[q])
-		}
-		st.held, st.next = nil, seqs[len(seqs)-1]+1
-		return out, false
+		return st.releaseHeld(), chunkGap
 	}
-	out = append(out, m)
+	out := []*message{m}
 	for st.next++; st.held[st.next] != nil; st.next++ {
 		out = append(out, st.held[st.next])
 		delete(st.held, st.next)
 	}
-	return out, false
+	return out, chunkApplied
+}
+
+// releaseHeld returns the held chunks in order and moves next past them.
+func (st *syncState) releaseHeld() []*message {
+	seqs := slices.Sorted(maps.Keys(st.held))
+	out := make([]*message, 0, len(seqs))
+	for _, q := range seqs {
+		out = append(out, st.held[q])
+	}
+	st.held, st.next = nil, seqs[len(seqs)-1]+1
+	return out
+}
+
+// releaseStale returns the chunks held for chunkHoldMax or longer (the
+// chunk they wait for was lost), in order; handed to the worker again,
+// order applies them at once.
+func (s *syncer) releaseStale(now time.Time) []*message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*message
+	for _, st := range s.syncs {
+		if len(st.held) > 0 && now.Sub(st.heldSince) >= chunkHoldMax {
+			out = append(out, st.releaseHeld()...)
+		}
+	}
+	return out
 }
 
 // succeeded clears peer's backoff.
