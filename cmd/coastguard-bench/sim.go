@@ -82,9 +82,11 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 				"updates": updates, "payload_b": cg.PayloadBytes, "transport": "loopback UDP/TCP, AES-GCM keyring"}
 			recv := func(r sim.Result) string { return fmt.Sprintf("%d/%d", r.Received, r.Expected) }
 			rec.add("sim_propagation_p99_ms", simMS(cg.P99), "ms", merge(params, map[string]any{"mode": "coastguard",
-				"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen}), target, ok)
+				"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen,
+				"tail_members": cg.TailMembers, "short_views": cg.ShortViews}), target, ok)
 			rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", merge(params, map[string]any{"mode": "naive",
-				"p50_ms": round(simMS(nv.P50)), "received": recv(nv), "min_members_seen": nv.MinMembersSeen}), "", nil)
+				"p50_ms": round(simMS(nv.P50)), "received": recv(nv), "min_members_seen": nv.MinMembersSeen,
+				"tail_members": nv.TailMembers, "short_views": nv.ShortViews}), "", nil)
 			rec.add("sim_p99_ratio_ours_over_naive", ratio(simMS(cg.P99), simMS(nv.P99)), "ratio",
 				map[string]any{"n": n, "profile": string(pl.profile), "p50_ratio": round(ratio(simMS(cg.P50), simMS(nv.P50))),
 					"received": recv(cg), "received_naive": recv(nv)}, "< 1", func(v float64) bool { return v < 1 })

@@ -62,13 +62,18 @@ type Result struct {
 	// MinMembersSeen is the smallest alive-member count any member saw
 	// before measuring (N when membership fully converged).
 	MinMembersSeen int
-	Profile        gossip.Profile
-	Entries        int
-	Updates        int
-	Expected       int // Updates*(N-1)
-	Received       int
-	P50, P99       time.Duration
-	Max            time.Duration
+	// TailMembers is how many distinct members the slowest 1 % of
+	// deliveries went to; ShortViews how many members saw fewer than N
+	// alive members after the updates (a tail on a few members with
+	// short views is membership, not dissemination).
+	TailMembers, ShortViews int
+	Profile                 gossip.Profile
+	Entries                 int
+	Updates                 int
+	Expected                int // Updates*(N-1)
+	Received                int
+	P50, P99                time.Duration
+	Max                     time.Duration
 	// PayloadBytes is the encoded size of one update as gossiped (the
 	// encoded crdt.Delta in coastguard mode, the same bytes in naive mode).
 	PayloadBytes int
@@ -130,6 +135,7 @@ type member interface {
 type arrivals struct {
 	mu   sync.Mutex
 	lat  map[int][]time.Duration
+	who  map[int][]int // the member of each lat entry
 	seen map[[2]int]bool
 }
 
@@ -142,6 +148,7 @@ func (a *arrivals) record(node, update int, lat time.Duration) {
 	}
 	a.seen[k] = true
 	a.lat[update] = append(a.lat[update], lat)
+	a.who[update] = append(a.who[update], node)
 }
 
 func (a *arrivals) count(update int) int {
@@ -161,7 +168,7 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 	if opts.Naive {
 		res.Mode = "naive"
 	}
-	arr := &arrivals{lat: map[int][]time.Duration{}, seen: map[[2]int]bool{}}
+	arr := &arrivals{lat: map[int][]time.Duration{}, who: map[int][]int{}, seen: map[[2]int]bool{}}
 	var keys [][]byte
 	if !opts.NoEncryption {
 		keys = [][]byte{simKey}
@@ -286,10 +293,18 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 	res.IdleExceededUpdate = cw || ca
 
 	var all []time.Duration
+	var who []int
 	for u := 0; u < opts.Updates; u++ {
 		all = append(all, arr.lat[u]...)
+		who = append(who, arr.who[u]...)
 	}
 	res.Received = len(all)
+	res.TailMembers = tailMembers(all, who, res.Expected)
+	for _, m := range members {
+		if m.numMembers() < opts.N {
+			res.ShortViews++
+		}
+	}
 	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
 	// Missing receipts count as +Inf for the percentiles.
 	pct := func(p float64) time.Duration {
@@ -307,6 +322,22 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		res.Max = all[len(all)-1]
 	}
 	return res, nil
+}
+
+// tailMembers counts the distinct members among the slowest 1 % of
+// expected deliveries (lat[i] went to member who[i]).
+func tailMembers(lat []time.Duration, who []int, expected int) int {
+	idx := make([]int, len(lat))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return lat[idx[a]] > lat[idx[b]] })
+	tail := max(expected/100, 1) - (expected - len(lat)) // missing ones are the slowest
+	distinct := map[int]bool{}
+	for _, i := range idx[:max(min(tail, len(idx)), 0)] {
+		distinct[who[i]] = true
+	}
+	return len(distinct)
 }
 
 // NetPerUpdatePerNode turns the bytes all n nodes sent during an update

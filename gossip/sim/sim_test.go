@@ -63,3 +63,18 @@ func TestNetPerUpdatePerNode(t *testing.T) {
 	require.Zero(t, net+gross)
 	require.False(t, clamped)
 }
+
+// tailMembers counts the members of the slowest 1 % of deliveries;
+// missing deliveries count as the slowest.
+func TestTailMembers(t *testing.T) {
+	lat := make([]time.Duration, 0, 300)
+	who := make([]int, 0, 300)
+	for i := 0; i < 300; i++ {
+		lat = append(lat, time.Duration(i%100)*time.Millisecond)
+		who = append(who, i%100)
+	}
+	lat[7], lat[8], lat[9] = time.Second, time.Second, time.Second // members 7, 8, 9
+	require.Equal(t, 3, tailMembers(lat, who, 300), "the 3 slowest of 300")
+	require.Equal(t, 2, tailMembers(lat[:299], who[:299], 300), "one missing takes a tail slot")
+	require.Equal(t, 0, tailMembers(nil, nil, 300))
+}
