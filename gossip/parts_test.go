@@ -365,6 +365,21 @@ func TestSyncerOrdersChunks(t *testing.T) {
 	require.Empty(t, s.releaseStale(t1.Add(chunkHoldMax-time.Millisecond)))
 	require.Equal(t, []uint64{next + 2, next + 3}, seqs(s.releaseStale(t1.Add(chunkHoldMax))))
 	require.Empty(t, s.releaseStale(t1.Add(time.Hour)), "released once")
+
+	// Two gaps: the chunks behind the second one wait from when the first
+	// gap closed, not from when the first of them was held.
+	base := next + 4
+	t2 := t1.Add(time.Hour)
+	got, _ = s.order(st.id, chunk(base), t2)
+	require.Len(t, got, 1)
+	for _, q := range []uint64{base + 2, base + 4} {
+		_, how = s.order(st.id, chunk(q), t2)
+		require.Equal(t, chunkHeld, how)
+	}
+	got, _ = s.order(st.id, chunk(base+1), t2.Add(chunkHoldMax/2))
+	require.Equal(t, []uint64{base + 1, base + 2}, seqs(got))
+	require.Empty(t, s.releaseStale(t2.Add(chunkHoldMax)), "base+4 has waited only half a hold")
+	require.Equal(t, []uint64{base + 4}, seqs(s.releaseStale(t2.Add(chunkHoldMax*3/2))))
 	for _, q := range []uint64{next + 2, next + 1} {
 		got, how = s.order(st.id, chunk(q), t1)
 		require.Equal(t, []uint64{q}, seqs(got), "released chunks, re-queued, apply at once")

@@ -378,6 +378,9 @@ func (s *syncer) order(id uint64, m *message, now time.Time) ([]*message, chunkO
 		out = append(out, st.held[st.next])
 		delete(st.held, st.next)
 	}
+	if len(out) > 1 && len(st.held) > 0 {
+		st.heldSince = now // the rest wait for another chunk, from now
+	}
 	return out, chunkApplied
 }
 
