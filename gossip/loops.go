@@ -50,7 +50,7 @@ func (n *Node) everyJitteredUntil(next func() time.Duration, wake <-chan struct{
 func (n *Node) antiEntropyLoop() {
 	n.everyJitteredUntil(func() time.Duration {
 		return n.syncs.tickEvery(n.cfg.AntiEntropyInterval, n.cfg.Now(), len(n.wantDigests()) > 0)
-	}, n.syncs.repairStarted, n.antiEntropyRound)
+	}, n.syncs.wakeAE, n.antiEntropyRound)
 }
 
 // WakeAntiEntropy runs an anti-entropy round now (the daemon calls it when

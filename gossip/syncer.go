@@ -100,16 +100,16 @@ type syncer struct {
 	pace        pacing
 	digestLim   *rate.Limiter // full-digest byte budget (antientropy.go)
 	repairLim   *rate.Limiter // its share for repair-mode ticks
-	// repairStarted wakes the anti-entropy loop when repair mode begins
+	// wakeAE wakes the anti-entropy loop when repair mode begins
 	// (and on WakeAntiEntropy).
-	repairStarted chan struct{}
+	wakeAE chan struct{}
 }
 
 func newSyncer(maxBulk int) *syncer {
 	return &syncer{maxBulk: maxBulk, syncs: map[uint64]*syncState{}, pulls: map[string]uint64{},
 		bulkByPeer: map[string]uint64{}, bulkOrigins: map[string]uint64{}, backoffs: map[string]*backoff{},
 		nextID: rand.Uint64() >> 1, digestLim: newDigestLimiter(),
-		repairLim: newRepairDigestLimiter(), repairStarted: make(chan struct{}, 1)}
+		repairLim: newRepairDigestLimiter(), wakeAE: make(chan struct{}, 1)}
 }
 
 // decide runs the pure sync decision against the pacing state and budget.
@@ -145,7 +145,7 @@ func (s *syncer) repaired(now time.Time) {
 // pending wake).
 func (s *syncer) wake() {
 	select {
-	case s.repairStarted <- struct{}{}:
+	case s.wakeAE <- struct{}{}:
 	default:
 	}
 }
