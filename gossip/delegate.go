@@ -147,11 +147,16 @@ func (n *Node) receive(p []byte, state bool) {
 		n.onCheckpoint(m) // ahead of the sync data queued in the inbox
 		return
 	}
+	n.enqueue(inMsg{m: m, size: len(p), state: state})
+}
+
+// enqueue hands im to the worker, dropping it when the inbox is full.
+func (n *Node) enqueue(im inMsg) {
 	select {
-	case n.inbox <- inMsg{m: m, size: len(p), state: state}:
+	case n.inbox <- im:
 	case <-n.stop:
 	default:
-		n.drop(dropQueueFull, "inbox full", "sender", m.Sender, "type", m.Type.String())
+		n.drop(dropQueueFull, "inbox full", "sender", im.m.Sender, "type", im.m.Type.String())
 	}
 }
 

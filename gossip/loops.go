@@ -118,11 +118,7 @@ func (n *Node) expireSyncs() {
 	}
 	for _, m := range n.syncs.releaseStale(now) {
 		n.m.syncs.WithLabelValues("requester", "chunk_gap").Inc()
-		select {
-		case n.inbox <- inMsg{m: m}:
-		default:
-			n.drop(dropQueueFull, "inbox full", "sender", m.Sender, "type", m.Type.String())
-		}
+		n.enqueue(inMsg{m: m})
 	}
 }
 

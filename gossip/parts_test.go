@@ -234,19 +234,9 @@ func TestForwardLogOnce(t *testing.T) {
 // (every chunk travels on its own stream) is applied, not dropped as
 // unsolicited, for syncLinger; after that it is unsolicited.
 func TestSyncDataAfterFinalChunk(t *testing.T) {
-	w := crdt.NewState("c1")
-	require.NoError(t, w.SetEpoch(1))
-	for i := 0; i < 30; i++ {
-		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%02d", i), []byte{0x80}, false, 1)
-		require.NoError(t, err)
-	}
-	chunks := cut(w, 10)
-	require.Len(t, chunks, 3)
 	now := time.Unix(5000, 0)
-	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return now }}
-	require.NoError(t, cfg.setDefaults())
-	n, err := newNode(cfg, newMemReplica(t, "c2"))
-	require.NoError(t, err)
+	n, chunks := syncTestNode(t, &now, 30, 10)
+	require.Len(t, chunks, 3)
 	st, res := n.syncs.beginBulk("a", []string{"c1"}, nil, now, false)
 	require.Equal(t, bulkStarted, res)
 	unsolicited := func() float64 { return testutil.ToFloat64(n.m.dropped.WithLabelValues(dropUnsolicited)) }
@@ -270,19 +260,9 @@ func TestSyncDataAfterFinalChunk(t *testing.T) {
 // after ownerStall, so another peer may serve the origin; a peer whose
 // chunks advance it keeps the ownership.
 func TestOwnerWithoutProgressLosesOrigin(t *testing.T) {
-	w := crdt.NewState("c1")
-	require.NoError(t, w.SetEpoch(1))
-	for i := 0; i < 3*ownerStep; i++ {
-		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%04d", i), []byte{0x80}, false, 1)
-		require.NoError(t, err)
-	}
-	chunks := cut(w, ownerStep)
-	require.Len(t, chunks, 3)
 	now := time.Unix(5000, 0)
-	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return now }}
-	require.NoError(t, cfg.setDefaults())
-	n, err := newNode(cfg, newMemReplica(t, "c2"))
-	require.NoError(t, err)
+	n, chunks := syncTestNode(t, &now, 3*ownerStep, ownerStep)
+	require.Len(t, chunks, 3)
 	all := func(string) bool { return true }
 	owner, res := n.syncs.beginBulk("a", []string{"c1"}, all, now, false)
 	require.Equal(t, bulkStarted, res)
@@ -392,18 +372,8 @@ func TestSyncerOrdersChunks(t *testing.T) {
 // gap for the next round to re-pull (compare TestSyncDataAfterFinalChunk,
 // whose sender predates Seq).
 func TestSyncDataInAnswerOrder(t *testing.T) {
-	w := crdt.NewState("c1")
-	require.NoError(t, w.SetEpoch(1))
-	for i := 0; i < 30; i++ {
-		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%02d", i), []byte{0x80}, false, 1)
-		require.NoError(t, err)
-	}
-	chunks := cut(w, 10)
 	now := time.Unix(5000, 0)
-	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return now }}
-	require.NoError(t, cfg.setDefaults())
-	n, err := newNode(cfg, newMemReplica(t, "c2"))
-	require.NoError(t, err)
+	n, chunks := syncTestNode(t, &now, 30, 10)
 	st, res := n.syncs.beginBulk("a", []string{"c1"}, nil, now, false)
 	require.Equal(t, bulkStarted, res)
 	send := func(i int, final bool) {
@@ -431,4 +401,21 @@ func TestSyncDataInAnswerOrder(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(n.m.syncs.WithLabelValues("requester", "chunk_gap")))
 	_, ok = n.syncs.accept(st.id, "b", now.Add(syncLinger))
 	require.False(t, ok, "the released final chunk ended the sync")
+}
+
+// syncTestNode is node "j" of cluster c2 on the clock *now, and the
+// entries entries of writer c1 (epoch 1) cut into chunks of size.
+func syncTestNode(t *testing.T, now *time.Time, entries, size int) (*Node, []crdt.Delta) {
+	t.Helper()
+	w := crdt.NewState("c1")
+	require.NoError(t, w.SetEpoch(1))
+	for i := 0; i < entries; i++ {
+		_, _, err := w.Write(crdt.KindPod, fmt.Sprintf("ns/p%04d", i), []byte{0x80}, false, 1)
+		require.NoError(t, err)
+	}
+	cfg := Config{NodeName: "j", ClusterID: "c2", Logger: testLogger(), Now: func() time.Time { return *now }}
+	require.NoError(t, cfg.setDefaults())
+	n, err := newNode(cfg, newMemReplica(t, "c2"))
+	require.NoError(t, err)
+	return n, cut(w, size)
 }
