@@ -51,13 +51,36 @@ import (
 // copy per member on average.
 const TreeFanout = 4
 
-// treeRank is a member's rank in origin's tree.
+// treeRank is a member's rank in origin's tree: FNV-64a of (origin, name),
+// then a 64-bit finalizer.
+//
+// FNV-64a alone is not enough. Its last step multiplies by a prime of the
+// form 2^40 + 0x1b3, so a difference in one of the last bytes reaches the
+// top bits only through carries, and member names that share a prefix and
+// differ in their last characters (n000 … n299, node-17.eu-1 …) all get
+// ranks in a narrow band of the rank space. With every rank near the same
+// value r > MaxUint64/k, every member but the root is a leaf and the root's
+// interval is the whole space: the tree was a star whose root sent 299
+// copies one after the other (the N = 300 simulator tail, docs/PERFORMANCE
+// eighth pass). The finalizer (the multiply-xorshift mix of murmur3's
+// fmix64) is a bijection, so it adds no collisions, and it spreads every
+// input bit over all 64 output bits.
 func treeRank(origin, name string) uint64 {
 	h := fnv.New64a()
 	_, _ = h.Write([]byte(origin))
 	_, _ = h.Write([]byte{0})
 	_, _ = h.Write([]byte(name))
-	return h.Sum64()
+	return mix64(h.Sum64())
+}
+
+// mix64 is a 64-bit avalanche finalizer.
+func mix64(x uint64) uint64 {
+	x ^= x >> 33
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 33
+	x *= 0xc4ceb9fe1a85ec53
+	x ^= x >> 33
+	return x
 }
 
 type ranked struct {

@@ -135,3 +135,38 @@ func BenchmarkTreeTargets300(b *testing.B) {
 		_ = treeTargets("eu-1", names[i%300], names, false, TreeFanout)
 	}
 }
+
+// Ranks must spread over the whole rank space for names that share a
+// prefix and differ only in their last characters, as node names do.
+// FNV-64a alone put them all in a narrow band: every member but the root
+// was a leaf and the root relayed to all 299 others one after the other
+// (TestTreeTargetsSpanOnce still passed: a star spans once, in 2 hops).
+func TestTreeRanksSpread(t *testing.T) {
+	for _, pattern := range []string{"n%03d", "node-%d.eu-1", "ip-10-0-%d-17.ec2.internal", "gw-%d"} {
+		const n = 1024
+		var buckets [16]int
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf(pattern, i)
+			buckets[treeRank("c000", names[i])>>60]++
+		}
+		for b, c := range buckets {
+			require.Greater(t, c, n/16/2, "%s: top-nibble bucket %x holds %d of %d ranks", pattern, b, c, n)
+			require.Less(t, c, n/16*2, "%s: top-nibble bucket %x holds %d of %d ranks", pattern, b, c, n)
+		}
+		for _, size := range []int{100, 300, 1000} {
+			interior, most := 0, 0
+			for _, self := range names[:size] {
+				c := len(treeTargets("c000", self, names[:size], false, TreeFanout))
+				if c > 0 {
+					interior++
+				}
+				most = max(most, c)
+			}
+			// about a quarter of the members relay (ranks below 2^64/k);
+			// no member relays to more than a small multiple of k
+			require.Greater(t, interior, size/8, "%s N=%d: only %d members relay", pattern, size, interior)
+			require.LessOrEqual(t, most, 12*TreeFanout, "%s N=%d: a member relays to %d", pattern, size, most)
+		}
+	}
+}
