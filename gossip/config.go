@@ -152,7 +152,8 @@ type Config struct {
 	// Transport overrides memberlist's transport (tests, fault injection:
 	// a *FaultTransport is then returned by Node.Transport). It must already
 	// be bound; BindAddr/BindPort are then only advertised. Nil (production):
-	// a plain memberlist NetTransport bound to BindAddr:BindPort.
+	// netTransport (memberlist's UDP/TCP transport without its 64 KiB
+	// per-packet buffers, nettransport.go) bound to BindAddr:BindPort.
 	Transport memberlist.Transport
 
 	// Now is the clock (default time.Now); tests may inject.

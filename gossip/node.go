@@ -234,16 +234,13 @@ func (n *Node) setupKeyring(mc *memberlist.Config) error {
 	return nil
 }
 
-// setupTransport binds the transport (a plain memberlist NetTransport
-// unless Config.Transport overrides it) behind the inbound stream guard.
+// setupTransport binds the transport (netTransport, memberlist's UDP/TCP
+// transport without its per-packet garbage, unless Config.Transport
+// overrides it) behind the inbound stream guard.
 func (n *Node) setupTransport(mc *memberlist.Config) error {
 	inner := n.cfg.Transport
 	if inner == nil {
-		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-			BindAddrs: []string{mc.BindAddr},
-			BindPort:  mc.BindPort,
-			Logger:    log.New(&mlLogWriter{n: n}, "", 0),
-		})
+		nt, err := newNetTransport(mc.BindAddr, mc.BindPort, log.New(&mlLogWriter{n: n}, "", 0))
 		if err != nil {
 			return fmt.Errorf("gossip: bind %s:%d: %w", mc.BindAddr, mc.BindPort, err)
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/hashicorp/memberlist"
 )
 
-// NewLoopbackTransport binds a real memberlist NetTransport (UDP+TCP) on
-// addr with a kernel-chosen port. Used by tests and the simulator.
+// NewLoopbackTransport binds the daemon's UDP+TCP transport (netTransport)
+// on addr with a kernel-chosen port. Used by tests and the simulator.
 //
 // Its TCP dials leave from whatever source address the kernel picks. Dialling
 // from the bind address (bind before connect, so that members on distinct
@@ -21,12 +21,8 @@ import (
 // explicit bind cannot reuse an ephemeral port for another destination, and
 // the N = 300 simulated mesh, naive baseline included, fell apart (p99
 // 12-24 s).
-func NewLoopbackTransport(addr string) (*memberlist.NetTransport, error) {
-	return memberlist.NewNetTransport(&memberlist.NetTransportConfig{
-		BindAddrs: []string{addr},
-		BindPort:  0,
-		Logger:    log.New(io.Discard, "", 0),
-	})
+func NewLoopbackTransport(addr string) (memberlist.NodeAwareTransport, error) {
+	return newNetTransport(addr, 0, log.New(io.Discard, "", 0))
 }
 
 // nodeAware returns t as a memberlist.NodeAwareTransport, addressing by
