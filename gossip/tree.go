@@ -20,7 +20,8 @@ import (
 // The tree is a heap laid out in hash space rather than by index, so that
 // views that differ by a member or two only disturb the tree locally:
 //
-//   - each member's rank is FNV-64a(origin, name), a point in [0, 2^64);
+//   - each member's rank is a hash of (origin, name) (treeRank), a point
+//     in [0, 2^64), uniform whatever the names look like;
 //   - the parent of a member of rank g is the member with the largest rank
 //     ≤ g/k (k = EagerFanout), or the lowest-ranked member (the root) when
 //     there is none. Ranks strictly decrease towards the root, so there
