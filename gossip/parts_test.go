@@ -419,3 +419,21 @@ func syncTestNode(t *testing.T, now *time.Time, entries, size int) (*Node, []crd
 	require.NoError(t, err)
 	return n, cut(w, size)
 }
+
+// Dead members are dialled by about rejoinDialers nodes per round, whatever
+// the mesh size; small meshes dial every round.
+func TestDialDeadMembersBounded(t *testing.T) {
+	for _, alive := range []int{1, 4, rejoinDialers} {
+		require.True(t, dialDeadMembers(alive, 0.999), "alive=%d", alive)
+	}
+	for _, alive := range []int{17, 100, 300, 10000} {
+		dialers := 0.0
+		const draws = 100000
+		for i := range draws {
+			if dialDeadMembers(alive, (float64(i)+0.5)/draws) {
+				dialers += float64(alive) / draws
+			}
+		}
+		require.InDelta(t, rejoinDialers, dialers, float64(rejoinDialers)*0.1, "alive=%d: %.1f dialers per round", alive, dialers)
+	}
+}
