@@ -131,6 +131,16 @@ func maintenanceEvery(reconnectTimeout time.Duration) time.Duration {
 	return time.Second
 }
 
+// retireEvery is the period of the retirement round (the reconnect-timeout
+// policy and the per-cluster gauges): maintenanceEvery, but no more often
+// than a 120th of the timeout, up to 5 s. The round reads every cluster's
+// liveness, O(clusters) per node: once a second at the default 24 h
+// timeout it was 7.5 % of the CPU of a 300-member simulated mesh, to
+// retire a cluster at most a second sooner.
+func retireEvery(reconnectTimeout time.Duration) time.Duration {
+	return max(maintenanceEvery(reconnectTimeout), min(reconnectTimeout/120, 5*time.Second))
+}
+
 // every runs fn every interval (no jitter) until the node stops.
 func (n *Node) every(interval time.Duration, fn func()) {
 	defer n.wg.Done()

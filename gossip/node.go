@@ -263,7 +263,7 @@ func (n *Node) start() {
 	go n.worker()
 	go n.antiEntropyLoop()
 	go n.every(maintenanceEvery(n.cfg.ReconnectTimeout), n.maintain)
-	go n.every(maintenanceEvery(n.cfg.ReconnectTimeout), n.retirer.round)
+	go n.every(retireEvery(n.cfg.ReconnectTimeout), n.retirer.round)
 	go n.rejoinLoop()
 	if len(n.cfg.Seeds) > 0 {
 		if _, err := n.joinAddrs(n.resolveSeeds()); err != nil {

@@ -437,3 +437,18 @@ func TestDialDeadMembersBounded(t *testing.T) {
 		require.InDelta(t, rejoinDialers, dialers, float64(rejoinDialers)*0.1, "alive=%d: %.1f dialers per round", alive, dialers)
 	}
 }
+
+// The retirement round runs every second for short timeouts (tests, small
+// sets) and every 5 s at the default 24 h: a retirement comes at most 5 s
+// after its timeout.
+func TestRetireEvery(t *testing.T) {
+	for rt, want := range map[time.Duration]time.Duration{
+		2 * time.Second:  500 * time.Millisecond,
+		10 * time.Second: time.Second,
+		2 * time.Minute:  time.Second,
+		5 * time.Minute:  2500 * time.Millisecond,
+		24 * time.Hour:   5 * time.Second,
+	} {
+		require.Equal(t, want, retireEvery(rt), "reconnect timeout %s", rt)
+	}
+}
