@@ -209,8 +209,8 @@ func (n *Node) rejoin() {
 // push/pull over TCP carrying the whole member table, so when every node
 // dialled up to 8 dead members per round, a mesh that flapped (members
 // falsely declared dead on a starved machine) paid N·8 full-state
-// exchanges per round, which starved it further: at N = 300 with LAN
-// timings, 2400 per 10 s. A healed partition needs one exchange across to
+// exchanges per round, which can only starve it further: at N = 300 with
+// LAN timings, up to 2400 per 10 s. A healed partition needs one exchange across to
 // merge (gossip spreads the rest), and 16 dialers per round find one.
 // Seeds that are not alive are always dialled (there are few).
 const rejoinDialers = 16

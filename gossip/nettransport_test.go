@@ -32,24 +32,44 @@ func TestNetTransportPackets(t *testing.T) {
 	a, b := newTestNet(t), newTestNet(t)
 	for _, size := range []int{1, 120, 1400, 9000} {
 		msg := bytes.Repeat([]byte{byte(size)}, size)
-		_, err := a.WriteToAddress(msg, memberlist.Address{Addr: netAddr(b), Name: "b"})
-		require.NoError(t, err)
-		select {
-		case p := <-b.PacketCh():
-			require.Equal(t, msg, p.Buf)
-			// its own size (rounded up to an allocation class), not 64 KiB
-			require.Less(t, cap(p.Buf), size+1024, "a packet keeps only its own bytes")
-			require.Equal(t, netAddr(a), p.From.String())
-			require.WithinDuration(t, time.Now(), p.Timestamp, 5*time.Second)
-		case <-time.After(5 * time.Second):
-			t.Fatalf("packet of %d bytes not received", size)
-		}
+		p := sendRecv(t, a, b, msg)
+		require.Equal(t, msg, p.Buf)
+		// its own size (rounded up to an allocation class), not 64 KiB
+		require.Less(t, cap(p.Buf), size+1024, "a packet keeps only its own bytes")
+		require.Equal(t, netAddr(a), p.From.String())
+		require.WithinDuration(t, time.Now(), p.Timestamp, 5*time.Second)
 	}
 	// a host name is resolved, as memberlist does
 	_, err := a.WriteTo([]byte("x"), net.JoinHostPort("localhost", strconv.Itoa(b.port())))
 	require.NoError(t, err)
 	_, err = a.WriteTo([]byte("x"), "no-port")
 	require.Error(t, err)
+}
+
+// sendRecv sends msg from one transport to the other and returns the packet
+// as received.
+func sendRecv(t *testing.T, from, to *netTransport, msg []byte) *memberlist.Packet {
+	t.Helper()
+	_, err := from.WriteToAddress(msg, memberlist.Address{Addr: netAddr(to)})
+	require.NoError(t, err)
+	select {
+	case p := <-to.PacketCh():
+		return p
+	case <-time.After(5 * time.Second):
+		t.Fatalf("packet of %d bytes from %s to %s not received", len(msg), netAddr(from), netAddr(to))
+		return nil
+	}
+}
+
+// Bound to the unspecified address (the daemon's default), the transport
+// exchanges packets with a loopback-bound one both ways.
+func TestNetTransportUnspecifiedBind(t *testing.T) {
+	wild, err := newNetTransport("0.0.0.0", 0, log.New(io.Discard, "", 0))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = wild.Shutdown() })
+	lo := newTestNet(t)
+	require.Equal(t, "to-lo", string(sendRecv(t, wild, lo, []byte("to-lo")).Buf))
+	require.Equal(t, "to-wild", string(sendRecv(t, lo, wild, []byte("to-wild")).Buf))
 }
 
 // Streams: a dial reaches the other side's StreamCh, both ways of bytes work.
