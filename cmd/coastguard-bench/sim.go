@@ -83,10 +83,10 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 			recv := func(r sim.Result) string { return fmt.Sprintf("%d/%d", r.Received, r.Expected) }
 			rec.add("sim_propagation_p99_ms", simMS(cg.P99), "ms", merge(params, map[string]any{"mode": "coastguard",
 				"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen,
-				"tail_members": cg.TailMembers, "short_views": cg.ShortViews}), target, ok)
+				"tail_members": cg.TailMembers, "short_views": cg.ShortViews}, fdParams(cg)), target, ok)
 			rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", merge(params, map[string]any{"mode": "naive",
 				"p50_ms": round(simMS(nv.P50)), "received": recv(nv), "min_members_seen": nv.MinMembersSeen,
-				"tail_members": nv.TailMembers, "short_views": nv.ShortViews}), "", nil)
+				"tail_members": nv.TailMembers, "short_views": nv.ShortViews}, fdParams(nv)), "", nil)
 			rec.add("sim_p99_ratio_ours_over_naive", ratio(simMS(cg.P99), simMS(nv.P99)), "ratio",
 				map[string]any{"n": n, "profile": string(pl.profile), "p50_ratio": round(ratio(simMS(cg.P50), simMS(nv.P50))),
 					"received": recv(cg), "received_naive": recv(nv)}, "< 1", func(v float64) bool { return v < 1 })
@@ -100,6 +100,13 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// fdParams reports how settled the mesh's failure detector was: the wait
+// for a quiet detector before measuring, and its events during the updates.
+func fdParams(r sim.Result) map[string]any {
+	return map[string]any{"settle_wait_s": round(r.SettleWait.Seconds()), "unsettled": r.Unsettled,
+		"update_suspects": r.UpdateFD.Suspect, "update_probe_fails": r.UpdateFD.ProbeFailed, "update_dead": r.UpdateFD.Dead}
 }
 
 // runSimRetry runs a mesh isolated, once more when it failed for a reason

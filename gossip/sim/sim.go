@@ -51,6 +51,16 @@ type Options struct {
 	NoEncryption bool
 	// Timeout per update for the last node to receive it (default 5s).
 	Timeout time.Duration
+	// JoinRate paces the members' joins, per second (default 30; negative:
+	// unpaced). All members share 2 cores here; 300 unpaced joins within a
+	// second set off a suspicion storm that the mesh may never leave (see
+	// docs/PERFORMANCE.md), for the naive baseline as for coastguard. Real
+	// daemons do not share their cores.
+	JoinRate float64
+	// SettleTimeout bounds the wait, after every member sees all N, for a
+	// quiet failure detector (default 60s); the run proceeds after it and
+	// reports Unsettled.
+	SettleTimeout time.Duration
 }
 
 // Result of a run. Byte figures are per update per node (sum over all nodes
@@ -97,6 +107,18 @@ type Result struct {
 	// updates, Entries stored.
 	IdleWireBytesPerSecPerNode float64
 	IdleAppBytesPerSecPerNode  float64
+	// FD is the failure detector's timeline over all members, one entry
+	// per second from the first join to the end of the updates (At is
+	// relative to the first update). It is process-wide: the runs of one
+	// process must not overlap.
+	FD []FDSecond `json:",omitempty"`
+	// SettleWait is how long the run waited, after the mesh formed and 3s,
+	// for a quiet failure detector; Unsettled is set when it never was
+	// quiet within Options.SettleTimeout. UpdateFD sums the failure
+	// detector's events over the update phase (all members).
+	SettleWait time.Duration
+	Unsettled  bool
+	UpdateFD   FDSecond
 }
 
 func (o *Options) defaults() error {
@@ -117,6 +139,12 @@ func (o *Options) defaults() error {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 5 * time.Second
+	}
+	if o.JoinRate == 0 {
+		o.JoinRate = 30
+	}
+	if o.SettleTimeout <= 0 {
+		o.SettleTimeout = 60 * time.Second
 	}
 	return nil
 }
@@ -160,11 +188,11 @@ func (a *arrivals) count(update int) int {
 var simKey = []byte("0123456789abcdef0123456789abcdef")
 
 // RunPropagationSim runs one mesh of opts.N in-process members.
-func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
+func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error) {
 	if err := opts.defaults(); err != nil {
 		return Result{}, err
 	}
-	res := Result{Mode: "coastguard", N: opts.N, Profile: opts.Profile, Entries: opts.Entries, Updates: opts.Updates}
+	res = Result{Mode: "coastguard", N: opts.N, Profile: opts.Profile, Entries: opts.Entries, Updates: opts.Updates}
 	if opts.Naive {
 		res.Mode = "naive"
 	}
@@ -178,6 +206,9 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 	var writer *cgMember
 	var naiveWriter *naiveMember
 	defer func() { shutdownAll(members, 20*time.Second) }()
+
+	fd := startFD(installFDSink())
+	defer func() { res.FD = fd.finish() }()
 
 	var preload []crdt.Delta
 	if !opts.Naive && opts.Entries > 0 {
@@ -205,8 +236,13 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		members = append(members, m)
 	}
 	// Join: each new member joins a random earlier one (another one if that
-	// join fails: a TCP push/pull can time out on a starved machine).
+	// join fails: a TCP push/pull can time out on a starved machine), paced
+	// at opts.JoinRate.
+	joinStart := time.Now()
 	for i := 1; i < len(members); i++ {
+		if opts.JoinRate > 0 {
+			sleepCtx(ctx, time.Until(joinStart.Add(time.Duration(float64(i-1)/opts.JoinRate*float64(time.Second)))))
+		}
 		var err error
 		for try := 0; try < 3; try++ {
 			if err = members[i].join(members[rand.IntN(i)].addr()); err == nil {
@@ -219,16 +255,31 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		}
 	}
 	// Wait for every member to see all N alive. On an overloaded machine
-	// failure detection may flap; after 60s proceed and report it.
+	// failure detection may flap; after 60s proceed and report it. A
+	// member may also miss another's alive broadcast (a gossip epidemic
+	// leaves a few pairs out; memberlist's periodic push/pull repairs them
+	// only after minutes at N = 300): every 5s, each member still short
+	// re-joins a random member (a push/pull, as a daemon's seed dial is),
+	// paced like the joins.
 	deadline := time.Now().Add(60 * time.Second)
+	nextRefresh := time.Now().Add(5 * time.Second)
 	for {
 		minSeen := opts.N
-		for _, m := range members {
-			minSeen = min(minSeen, m.numMembers())
+		var short []int
+		for i, m := range members {
+			k := m.numMembers()
+			minSeen = min(minSeen, k)
+			if k < opts.N {
+				short = append(short, i)
+			}
 		}
 		res.MinMembersSeen = minSeen
 		if minSeen == opts.N || time.Now().After(deadline) {
 			break
+		}
+		if time.Now().After(nextRefresh) {
+			refreshViews(ctx, members, short, opts.JoinRate)
+			nextRefresh = time.Now().Add(5 * time.Second)
 		}
 		select {
 		case <-ctx.Done():
@@ -236,8 +287,23 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	// Let join-time push/pulls and alive broadcasts settle.
+	// Let join-time push/pulls and alive broadcasts settle: at least 3s,
+	// and until the failure detector has been quiet (no suspicion, no
+	// failed probe) for fdQuietSeconds in a row.
 	sleepCtx(ctx, 3*time.Second)
+	settleStart := time.Now()
+	for !fd.quiet(fdQuietSeconds) {
+		if time.Since(settleStart) > opts.SettleTimeout {
+			res.Unsettled = true
+			slog.Warn("sim: the failure detector did not settle; measuring anyway", "mode", res.Mode, "n", opts.N, "waited", opts.SettleTimeout)
+			break
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+	}
+	res.SettleWait = time.Since(settleStart)
 
 	totals := func() (wire, app int64) {
 		for _, m := range members {
@@ -264,6 +330,7 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 	res.Expected = opts.Updates * (opts.N - 1)
 	w0, a0 = totals()
 	t0 = time.Now()
+	fd.markUpdates(t0)
 	for u := 0; u < opts.Updates; u++ {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -287,6 +354,7 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 	}
 	w1, a1 = totals()
 	secs := time.Since(t0).Seconds()
+	res.UpdateFD = fd.sinceMark()
 	var cw, ca bool
 	res.WireBytesPerUpdatePerNode, res.GrossWireBytesPerUpdatePerNode, cw = NetPerUpdatePerNode(w1-w0, res.IdleWireBytesPerSecPerNode, secs, opts.N, opts.Updates)
 	res.AppBytesPerUpdatePerNode, res.GrossAppBytesPerUpdatePerNode, ca = NetPerUpdatePerNode(a1-a0, res.IdleAppBytesPerSecPerNode, secs, opts.N, opts.Updates)
@@ -322,6 +390,23 @@ func RunPropagationSim(ctx context.Context, opts Options) (Result, error) {
 		res.Max = all[len(all)-1]
 	}
 	return res, nil
+}
+
+// refreshViews has each short member push/pull with a random other one,
+// at most rate per second.
+func refreshViews(ctx context.Context, members []member, short []int, rate float64) {
+	for k, i := range short {
+		if k > 0 && rate > 0 {
+			sleepCtx(ctx, time.Duration(float64(time.Second)/rate))
+		}
+		j := rand.IntN(len(members) - 1)
+		if j >= i {
+			j++
+		}
+		if err := members[i].join(members[j].addr()); err != nil {
+			slog.Warn("sim: view refresh failed", "member", i, "err", err)
+		}
+	}
 }
 
 // tailMembers counts the distinct members among the slowest 1 % of

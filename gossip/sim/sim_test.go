@@ -78,3 +78,27 @@ func TestTailMembers(t *testing.T) {
 	require.Equal(t, 2, tailMembers(lat[:299], who[:299], 300), "one missing takes a tail slot")
 	require.Equal(t, 0, tailMembers(nil, nil, 300))
 }
+
+func TestFDSinkCountsMemberlistEvents(t *testing.T) {
+	s := &fdSink{}
+	s.IncrCounterWithLabels([]string{"memberlist", "msg", "suspect"}, 1, nil)
+	s.IncrCounter([]string{"svc", "memberlist", "msg", "suspect"}, 2)
+	s.IncrCounter([]string{"memberlist", "msg", "dead"}, 1)
+	s.IncrCounter([]string{"memberlist", "msg", "alive"}, 4)
+	s.IncrCounter([]string{"memberlist", "degraded", "probe"}, 1)
+	s.IncrCounter([]string{"memberlist", "udp", "sent"}, 300) // not an event
+	s.IncrCounter([]string{"msg", "suspect"}, 1)              // not memberlist's
+	require.Equal(t, [fdKinds]int64{3, 1, 4, 1}, s.snapshot())
+
+	tl := []FDSecond{{At: -1, Suspect: 5}, {At: 1, Suspect: 1, Alive: 2}, {At: 2, Dead: 1, ProbeFailed: 3}}
+	require.Equal(t, FDSecond{Suspect: 1, Alive: 2, Dead: 1, ProbeFailed: 3}, FDTotals(tl, 0))
+}
+
+func TestQuietTail(t *testing.T) {
+	q := FDSecond{Alive: 3} // alive messages alone are not churn
+	require.False(t, quietTail(nil, 3))
+	require.False(t, quietTail([]FDSecond{q, q}, 3), "too short")
+	require.True(t, quietTail([]FDSecond{{Suspect: 9}, q, q, q}, 3))
+	require.False(t, quietTail([]FDSecond{q, q, {ProbeFailed: 1}}, 3))
+	require.False(t, quietTail([]FDSecond{q, {Suspect: 1}, q}, 3))
+}

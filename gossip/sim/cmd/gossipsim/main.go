@@ -51,6 +51,7 @@ func main() {
 	idle := flag.Duration("idle", 5*time.Second, "idle measurement window")
 	naive := flag.Bool("naive", true, "also run the naive baseline")
 	asJSON := flag.Bool("json", false, "print JSON lines")
+	fdTimeline := flag.Bool("fd", false, "print each run's failure-detector timeline (suspect/dead/alive messages and failed probes per second, all members)")
 	flag.Parse()
 	ns, err := ints(*nList)
 	if err != nil {
@@ -71,6 +72,10 @@ func main() {
 			fmt.Fprintf(os.Stderr, "N=%d naive=%v entries=%d: %v\n", o.N, o.Naive, o.Entries, err)
 			os.Exit(1)
 		}
+		if *fdTimeline {
+			printFD(r)
+		}
+		r.FD = nil
 		results = append(results, r)
 		if *asJSON {
 			b, _ := json.Marshal(r)
@@ -101,8 +106,8 @@ func main() {
 	if *asJSON {
 		return
 	}
-	fmt.Printf("%-10s %4s %5s %7s %6s %6s %6s %9s %8s %10s %10s %12s %12s\n",
-		"mode", "N", "minN", "entries", "recv%", "p50ms", "p99ms", "payloadB", "app/u/n", "wire/u/n", "app/payload", "idleWire/s/n", "idleApp/s/n")
+	fmt.Printf("%-10s %4s %5s %8s %8s %7s %6s %6s %6s %9s %8s %10s %10s %12s %12s\n",
+		"mode", "N", "minN", "settle_s", "upd_susp", "entries", "recv%", "p50ms", "p99ms", "payloadB", "app/u/n", "wire/u/n", "app/payload", "idleWire/s/n", "idleApp/s/n")
 	for _, r := range results {
 		recv, ratio := "-", "-"
 		p50, p99 := "-", "-"
@@ -113,8 +118,19 @@ func main() {
 			app, wire = fmt.Sprintf("%.0f", r.AppBytesPerUpdatePerNode), fmt.Sprintf("%.0f", r.WireBytesPerUpdatePerNode)
 			ratio = fmt.Sprintf("%.2f", r.AppBytesPerUpdatePerNode/float64(max(r.PayloadBytes, 1)))
 		}
-		fmt.Printf("%-10s %4d %5d %7d %6s %6s %6s %9d %8s %10s %10s %12.0f %12.0f\n",
-			r.Mode, r.N, r.MinMembersSeen, r.Entries, recv, p50, p99, r.PayloadBytes, app, wire, ratio,
+		settle := fmt.Sprintf("%.1f", r.SettleWait.Seconds())
+		if r.Unsettled {
+			settle = "never"
+		}
+		fmt.Printf("%-10s %4d %5d %8s %8d %7d %6s %6s %6s %9d %8s %10s %10s %12.0f %12.0f\n",
+			r.Mode, r.N, r.MinMembersSeen, settle, r.UpdateFD.Suspect, r.Entries, recv, p50, p99, r.PayloadBytes, app, wire, ratio,
 			r.IdleWireBytesPerSecPerNode, r.IdleAppBytesPerSecPerNode)
+	}
+}
+
+func printFD(r sim.Result) {
+	fmt.Fprintf(os.Stderr, "failure detector, %s N=%d (t: seconds from the first update)\n%7s %8s %6s %7s %11s\n", r.Mode, r.N, "t", "suspect", "dead", "alive", "probe-fail")
+	for _, s := range r.FD {
+		fmt.Fprintf(os.Stderr, "%7.1f %8d %6d %7d %11d\n", s.At, s.Suspect, s.Dead, s.Alive, s.ProbeFailed)
 	}
 }
