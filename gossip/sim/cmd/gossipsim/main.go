@@ -51,6 +51,7 @@ func main() {
 	idle := flag.Duration("idle", 5*time.Second, "idle measurement window")
 	naive := flag.Bool("naive", true, "also run the naive baseline")
 	asJSON := flag.Bool("json", false, "print JSON lines")
+	joinRate := flag.Float64("join-rate", 30, "member joins per second (negative: unpaced)")
 	fdTimeline := flag.Bool("fd", false, "print each run's failure-detector timeline (suspect/dead/alive messages and failed probes per second, all members)")
 	flag.Parse()
 	ns, err := ints(*nList)
@@ -85,7 +86,7 @@ func main() {
 		}
 	}
 	for _, n := range ns {
-		base := sim.Options{N: n, Profile: gossip.Profile(*profile), PayloadBytes: *payload, IdleWindow: *idle}
+		base := sim.Options{N: n, Profile: gossip.Profile(*profile), PayloadBytes: *payload, IdleWindow: *idle, JoinRate: *joinRate}
 		o := base
 		o.Updates, o.Entries = *updates, es[0]
 		run(o)
