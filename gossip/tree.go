@@ -1,11 +1,9 @@
 package gossip
 
 import (
-	"hash/fnv"
 	"math"
 	"math/bits"
 	"slices"
-	"strings"
 
 	"github.com/hashicorp/memberlist"
 )
@@ -67,11 +65,18 @@ const TreeFanout = 4
 // fmix64) is a bijection, so it adds no collisions, and it spreads every
 // input bit over all 64 output bits.
 func treeRank(origin, name string) uint64 {
-	h := fnv.New64a()
-	_, _ = h.Write([]byte(origin))
-	_, _ = h.Write([]byte{0})
-	_, _ = h.Write([]byte(name))
-	return mix64(h.Sum64())
+	// FNV-64a, inline: hash/fnv through its interface allocates, and this
+	// runs once per member per forward.
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
+	for i := 0; i < len(origin); i++ {
+		h = (h ^ uint64(origin[i])) * prime
+	}
+	h *= prime // the 0 separator
+	for i := 0; i < len(name); i++ {
+		h = (h ^ uint64(name[i])) * prime
+	}
+	return mix64(h)
 }
 
 // mix64 is a 64-bit avalanche finalizer.
@@ -89,23 +94,9 @@ type ranked struct {
 	name string
 }
 
-// treeOrder returns names with their ranks, in rank order (ties, which
-// need a 64-bit collision, by name).
-func treeOrder(origin string, names []string) []ranked {
-	rs := make([]ranked, len(names))
-	for i, n := range names {
-		rs[i] = ranked{treeRank(origin, n), n}
-	}
-	slices.SortFunc(rs, func(a, b ranked) int {
-		switch {
-		case a.rank < b.rank:
-			return -1
-		case a.rank > b.rank:
-			return 1
-		}
-		return strings.Compare(a.name, b.name)
-	})
-	return rs
+// before orders by rank, ties (a 64-bit collision) by name.
+func (a ranked) before(b ranked) bool {
+	return a.rank < b.rank || a.rank == b.rank && a.name < b.name
 }
 
 // scale returns k·r, saturated at the top of the rank space (ok=false).
@@ -117,48 +108,80 @@ func scale(r uint64, k int) (uint64, bool) {
 	return lo, true
 }
 
-// treeTargets is the pure relay decision: the members self sends a fresh
-// delta of origin to, given every alive member's name (self included or
-// not). The writer (publishing its own delta) also sends to the root.
-func treeTargets(origin, self string, alive []string, writer bool, k int) []string {
+// treeSelect is the pure relay decision: the indexes (into n members named
+// name(i), self included or not) that self sends a fresh delta of origin
+// to. The writer (publishing its own delta) also sends to the root, first;
+// the others follow in rank order.
+//
+// It needs only self's rank, its successor's rank and the root, so it is
+// linear in the view and sorts only its few targets: every member runs it
+// once per fresh delta, and at N = 300 sorting the whole view was a third
+// of all allocation in the simulator.
+func treeSelect(origin, self string, n int, name func(int) string, writer bool, k int) []int {
 	k = max(k, 2) // k = 1 would give every member an empty interval
-	names := make([]string, 0, len(alive)+1)
-	for _, n := range alive {
-		if n != self {
-			names = append(names, n)
+	me := ranked{treeRank(origin, self), self}
+	root, rootIdx := me, -1
+	var succ ranked
+	hasSucc := false
+	ranks := make([]uint64, n)
+	for i := range n {
+		nm := name(i)
+		if nm == self {
+			continue
+		}
+		r := ranked{treeRank(origin, nm), nm}
+		ranks[i] = r.rank
+		if r.before(root) {
+			root, rootIdx = r, i
+		}
+		if me.before(r) && (!hasSucc || r.before(succ)) {
+			succ, hasSucc = r, true
 		}
 	}
-	order := treeOrder(origin, append(names, self))
-	pos := slices.IndexFunc(order, func(r ranked) bool { return r.name == self })
 	var lo uint64
-	if pos > 0 {
+	if rootIdx >= 0 { // self is not the root
 		var ok bool
-		if lo, ok = scale(order[pos].rank, k); !ok {
+		if lo, ok = scale(me.rank, k); !ok {
 			// k·p is beyond every rank: nobody's parent, a leaf
 			if writer {
-				return []string{order[0].name}
+				return []int{rootIdx}
 			}
 			return nil
 		}
 	}
 	hi, closed := uint64(math.MaxUint64), true // [lo, hi] when closed, else [lo, hi)
-	if pos+1 < len(order) {
+	if hasSucc {
 		var ok bool
-		hi, ok = scale(order[pos+1].rank, k)
+		hi, ok = scale(succ.rank, k)
 		closed = !ok
 	}
-	var out []string
-	if writer && pos != 0 {
-		out = append(out, order[0].name)
+	var out []int
+	for i := range n {
+		r := ranks[i]
+		if r < lo || r > hi || (r == hi && !closed) || (writer && i == rootIdx) {
+			continue
+		}
+		if nm := name(i); nm != self {
+			out = append(out, i)
+		}
 	}
-	for _, r := range order {
-		if r.name == self || r.rank < lo || (r.rank == hi && !closed) || r.rank > hi {
-			continue
+	slices.SortFunc(out, func(a, b int) int {
+		if (ranked{ranks[a], name(a)}).before(ranked{ranks[b], name(b)}) {
+			return -1
 		}
-		if writer && r.name == order[0].name {
-			continue
-		}
-		out = append(out, r.name)
+		return 1
+	})
+	if writer && rootIdx >= 0 {
+		out = append([]int{rootIdx}, out...)
+	}
+	return out
+}
+
+// treeTargets is treeSelect over a list of names.
+func treeTargets(origin, self string, alive []string, writer bool, k int) []string {
+	var out []string
+	for _, i := range treeSelect(origin, self, len(alive), func(i int) string { return alive[i] }, writer, k) {
+		out = append(out, alive[i])
 	}
 	return out
 }
@@ -167,16 +190,10 @@ func treeTargets(origin, self string, alive []string, writer bool, k int) []stri
 // exclude (the member the delta came from).
 func (n *Node) treePeers(origin, exclude string, writer bool) []*memberlist.Node {
 	peers := n.alivePeers("")
-	byName := make(map[string]*memberlist.Node, len(peers))
-	names := make([]string, 0, len(peers))
-	for _, p := range peers {
-		byName[p.Name] = p
-		names = append(names, p.Name)
-	}
 	var out []*memberlist.Node
-	for _, t := range treeTargets(origin, n.cfg.NodeName, names, writer, n.cfg.EagerFanout) {
-		if p := byName[t]; p != nil && t != exclude {
-			out = append(out, p)
+	for _, i := range treeSelect(origin, n.cfg.NodeName, len(peers), func(i int) string { return peers[i].Name }, writer, n.cfg.EagerFanout) {
+		if peers[i].Name != exclude {
+			out = append(out, peers[i])
 		}
 	}
 	return out

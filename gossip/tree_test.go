@@ -2,6 +2,11 @@ package gossip
 
 import (
 	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -68,7 +73,103 @@ func TestTreeOrderDeterministic(t *testing.T) {
 		roots[treeOrder(fmt.Sprintf("o%d", i), names)[0].name] = true
 	}
 	require.Greater(t, len(roots), 2, "roots should spread over members")
-	require.Len(t, treeTargets("o1", "a", names, false, 4), len(treeTargets("o1", "a", rev, false, 4)))
+	require.Equal(t, treeTargets("o1", "a", names, false, 4), treeTargets("o1", "a", rev, false, 4))
+}
+
+// treeOrder is the reference layout: every member, self included, sorted
+// by (rank, name).
+func treeOrder(origin string, names []string) []ranked {
+	rs := make([]ranked, len(names))
+	for i, n := range names {
+		rs[i] = ranked{treeRank(origin, n), n}
+	}
+	slices.SortFunc(rs, func(a, b ranked) int {
+		if a.rank != b.rank {
+			if a.rank < b.rank {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.name, b.name)
+	})
+	return rs
+}
+
+// refTreeTargets is the tree's definition computed the slow way, over the
+// sorted view (what treeSelect did before it went linear).
+func refTreeTargets(origin, self string, alive []string, writer bool, k int) []string {
+	k = max(k, 2)
+	var names []string
+	for _, n := range alive {
+		if n != self {
+			names = append(names, n)
+		}
+	}
+	order := treeOrder(origin, append(names, self))
+	pos := slices.IndexFunc(order, func(r ranked) bool { return r.name == self })
+	var lo uint64
+	if pos > 0 {
+		var ok bool
+		if lo, ok = scale(order[pos].rank, k); !ok {
+			if writer {
+				return []string{order[0].name}
+			}
+			return nil
+		}
+	}
+	hi, closed := uint64(math.MaxUint64), true
+	if pos+1 < len(order) {
+		var ok bool
+		hi, ok = scale(order[pos+1].rank, k)
+		closed = !ok
+	}
+	var out []string
+	if writer && pos != 0 {
+		out = append(out, order[0].name)
+	}
+	for _, r := range order {
+		if r.name == self || r.rank < lo || (r.rank == hi && !closed) || r.rank > hi {
+			continue
+		}
+		if writer && r.name == order[0].name {
+			continue
+		}
+		out = append(out, r.name)
+	}
+	return out
+}
+
+// The linear selection computes exactly the sorted definition, for random
+// views (self in the view or not), fan-outs and writers.
+func TestTreeSelectMatchesSortedDefinition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 18))
+	for trial := 0; trial < 3000; trial++ {
+		n := 1 + rng.IntN(120)
+		names := make([]string, n)
+		for i := range names {
+			names[i] = fmt.Sprintf("node-%d.c%d", rng.IntN(400), rng.IntN(5))
+		}
+		names = slices.Compact(slices.Sorted(slices.Values(names)))
+		rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+		self := names[rng.IntN(len(names))]
+		view := names
+		if rng.IntN(3) == 0 { // self not in its own view
+			view = slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == self })
+		}
+		origin := fmt.Sprintf("c%d", rng.IntN(5))
+		k, writer := 2+rng.IntN(7), rng.IntN(4) == 0
+		require.Equal(t, refTreeTargets(origin, self, view, writer, k), treeTargets(origin, self, view, writer, k),
+			"trial %d origin=%s self=%s k=%d writer=%v view=%v", trial, origin, self, k, writer, view)
+	}
+}
+
+// The inline hash is FNV-64a of origin, a zero byte and the name.
+func TestTreeRankIsFNV64a(t *testing.T) {
+	for _, c := range [][2]string{{"", ""}, {"c000", "n001"}, {"eu-1", "ip-10-0-3-17.ec2.internal"}} {
+		h := fnv.New64a()
+		_, _ = h.Write([]byte(c[0] + "\x00" + c[1]))
+		require.Equal(t, mix64(h.Sum64()), treeRank(c[0], c[1]), "%q", c)
+	}
 }
 
 // A member missing from some senders' views disturbs the tree only
