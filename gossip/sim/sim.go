@@ -52,8 +52,8 @@ type Options struct {
 	// Timeout per update for the last node to receive it (default 5s).
 	Timeout time.Duration
 	// JoinRate paces the members' joins, per second (default 30; negative:
-	// unpaced). All members share 2 cores here; 300 unpaced joins within a
-	// second set off a suspicion storm that the mesh may never leave (see
+	// unpaced). All members share the machine's cores (2 on the bench
+	// machine); 300 unpaced joins within a second set off a suspicion storm that the mesh may never leave (see
 	// docs/PERFORMANCE.md), for the naive baseline as for coastguard. Real
 	// daemons do not share their cores.
 	JoinRate float64
