@@ -278,7 +278,7 @@ func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error
 			break
 		}
 		if time.Now().After(nextRefresh) {
-			refreshViews(ctx, members, short, opts.JoinRate)
+			refreshViews(ctx, members, short, opts.JoinRate, deadline)
 			nextRefresh = time.Now().Add(5 * time.Second)
 		}
 		select {
@@ -393,9 +393,13 @@ func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error
 }
 
 // refreshViews has each short member push/pull with a random other one,
-// at most rate per second.
-func refreshViews(ctx context.Context, members []member, short []int, rate float64) {
+// at most rate per second, until the deadline (on a starved machine one
+// push/pull can take seconds, and most members may be short).
+func refreshViews(ctx context.Context, members []member, short []int, rate float64, deadline time.Time) {
 	for k, i := range short {
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return
+		}
 		if k > 0 && rate > 0 {
 			sleepCtx(ctx, time.Duration(float64(time.Second)/rate))
 		}
