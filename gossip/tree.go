@@ -115,8 +115,8 @@ func scale(r uint64, k int) (uint64, bool) {
 //
 // It needs only self's rank, its successor's rank and the root, so it is
 // linear in the view and sorts only its few targets: every member runs it
-// once per fresh delta, and at N = 300 sorting the whole view was a third
-// of all allocation in the simulator.
+// once per fresh delta, and at N = 300 sorting the whole view was 29 % of
+// what the simulator allocated during its updates.
 func treeSelect(origin, self string, n int, name func(int) string, writer bool, k int) []int {
 	k = max(k, 2) // k = 1 would give every member an empty interval
 	me := ranked{treeRank(origin, self), self}
@@ -166,10 +166,14 @@ func treeSelect(origin, self string, n int, name func(int) string, writer bool, 
 		}
 	}
 	slices.SortFunc(out, func(a, b int) int {
-		if (ranked{ranks[a], name(a)}).before(ranked{ranks[b], name(b)}) {
+		ra, rb := ranked{ranks[a], name(a)}, ranked{ranks[b], name(b)}
+		switch {
+		case ra.before(rb):
 			return -1
+		case rb.before(ra):
+			return 1
 		}
-		return 1
+		return 0
 	})
 	if writer && rootIdx >= 0 {
 		out = append([]int{rootIdx}, out...)
