@@ -52,14 +52,16 @@ func fdKind(key []string) int {
 	if len(key) < 3 || key[len(key)-3] != "memberlist" {
 		return -1
 	}
-	switch key[len(key)-2] + "." + key[len(key)-1] {
-	case "msg.suspect":
+	// memberlist counts every packet through here: compare in place.
+	group, name := key[len(key)-2], key[len(key)-1]
+	switch {
+	case group == "msg" && name == "suspect":
 		return fdSuspect
-	case "msg.dead":
+	case group == "msg" && name == "dead":
 		return fdDead
-	case "msg.alive":
+	case group == "msg" && name == "alive":
 		return fdAlive
-	case "degraded.probe":
+	case group == "degraded" && name == "probe":
 		return fdProbeFail
 	}
 	return -1

@@ -102,3 +102,15 @@ func TestQuietTail(t *testing.T) {
 	require.False(t, quietTail([]FDSecond{q, q, {ProbeFailed: 1}}, 3))
 	require.False(t, quietTail([]FDSecond{q, {Suspect: 1}, q}, 3))
 }
+
+// memberlist counts every packet through the sink: the lookup must not
+// allocate.
+func TestFDSinkDoesNotAllocate(t *testing.T) {
+	s := &fdSink{}
+	key := []string{"memberlist", "udp", "sent"}
+	sus := []string{"memberlist", "msg", "suspect"}
+	require.Zero(t, testing.AllocsPerRun(100, func() {
+		s.IncrCounterWithLabels(key, 300, nil)
+		s.IncrCounterWithLabels(sus, 1, nil)
+	}))
+}
