@@ -165,7 +165,16 @@ func treeSelect(origin, self string, n int, name func(int) string, writer bool, 
 			out = append(out, i)
 		}
 	}
-	slices.SortFunc(out, func(a, b int) int {
+	sortByRank(out, ranks, name)
+	if writer && rootIdx >= 0 {
+		out = append([]int{rootIdx}, out...)
+	}
+	return out
+}
+
+// sortByRank sorts member indexes by (rank, name).
+func sortByRank(idx []int, ranks []uint64, name func(int) string) {
+	slices.SortFunc(idx, func(a, b int) int {
 		ra, rb := ranked{ranks[a], name(a)}, ranked{ranks[b], name(b)}
 		switch {
 		case ra.before(rb):
@@ -175,10 +184,6 @@ func treeSelect(origin, self string, n int, name func(int) string, writer bool, 
 		}
 		return 0
 	})
-	if writer && rootIdx >= 0 {
-		out = append([]int{rootIdx}, out...)
-	}
-	return out
 }
 
 // treeTargets is treeSelect over a list of names.
