@@ -122,8 +122,9 @@ func (n *Node) expireSyncs() {
 	}
 }
 
-// maintenanceEvery is the period of the maintenance and retirement loops:
-// a second, or a quarter of a (test-short) ReconnectTimeout.
+// maintenanceEvery is the period of the maintenance loop, and the shortest
+// period of the retirement round (retireEvery): a second, or a quarter of a
+// (test-short) ReconnectTimeout.
 func maintenanceEvery(reconnectTimeout time.Duration) time.Duration {
 	if reconnectTimeout/4 < time.Second {
 		return max(reconnectTimeout/4, 10*time.Millisecond)

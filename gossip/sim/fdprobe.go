@@ -121,8 +121,7 @@ func (r *fdRecorder) loop() {
 		case now := <-t.C:
 			cur := r.sink.snapshot()
 			r.mu.Lock()
-			r.secs = append(r.secs, FDSecond{Suspect: cur[fdSuspect] - prev[fdSuspect], Dead: cur[fdDead] - prev[fdDead],
-				Alive: cur[fdAlive] - prev[fdAlive], ProbeFailed: cur[fdProbeFail] - prev[fdProbeFail]})
+			r.secs = append(r.secs, fdDiff(cur, prev))
 			r.times = append(r.times, now)
 			r.mu.Unlock()
 			prev = cur
@@ -143,8 +142,13 @@ func (r *fdRecorder) sinceMark() FDSecond {
 	cur := r.sink.snapshot()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return FDSecond{Suspect: cur[fdSuspect] - r.mark[fdSuspect], Dead: cur[fdDead] - r.mark[fdDead],
-		Alive: cur[fdAlive] - r.mark[fdAlive], ProbeFailed: cur[fdProbeFail] - r.mark[fdProbeFail]}
+	return fdDiff(cur, r.mark)
+}
+
+// fdDiff is the events between two snapshots of the sink.
+func fdDiff(cur, prev [fdKinds]int64) FDSecond {
+	return FDSecond{Suspect: cur[fdSuspect] - prev[fdSuspect], Dead: cur[fdDead] - prev[fdDead],
+		Alive: cur[fdAlive] - prev[fdAlive], ProbeFailed: cur[fdProbeFail] - prev[fdProbeFail]}
 }
 
 // quiet reports whether the last k sampled seconds had no suspicion and
@@ -181,19 +185,4 @@ func (r *fdRecorder) finish() []FDSecond {
 		out[i] = s
 	}
 	return out
-}
-
-// FDTotals sums a timeline from second `from` (relative to the update
-// phase) on.
-func FDTotals(tl []FDSecond, from float64) (t FDSecond) {
-	for _, s := range tl {
-		if s.At <= from {
-			continue
-		}
-		t.Suspect += s.Suspect
-		t.Dead += s.Dead
-		t.Alive += s.Alive
-		t.ProbeFailed += s.ProbeFailed
-	}
-	return t
 }
