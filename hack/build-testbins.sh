@@ -41,7 +41,7 @@ with_ticker() { # label cmd...
 
 build_k8s() {
   local need=()
-  for b in kube-apiserver kubectl kube-controller-manager; do
+  for b in kube-apiserver kubectl kube-controller-manager kube-proxy; do
     stamp_ok "$b" "$K8S_VERSION" || need+=("$b")
   done
   [[ ${#need[@]} -eq 0 ]] && { log "kubernetes $K8S_VERSION binaries cached"; return 0; }
@@ -68,6 +68,7 @@ build_k8s() {
       echo "	k8s.io/kubernetes/cmd/kube-apiserver"
       echo "	k8s.io/kubernetes/cmd/kube-controller-manager"
       echo "	k8s.io/kubernetes/cmd/kubectl"
+      echo "	k8s.io/kubernetes/cmd/kube-proxy"
       echo ")"
     } >"$mod/go.mod.tmp"
     mv "$mod/go.mod.tmp" "$mod/go.mod"
@@ -139,8 +140,42 @@ ensure_iptables() {
   log "WARNING: iptables missing; install it (apt-get install -y iptables) as root, or e2e partition tests will fail"
 }
 
+# kube-router's network policy controller is the dataplane's NetworkPolicy
+# engine (test/harness/dataplane.go). The Go module proxy serves v2.1.0 only,
+# which has reported security flaws: it runs only inside the harness's network
+# namespaces, is never linked into coastguard and never shipped.
+KUBE_ROUTER_VERSION="${KUBE_ROUTER_VERSION:-v2.1.0}"
+build_kube_router() {
+  stamp_ok kube-router "$KUBE_ROUTER_VERSION" && { log "kube-router $KUBE_ROUTER_VERSION cached"; return 0; }
+  local gobin="$TOOLS/kube-router-$KUBE_ROUTER_VERSION"
+  mkdir -p "$gobin"
+  log "building kube-router $KUBE_ROUTER_VERSION (test-only NetworkPolicy engine)"
+  with_ticker kube-router bash -c "GOBIN='$gobin' GOFLAGS=-mod=mod CGO_ENABLED=0 go install -trimpath -ldflags '-s -w' github.com/cloudnativelabs/kube-router/v2/cmd/kube-router@$KUBE_ROUTER_VERSION"
+  mv "$gobin/kube-router" "$BIN_DIR/kube-router"
+  echo "$KUBE_ROUTER_VERSION" >"$BIN_DIR/.kube-router.version"
+}
+
+# The dataplane also needs ipset (kube-router programs it) and iproute2.
+ensure_dataplane_tools() {
+  local missing=()
+  command -v ipset >/dev/null 2>&1 || missing+=(ipset)
+  command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  [[ ${#missing[@]} -eq 0 ]] && { log "ipset and iproute2 present"; return 0; }
+  if [[ "${TESTBINS_NO_APT:-}" != 1 && "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
+    log "installing ${missing[*]} (apt-get)"
+    if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1; then
+      apt-get update -qq >/dev/null 2>&1 || true
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    return 0
+  fi
+  log "WARNING: ${missing[*]} missing; the packet-level e2e scenarios will skip"
+}
+
 ensure_iptables
+ensure_dataplane_tools
 build_etcd
 build_k8s
+build_kube_router
 log "test binaries ready in $BIN_DIR"
 ls -la "$BIN_DIR" >&2

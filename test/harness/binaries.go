@@ -48,6 +48,10 @@ const (
 	BinKubeAPIServer     = "kube-apiserver"
 	BinKubeControllerMgr = "kube-controller-manager"
 	BinKubectl           = "kubectl"
+	// BinKubeRouter is the dataplane's NetworkPolicy engine (test only).
+	BinKubeRouter = "kube-router"
+	// BinKubeProxy is the dataplane's Service proxy.
+	BinKubeProxy = "kube-proxy"
 )
 
 // EnvTestbinDir overrides where the test binaries are looked up.

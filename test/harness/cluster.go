@@ -99,7 +99,7 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin string) error {
 		args := []string{
 			"--etcd-servers=" + c.env.EtcdURL,
 			"--etcd-prefix=" + c.EtcdPrefix,
-			"--bind-address=127.0.0.1",
+			"--bind-address=" + c.bindAddress(),
 			"--advertise-address=127.0.0.1",
 			"--secure-port=" + strconv.Itoa(port),
 			"--tls-cert-file=" + c.pki.serverCert,
@@ -283,4 +283,15 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, name string, labels map[s
 		return nil
 	}
 	return err
+}
+
+// bindAddress is where the apiserver listens: loopback, or every address
+// when the dataplane's node agents must reach it from their namespaces
+// (through the underlay bridge; clients in this namespace still use
+// 127.0.0.1).
+func (c *Cluster) bindAddress() string {
+	if c.env.dp != nil {
+		return "0.0.0.0"
+	}
+	return "127.0.0.1"
 }

@@ -45,6 +45,11 @@ type Options struct {
 	GossipIPBase int
 	// StartTimeout bounds the start of the control planes (default 120s).
 	StartTimeout time.Duration
+	// Dataplane gives every cluster NodesPerCluster nodes and every Running
+	// pod a network namespace, joins the clusters like Submariner does and
+	// runs a real NetworkPolicy engine on every node (see Dataplane). It
+	// needs root, iproute2, iptables, ipset and the kube-router binary.
+	Dataplane bool
 	// Logf receives progress messages (default: discard; Start uses t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -63,6 +68,7 @@ type Env struct {
 	kubectl string
 	gidBase uint32
 	part    *partitioner
+	dp      *Dataplane
 	t       testing.TB
 
 	mu      sync.Mutex
@@ -212,6 +218,15 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	opts.Logf("harness: etcd ready at %s (%.1fs)", env.EtcdURL, time.Since(began).Seconds())
 
+	if opts.Dataplane {
+		owner := os.Getpid()
+		if opts.Detach {
+			owner = env.Etcd.Pid() // outlives this program, like the dataplane
+		}
+		if env.dp, err = newDataplane(env, owner); err != nil {
+			return env, err
+		}
+	}
 	for i, name := range names {
 		c, err := newCluster(env, i, name)
 		if err != nil {
@@ -246,6 +261,12 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 			return env, err
 		}
 		opts.Logf("harness: kube-controller-managers ready (%.1fs)", time.Since(began).Seconds())
+	}
+	if env.dp != nil {
+		if err := env.dp.addNodes(ctx); err != nil {
+			return env, err
+		}
+		opts.Logf("harness: dataplane ready: %d nodes with kube-router (%.1fs)", NodesPerCluster*len(env.Clusters), time.Since(began).Seconds())
 	}
 	env.StartupTime = time.Since(began)
 	if err := env.saveState(); err != nil {
@@ -394,6 +415,9 @@ func (e *Env) Processes() []*Process {
 		ps = append(ps, d.Process)
 	}
 	e.mu.Unlock()
+	if e.dp != nil {
+		ps = append(ps, e.dp.engineProcesses()...)
+	}
 	return ps
 }
 
@@ -498,6 +522,11 @@ func (e *Env) Close() error {
 	if err := e.part.close(); err != nil {
 		errs = append(errs, err)
 	}
+	if e.dp != nil {
+		if err := e.dp.close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	var cms, apis []*Process
 	for _, c := range e.Clusters {
 		if c.ControllerManager != nil {
@@ -532,13 +561,20 @@ func (e *Env) emergencyStop() {
 		_ = p.Signal(syscall.SIGKILL)
 	}
 	_ = e.part.close()
+	if e.dp != nil {
+		_ = e.dp.close()
+	}
 }
 
 // state is the on-disk description of a (possibly detached) Env, used by
 // Down and by tools that attach to running clusters (make demo).
 type state struct {
-	Dir       string         `json:"dir"`
-	Chain     string         `json:"iptablesChain"`
+	Dir   string `json:"dir"`
+	Chain string `json:"iptablesChain"`
+	// Dataplane is the name prefix of the dataplane's network namespaces
+	// and Bridge its underlay bridge (empty without a dataplane).
+	Dataplane string         `json:"dataplane,omitempty"`
+	Bridge    string         `json:"bridge,omitempty"`
 	Processes []stateProcess `json:"processes"`
 	Clusters  []stateCluster `json:"clusters"`
 }
@@ -562,6 +598,9 @@ const StateFile = "env.json"
 
 func (e *Env) saveState() error {
 	st := state{Dir: e.Dir, Chain: e.part.chain}
+	if e.dp != nil {
+		st.Dataplane, st.Bridge = e.dp.prefix, e.dp.bridge
+	}
 	for _, p := range e.Processes() {
 		if pid := p.Pid(); pid != 0 {
 			st.Processes = append(st.Processes, stateProcess{Name: p.Name, Pid: pid, Path: p.Path, Log: p.LogPath})
@@ -612,6 +651,11 @@ func Down(dir string) error {
 		}
 		if pidAlive(p.Pid) {
 			_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		}
+	}
+	if st.Dataplane != "" {
+		if err := removeDataplane(st.Dataplane, st.Bridge); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if st.Chain != "" && CheckPartitionSupport() == nil && chainExists(st.Chain) {

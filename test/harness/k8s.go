@@ -96,6 +96,16 @@ func (c *Cluster) SetPodStatus(ctx context.Context, ns, name, ip string, phase c
 		status["podIP"] = addr.String()
 		status["podIPs"] = []map[string]string{{"ip": addr.String()}}
 	}
+	if c.env.dp != nil {
+		hostIP, err := c.dataplaneStatus(ctx, ns, name, ip, phase)
+		if err != nil {
+			return nil, err
+		}
+		if hostIP != "" {
+			status["hostIP"] = hostIP
+			status["hostIPs"] = []map[string]string{{"ip": hostIP}}
+		}
+	}
 	now := metav1.NewTime(time.Now())
 	ready := corev1.ConditionFalse
 	if phase == corev1.PodRunning {
@@ -121,6 +131,9 @@ func (c *Cluster) RunPod(ctx context.Context, ns, name, ip string, labels map[st
 // DeletePod deletes a pod immediately (grace period 0: there is no kubelet to
 // finish a graceful deletion).
 func (c *Cluster) DeletePod(ctx context.Context, ns, name string) error {
+	if c.env.dp != nil {
+		c.env.dp.detach(c, ns, name)
+	}
 	zero := int64(0)
 	err := c.Client.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	if apierrors.IsNotFound(err) {
@@ -178,4 +191,29 @@ func (c *Cluster) ApplyKustomize(ctx context.Context, dir string) error {
 		return fmt.Errorf("harness: waiting for CRDs of %s: %w", dir, err)
 	}
 	return nil
+}
+
+// dataplaneStatus does what a kubelet and CNI do before a pod's status
+// changes: a pod that becomes Running with an IP is bound to its node and
+// gets its network namespace, interface and agent first; a pod that loses
+// its IP or stops running loses them. It returns the node's IP (hostIP).
+func (c *Cluster) dataplaneStatus(ctx context.Context, ns, name, ip string, phase corev1.PodPhase) (string, error) {
+	dp := c.env.dp
+	pod, err := c.Client.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if ip == "" || phase != corev1.PodRunning {
+		dp.detach(c, ns, name)
+		return dp.NodeOf(c, pod).IP, nil
+	}
+	n, err := dp.bind(ctx, c, pod)
+	if err != nil {
+		return "", err
+	}
+	addr, _ := netip.ParseAddr(ip) // checked by the caller
+	if err := dp.attach(c, pod, n, addr.String()); err != nil {
+		return "", err
+	}
+	return n.IP, nil
 }
