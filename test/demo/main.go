@@ -22,7 +22,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
@@ -106,30 +105,11 @@ func up(root, dir string) error {
 	step("creating the shop workload from examples/ (namespaces, pods, ClusterProperty region labels,\n    and Submariner's Cluster objects of every cluster, as the broker syncs them: the trusted pod CIDRs)")
 	ipIndex := map[string]string{}
 	for _, c := range env.Clusters {
-		if err := c.EnsureNamespace(ctx, "submariner-operator", nil); err != nil {
-			return err
-		}
-		for _, f := range []string{"namespaces.yaml", "cluster.yaml", "submariner-clusters.yaml"} {
-			if _, se, err := c.Kubectl(ctx, "apply", "-f", filepath.Join(root, "examples", c.Name, f)); err != nil {
-				return fmt.Errorf("%s: kubectl apply %s: %v: %s", c.Name, f, err, se)
-			}
-		}
-		podFile := filepath.Join(root, "examples", c.Name, "pods.yaml")
-		if _, se, err := c.Kubectl(ctx, "apply", "-f", podFile); err != nil {
-			return fmt.Errorf("%s: kubectl apply pods.yaml: %v: %s", c.Name, err, se)
-		}
-		pods, err := readPods(podFile)
+		pods, err := c.ApplyExampleWorkload(ctx, filepath.Join(root, "examples"))
 		if err != nil {
 			return err
 		}
-		// there is no kubelet: set each pod's IP and phase through the status subresource
 		for _, p := range pods {
-			if p.Status.PodIP == "" && p.Status.Phase == "" {
-				continue
-			}
-			if _, err := c.SetPodStatus(ctx, p.Namespace, p.Name, p.Status.PodIP, p.Status.Phase); err != nil {
-				return err
-			}
 			if p.Status.PodIP != "" {
 				ipIndex[p.Status.PodIP+"/32"] = c.Name + "/" + p.Namespace + "/" + p.Name
 			}
@@ -252,27 +232,6 @@ func indent(s string) string {
 }
 
 func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
-
-func readPods(path string) ([]corev1.Pod, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
-	var out []corev1.Pod
-	for {
-		var p corev1.Pod
-		if err := dec.Decode(&p); err == io.EOF {
-			break
-		} else if err != nil {
-			return nil, fmt.Errorf("%s: %w", path, err)
-		}
-		if p.Kind == "Pod" && p.Name != "" {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
 
 // renderExpected runs `coastguardd render` on examples/: the demo checks the
 // daemons converge on exactly the offline translation.

@@ -203,6 +203,15 @@ func (c *Cluster) dataplaneStatus(ctx context.Context, ns, name, ip string, phas
 	if err != nil {
 		return "", err
 	}
+	if pod.Spec.HostNetwork {
+		// A hostNetwork pod shares its node's network namespace; it gets
+		// no interface of its own and is never a peer.
+		n, err := dp.bind(ctx, c, pod)
+		if err != nil {
+			return "", err
+		}
+		return n.IP, nil
+	}
 	if ip == "" || phase != corev1.PodRunning {
 		dp.detach(c, ns, name)
 		return dp.NodeOf(c, pod).IP, nil
