@@ -226,7 +226,7 @@ func (c *Cluster) startControllerManager(ctx context.Context, bin string) error 
 		"--kubeconfig=" + c.Kubeconfig,
 		"--leader-elect=false",
 		"--secure-port=0",
-		"--controllers=namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller",
+		"--controllers=" + c.controllers(),
 		"--service-account-private-key-file=" + c.pki.saKeyFile,
 		"--root-ca-file=" + c.pki.caFile,
 		"--use-service-account-credentials=false",
@@ -294,4 +294,14 @@ func (c *Cluster) bindAddress() string {
 		return "0.0.0.0"
 	}
 	return "127.0.0.1"
+}
+
+// controllers are the kube-controller-manager controllers the harness runs;
+// with Services on the dataplane, EndpointSlices too (kube-proxy reads them).
+func (c *Cluster) controllers() string {
+	list := "namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,clusterrole-aggregation-controller"
+	if c.env.opts.Services {
+		list += ",endpointslice-controller"
+	}
+	return list
 }

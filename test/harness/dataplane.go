@@ -54,6 +54,7 @@ type Dataplane struct {
 	rootIP  string
 	agent   string
 	router  string
+	proxy   string
 	nodes   map[string][]*Node // cluster name -> nodes
 	mu      sync.Mutex
 	pods    map[string]*dpPod // cluster/ns/name -> attached pod
@@ -74,6 +75,7 @@ type Node struct {
 	IP      string
 	Gateway bool
 	Engine  *Process
+	Proxy   *Process // kube-proxy, with Options.Services
 }
 
 type dpPod struct {
@@ -112,6 +114,12 @@ func newDataplane(e *Env, owner int) (*Dataplane, error) {
 	if err != nil {
 		return nil, err
 	}
+	proxy := ""
+	if e.opts.Services {
+		if proxy, err = Binary(e.BinDir, BinKubeProxy); err != nil {
+			return nil, err
+		}
+	}
 	agent, err := Build("./test/harness/internal/podagent")
 	if err != nil {
 		return nil, fmt.Errorf("harness dataplane: building podagent: %w", err)
@@ -126,7 +134,7 @@ func newDataplane(e *Env, owner int) (*Dataplane, error) {
 		prefix: fmt.Sprintf("%s%dx%d", dpPrefix, owner, envSeq.Load()),
 		bridge: "cgbr" + strconv.Itoa(slot),
 		rootIP: fmt.Sprintf("172.%d.0.1", 16+slot),
-		agent:  agent, router: router,
+		agent:  agent, router: router, proxy: proxy,
 		nodes: map[string][]*Node{}, pods: map[string]*dpPod{}, byIP: map[string]string{},
 	}
 	for _, args := range [][]string{
@@ -175,6 +183,11 @@ func (dp *Dataplane) addNodes(ctx context.Context) error {
 			if err := dp.startEngine(c, n); err != nil {
 				return err
 			}
+			if dp.env.opts.Services {
+				if err := dp.startProxy(c, n); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	for _, c := range dp.env.Clusters {
@@ -182,6 +195,10 @@ func (dp *Dataplane) addNodes(ctx context.Context) error {
 			if err := dp.waitEngine(ctx, n); err != nil {
 				return err
 			}
+		}
+		// After kube-proxy, which puts its own POSTROUTING jump first.
+		if err := dp.exemptRemotesFromMasquerade(c); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -307,12 +324,73 @@ func (dp *Dataplane) startEngine(c *Cluster, n *Node) error {
 	return nil
 }
 
-// waitEngine waits until kube-router has programmed its base chains.
+// waitEngine waits until kube-router has programmed its base chains (and
+// kube-proxy its service chain).
 func (dp *Dataplane) waitEngine(ctx context.Context, n *Node) error {
-	return waitReady(ctx, n.Engine, 60*time.Second, func(context.Context) error {
+	err := waitReady(ctx, n.Engine, 60*time.Second, func(context.Context) error {
 		_, err := inNetns(n.NS, "iptables", "-w", "-S", "KUBE-ROUTER-FORWARD")
 		return err
 	})
+	if err != nil || n.Proxy == nil {
+		return err
+	}
+	return waitReady(ctx, n.Proxy, 60*time.Second, func(context.Context) error {
+		_, err := inNetns(n.NS, "iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES")
+		return err
+	})
+}
+
+// startProxy runs kube-proxy in iptables mode in the node's namespace.
+// --cluster-cidr makes it masquerade service traffic from outside the
+// cluster's pod CIDR, as in a real cluster; see
+// exemptRemotesFromMasquerade for what Submariner does about it.
+func (dp *Dataplane) startProxy(c *Cluster, n *Node) error {
+	kc, err := dp.nodeKubeconfig(c)
+	if err != nil {
+		return err
+	}
+	args := []string{"netns", "exec", n.NS, dp.proxy,
+		"--kubeconfig=" + kc,
+		"--hostname-override=" + n.Name,
+		"--proxy-mode=iptables",
+		"--cluster-cidr=" + c.PodCIDR,
+		"--conntrack-max-per-core=0",
+		"--v=1",
+	}
+	p, err := startProcess(dp.env.procSpec("kube-proxy/"+n.Name, "ip", args, "kube-proxy-"+n.Name+".log"))
+	if err != nil {
+		return err
+	}
+	n.Proxy = p
+	dp.engines = append(dp.engines, p)
+	return nil
+}
+
+// RouteAgentChain is the nat chain that stands for Submariner's route
+// agent on every node: traffic between this cluster and the other
+// clusters' pod CIDRs is never masqueraded, so source IPs stay unchanged
+// across the cable (without Globalnet) and kube-proxy's "traffic from
+// outside the cluster CIDR" masquerade does not apply to it.
+const RouteAgentChain = "SUBMARINER-POSTROUTING"
+
+func (dp *Dataplane) exemptRemotesFromMasquerade(c *Cluster) error {
+	for _, n := range dp.nodes[c.Name] {
+		// Like the route agent, go before kube-proxy's KUBE-POSTROUTING.
+		rules := [][]string{{"-t", "nat", "-N", RouteAgentChain}, {"-t", "nat", "-I", "POSTROUTING", "1", "-j", RouteAgentChain}}
+		for _, r := range dp.env.Clusters {
+			if r != c {
+				rules = append(rules,
+					[]string{"-t", "nat", "-A", RouteAgentChain, "-s", r.PodCIDR, "-j", "ACCEPT"},
+					[]string{"-t", "nat", "-A", RouteAgentChain, "-d", r.PodCIDR, "-j", "ACCEPT"})
+			}
+		}
+		for _, r := range rules {
+			if _, err := inNetns(n.NS, append([]string{"iptables", "-w"}, r...)...); err != nil {
+				return fmt.Errorf("harness dataplane: route agent rules on %s: %w", n.Name, err)
+			}
+		}
+	}
+	return nil
 }
 
 // pickNode spreads pods over a cluster's nodes by name.

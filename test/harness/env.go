@@ -50,6 +50,12 @@ type Options struct {
 	// runs a real NetworkPolicy engine on every node (see Dataplane). It
 	// needs root, iproute2, iptables, ipset and the kube-router binary.
 	Dataplane bool
+	// Services adds real Services to the dataplane: kube-proxy (iptables
+	// mode) on every node and kube-controller-manager's EndpointSlice
+	// controller (implies ControllerManager). A pod in one cluster that
+	// connects to another cluster's ClusterIP is routed there and
+	// translated there, as with Submariner and Lighthouse.
+	Services bool
 	// Logf receives progress messages (default: discard; Start uses t.Logf).
 	Logf func(format string, args ...any)
 }
@@ -161,6 +167,9 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	if opts.Logf == nil {
 		opts.Logf = func(string, ...any) {}
+	}
+	if opts.Services {
+		opts.Dataplane, opts.ControllerManager = true, true
 	}
 	if opts.BinDir == "" {
 		if opts.BinDir, err = TestbinDir(); err != nil {

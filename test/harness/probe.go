@@ -56,21 +56,35 @@ func (dp *Dataplane) Pod(c *Cluster, ns, name string) (PodEndpoint, bool) {
 // timeout also counts as denied.
 const ProbeTimeout = 1500 * time.Millisecond
 
+// Answer is what the pod that accepted a connection reported.
+type Answer struct {
+	// Pod is namespace/name of the pod that answered.
+	Pod string
+	// Source is the source IP the answering pod saw.
+	Source string
+}
+
 // Connect asks the pod ns/name of cluster c to open a connection to
 // dst:port over proto from inside its namespace. It returns the name
 // (namespace/name) of the pod that answered; an error means the connection
 // was refused, dropped or timed out.
 func (dp *Dataplane) Connect(ctx context.Context, c *Cluster, ns, name, dst string, port int32, proto corev1.Protocol) (string, error) {
+	a, err := dp.Dial(ctx, c, ns, name, dst, port, proto)
+	return a.Pod, err
+}
+
+// Dial is Connect that also returns the source IP the answering pod saw.
+func (dp *Dataplane) Dial(ctx context.Context, c *Cluster, ns, name, dst string, port int32, proto corev1.Protocol) (Answer, error) {
 	dp.mu.Lock()
 	p, ok := dp.pods[podKey(c, ns, name)]
 	dp.mu.Unlock()
 	if !ok {
-		return "", fmt.Errorf("harness dataplane: pod %s/%s of %s is not attached (not Running with an IP)", ns, name, c.Name)
+		return Answer{}, fmt.Errorf("harness dataplane: pod %s/%s of %s is not attached (not Running with an IP)", ns, name, c.Name)
 	}
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "unix", p.sock)
 	if err != nil {
-		return "", fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
+		return Answer{}, fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
 	}
 	defer closeQuietly(conn)
 	_ = conn.SetDeadline(time.Now().Add(ProbeTimeout + 5*time.Second))
@@ -80,17 +94,18 @@ func (dp *Dataplane) Connect(ctx context.Context, c *Cluster, ns, name, dst stri
 	}
 	req := fmt.Sprintf("connect %s %s %s\n", pr, net.JoinHostPort(dst, strconv.Itoa(int(port))), ProbeTimeout)
 	if _, err := conn.Write([]byte(req)); err != nil {
-		return "", fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
+		return Answer{}, fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
 	}
 	line, err := bufio.NewReader(conn).ReadString('\n')
 	if err != nil {
-		return "", fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
+		return Answer{}, fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
 	}
 	line = strings.TrimSpace(line)
 	if answer, ok := strings.CutPrefix(line, "ok "); ok {
-		return answer, nil
+		pod, src, _ := strings.Cut(answer, " ")
+		return Answer{Pod: pod, Source: src}, nil
 	}
-	return "", fmt.Errorf("%s", strings.TrimPrefix(line, "fail "))
+	return Answer{}, fmt.Errorf("%s", strings.TrimPrefix(line, "fail "))
 }
 
 // ProbeCase is one cell of a probe matrix: from a pod to a pod's port.

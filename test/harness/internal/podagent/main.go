@@ -1,16 +1,17 @@
 // Command podagent is the process of a simulated pod on the harness's
 // dataplane. It runs inside the pod's network namespace (started with
 // `ip netns exec`), listens on the pod's container ports and answers every
-// TCP connection and UDP datagram with the pod's name, so a prober learns
-// which pod served it (a Service backend, say).
+// TCP connection and UDP datagram with the pod's name and the source IP it
+// saw, so a prober learns which pod served it (a Service backend, say) and
+// whether its address arrived unchanged.
 //
 // It is controlled over a unix socket, which is not bound to a network
 // namespace: the harness writes one request line
 //
 //	connect <tcp|udp> <host:port> <timeout>
 //
-// and reads one reply line, "ok <name of the pod that answered>" or
-// "fail <reason>". The connection is made from inside the pod's namespace,
+// and reads one reply line, "ok <name of the pod that answered> <source IP
+// it saw>" or "fail <reason>". The connection is made from inside the pod's namespace,
 // with the pod's IP as source, so it crosses the same rules a real pod's
 // traffic crosses.
 package main
@@ -112,7 +113,7 @@ func acceptTCP(ctx context.Context, l net.Listener, name string) {
 			continue
 		}
 		_ = c.SetWriteDeadline(time.Now().Add(2 * time.Second))
-		_, _ = c.Write([]byte(name + "\n"))
+		_, _ = c.Write([]byte(name + " " + hostOf(c.RemoteAddr()) + "\n"))
 		_ = c.Close()
 	}
 }
@@ -131,8 +132,16 @@ func echoUDP(ctx context.Context, pc net.PacketConn, name string) {
 			}
 			continue
 		}
-		_, _ = pc.WriteTo([]byte(name+"\n"), addr)
+		_, _ = pc.WriteTo([]byte(name+" "+hostOf(addr)+"\n"), addr)
 	}
+}
+
+func hostOf(a net.Addr) string {
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
 }
 
 func handleControl(c net.Conn) {
