@@ -75,6 +75,11 @@ func (dp *Dataplane) Connect(ctx context.Context, c *Cluster, ns, name, dst stri
 
 // Dial is Connect that also returns the source IP the answering pod saw.
 func (dp *Dataplane) Dial(ctx context.Context, c *Cluster, ns, name, dst string, port int32, proto corev1.Protocol) (Answer, error) {
+	return dp.DialWithin(ctx, c, ns, name, dst, port, proto, ProbeTimeout)
+}
+
+// DialWithin is Dial with its own bound on the connection attempt.
+func (dp *Dataplane) DialWithin(ctx context.Context, c *Cluster, ns, name, dst string, port int32, proto corev1.Protocol, timeout time.Duration) (Answer, error) {
 	dp.mu.Lock()
 	p, ok := dp.pods[podKey(c, ns, name)]
 	dp.mu.Unlock()
@@ -87,12 +92,12 @@ func (dp *Dataplane) Dial(ctx context.Context, c *Cluster, ns, name, dst string,
 		return Answer{}, fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
 	}
 	defer closeQuietly(conn)
-	_ = conn.SetDeadline(time.Now().Add(ProbeTimeout + 5*time.Second))
+	_ = conn.SetDeadline(time.Now().Add(timeout + 5*time.Second))
 	pr := strings.ToLower(string(proto))
 	if pr == "" {
 		pr = "tcp"
 	}
-	req := fmt.Sprintf("connect %s %s %s\n", pr, net.JoinHostPort(dst, strconv.Itoa(int(port))), ProbeTimeout)
+	req := fmt.Sprintf("connect %s %s %s\n", pr, net.JoinHostPort(dst, strconv.Itoa(int(port))), timeout)
 	if _, err := conn.Write([]byte(req)); err != nil {
 		return Answer{}, fmt.Errorf("harness dataplane: agent of %s: %w", p.name, err)
 	}
@@ -248,4 +253,15 @@ func (c *Cluster) AttachRunningPods(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// AttachedAt is when the pod's interface and agent were ready, just before
+// its Running status was written (zero if it is not attached).
+func (dp *Dataplane) AttachedAt(c *Cluster, ns, name string) time.Time {
+	dp.mu.Lock()
+	defer dp.mu.Unlock()
+	if p, ok := dp.pods[podKey(c, ns, name)]; ok {
+		return p.started
+	}
+	return time.Time{}
 }
