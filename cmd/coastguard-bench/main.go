@@ -249,9 +249,9 @@ func run(cfg *config) int {
 		{"heal", runHeal},
 		{"e2e", runE2E},
 		{"packets", runPackets}, // real dataplane: pod Running -> first allowed connection (packets.go)
-		{"reach", runReach}, // kubectl coastguard conflicts engine (reach.go)
-		{"sign", runSign},   // origin signature cost (sign.go)
-		{"join", runJoin},   // a new cluster joining a signed set (join.go)
+		{"reach", runReach},     // kubectl coastguard conflicts engine (reach.go)
+		{"sign", runSign},       // origin signature cost (sign.go)
+		{"join", runJoin},       // a new cluster joining a signed set (join.go)
 	}
 	for _, s := range sections {
 		if !cfg.want(s.name) {
