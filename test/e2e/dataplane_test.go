@@ -188,3 +188,69 @@ spec:
 	}), "egress MCNP: the pod IP path is allowed, the remote ClusterIP path is denied (known gap)")
 	t.Logf("egress MCNP in cluster1: cluster2 pod IP allowed, cluster2 ClusterIP %s denied (Services are not peers yet)", clusterIP)
 }
+
+// TestPacketsPartitionAndEndPort: an MCNP created in cluster3 protects a
+// db in cluster1 with an endPort range. While cluster3 is cut off,
+// cluster1 keeps enforcing the last-known policy on packets and still
+// follows cluster2's pod changes; after the heal nothing changes.
+func TestPacketsPartitionAndEndPort(t *testing.T) {
+	scenario(t, 3)
+	env := dataplaneEnv(t, 3, harness.Options{})
+	dp := env.Dataplane()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	c1, c2, c3 := env.Clusters[0], env.Clusters[1], env.Clusters[2]
+	for _, c := range env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
+	}
+	_, err := c1.RunPod(ctx, "shop", "db-0", "10.1.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432), tcpPort("pg2", 5433), tcpPort("admin", 5440))
+	require.NoError(t, err)
+	_, err = c2.RunPod(ctx, "shop", "web-0", "10.2.0.10", web)
+	require.NoError(t, err)
+	_, err = c2.RunPod(ctx, "shop", "other-0", "10.2.0.11", map[string]string{"app": "other"})
+	require.NoError(t, err)
+	_, err = c3.RunPod(ctx, "shop", "web-1", "10.3.0.10", web)
+	require.NoError(t, err)
+	bin, err := harness.Build("./cmd/coastguardd")
+	require.NoError(t, err)
+	for _, c := range env.Clusters {
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin})
+		require.NoError(t, err)
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+	}
+	applyYAML(t, ctx, c3, []byte(`apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: db-range, namespace: shop}
+spec:
+  clusterSelector: {}
+  podSelector: {matchLabels: {role: db}}
+  ingress:
+  - from:
+    - clusterSelector: {}
+      podSelector: {matchLabels: {app: web}}
+    ports: [{protocol: TCP, port: 5432, endPort: 5433}]
+`))
+	labels := map[string]string{"web-0": "web", "other-0": "other", "web-1": "web"}
+	want := func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
+		if to.Name != "db-0" {
+			return true
+		}
+		return labels[from.Name] == "web" && port.ContainerPort >= 5432 && port.ContainerPort <= 5433
+	}
+	waitMatrix(t, ctx, dp, want, 60*time.Second, "MCNP from cluster3 with endPort 5432-5433")
+
+	require.NoError(t, env.Isolate(c3))
+	_, err = c2.RunPod(ctx, "shop", "web-2", "10.2.0.12", web)
+	require.NoError(t, err)
+	labels["web-2"] = "web"
+	patchLabels(t, ctx, c2, "shop", "other-0", `{"metadata":{"labels":{"app":"web"}}}`)
+	labels["other-0"] = "web"
+	waitMatrix(t, ctx, dp, want, 60*time.Second, "origin cluster3 partitioned: last-known policy enforced, cluster2's changes followed")
+
+	require.NoError(t, env.Heal())
+	_, err = c3.RunPod(ctx, "shop", "web-3", "10.3.0.11", web)
+	require.NoError(t, err)
+	labels["web-3"] = "web"
+	waitMatrix(t, ctx, dp, want, 60*time.Second, "healed: cluster3's new pod admitted too")
+}
