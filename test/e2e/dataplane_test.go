@@ -254,3 +254,69 @@ spec:
 	labels["web-3"] = "web"
 	waitMatrix(t, ctx, dp, want, 60*time.Second, "healed: cluster3's new pod admitted too")
 }
+
+// TestPacketsGlobalnet: cluster2 has Globalnet, so its pods reach cluster1
+// from its cluster-wide global egress IP. coastguard renders cluster2's
+// peers as those IPs: on packets the web pod is admitted and, as
+// docs/SEMANTICS.md says (GlobalnetCoarseIdentity), so is every other pod
+// of cluster2 that shares the IP. With --globalnet-policy=drop both are
+// denied (fail closed).
+func TestPacketsGlobalnet(t *testing.T) {
+	scenario(t, 2)
+	env := dataplaneEnv(t, 2, harness.Options{})
+	dp := env.Dataplane()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
+	a, g := env.Clusters[0], env.Clusters[1]
+	for _, c := range env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, submarinerNS, nil))
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
+		applyYAML(t, ctx, c, submarinerCluster(a.Name, a.PodCIDR, ""))
+		applyYAML(t, ctx, c, submarinerCluster(g.Name, g.PodCIDR, "242.2.0.0/16"))
+	}
+	require.NoError(t, dp.EnableGlobalnet(g, "242.2.0.0/16", "242.2.0.1"))
+	setAllocated(t, ctx, g, clusterGlobalEgressIPs, submarinerNS, "cluster-egress.submariner.io", map[string]any{"numberOfIPs": int64(1)}, "242.2.0.1")
+	_, err := a.RunPod(ctx, "shop", "db-0", "10.1.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432))
+	require.NoError(t, err)
+	_, err = a.RunPod(ctx, "shop", "local-0", "10.1.0.11", map[string]string{"app": "other"})
+	require.NoError(t, err)
+	_, err = g.RunPod(ctx, "shop", "web-0", "10.2.0.10", web)
+	require.NoError(t, err)
+	_, err = g.RunPod(ctx, "shop", "other-0", "10.2.0.11", map[string]string{"app": "other"})
+	require.NoError(t, err)
+
+	ans, err := dp.Dial(ctx, g, "shop", "web-0", "10.1.0.10", 5432, corev1.ProtocolTCP)
+	require.NoError(t, err)
+	require.Equal(t, "242.2.0.1", ans.Source, "cluster1 sees cluster2's global egress IP, not the pod IP")
+
+	bin, err := harness.Build("./cmd/coastguardd")
+	require.NoError(t, err)
+	start := func(extra ...string) []*harness.Daemon {
+		var ds []*harness.Daemon
+		for _, c := range env.Clusters {
+			d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: []string{}, Args: extra})
+			require.NoError(t, err)
+			require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+			ds = append(ds, d)
+		}
+		return ds
+	}
+	ds := start()
+	applyYAML(t, ctx, a, policyFrom("from-globalnet", g.Name))
+	coarse := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool {
+		// every pod of cluster2 shares the cluster-wide egress IP; the
+		// local non-web pod shows the policy is in force
+		return to.Name != "db-0" || from.Cluster == g
+	}
+	waitMatrix(t, ctx, dp, coarse, 60*time.Second, "Globalnet cluster-wide egress IP admitted (coarse identity)")
+	waitCondition(t, ctx, a, "from-globalnet", "Degraded", "True", "GlobalnetCoarseIdentity")
+
+	for _, d := range ds {
+		require.NoError(t, d.Stop())
+	}
+	start("--globalnet-policy=drop")
+	closed := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool { return to.Name != "db-0" }
+	waitMatrix(t, ctx, dp, closed, 60*time.Second, "--globalnet-policy=drop: cluster2's pods denied")
+}

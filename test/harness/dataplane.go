@@ -605,3 +605,36 @@ func (dp *Dataplane) close() error {
 	}
 	return removeDataplane(dp.prefix, dp.bridge)
 }
+
+// EnableGlobalnet makes cluster c a Globalnet cluster on the dataplane, as
+// Submariner's Globalnet does for cluster-wide egress: its gateway node
+// source-NATs every packet its pods send to another cluster to egressIPs
+// (a range "first-last" or one address, from globalCIDR), and every other
+// cluster routes globalCIDR to c's gateway, where replies are translated
+// back. Per-namespace and per-pod GlobalEgressIPs and global ingress IPs
+// for Services are not modelled.
+func (dp *Dataplane) EnableGlobalnet(c *Cluster, globalCIDR, egressIPs string) error {
+	gw := dp.nodes[c.Name][0]
+	for _, r := range dp.env.Clusters {
+		if r == c {
+			continue
+		}
+		for _, n := range dp.nodes[r.Name] {
+			via := dp.nodes[r.Name][0].IP
+			if n.Gateway {
+				via = gw.IP
+			}
+			if err := ipCmd("-n", n.NS, "route", "replace", globalCIDR, "via", via); err != nil {
+				return fmt.Errorf("harness dataplane: Globalnet route on %s: %w", n.Name, err)
+			}
+		}
+		// Before the route agent's exemption, which would skip the SNAT.
+		for _, cidr := range []string{r.PodCIDR, r.ServiceCIDR} {
+			if _, err := inNetns(gw.NS, "iptables", "-w", "-t", "nat", "-I", RouteAgentChain, "1",
+				"-s", c.PodCIDR, "-d", cidr, "-j", "SNAT", "--to-source", egressIPs); err != nil {
+				return fmt.Errorf("harness dataplane: Globalnet SNAT on %s: %w", gw.Name, err)
+			}
+		}
+	}
+	return nil
+}
