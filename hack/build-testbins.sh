@@ -155,11 +155,13 @@ build_kube_router() {
   echo "$KUBE_ROUTER_VERSION" >"$BIN_DIR/.kube-router.version"
 }
 
-# The dataplane also needs ipset (kube-router programs it) and iproute2.
+# The dataplane also needs ipset (kube-router programs it), iproute2 and
+# sysctl (procps).
 ensure_dataplane_tools() {
   local missing=()
   command -v ipset >/dev/null 2>&1 || missing+=(ipset)
   command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+  command -v sysctl >/dev/null 2>&1 || missing+=(procps)
   [[ ${#missing[@]} -eq 0 ]] && { log "ipset and iproute2 present"; return 0; }
   if [[ "${TESTBINS_NO_APT:-}" != 1 && "$(id -u)" == 0 ]] && command -v apt-get >/dev/null 2>&1; then
     log "installing ${missing[*]} (apt-get)"

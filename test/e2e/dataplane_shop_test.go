@@ -80,7 +80,7 @@ func (m *shopModel) ingress(from, to harness.PodEndpoint, port corev1.ContainerP
 
 func (m *shopModel) egress(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
 	fl, tl := m.labels(from), m.labels(to)
-	if !(from.Cluster.Name == "us-1" && from.Namespace == "shop" && fl["app"] == "backend" && m.policy["backend-egress"]) {
+	if from.Cluster.Name != "us-1" || from.Namespace != "shop" || fl["app"] != "backend" || !m.policy["backend-egress"] {
 		return true
 	}
 	// kube-dns of the local cluster on 53, or payments-api in eu clusters'

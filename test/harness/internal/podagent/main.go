@@ -40,27 +40,34 @@ func main() {
 	if *name == "" || *control == "" {
 		log.Fatal("podagent: --name and --control are required")
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := serveListeners(ctx, *name, *listen); err != nil {
+	if err := serve(*name, *listen, *control); err != nil {
 		log.Fatalf("podagent: %v", err)
 	}
-	_ = os.Remove(*control)
-	cl, err := net.Listen("unix", *control)
+}
+
+// serve runs the listeners and the control socket until SIGTERM.
+func serve(name, listen, control string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := serveListeners(ctx, name, listen); err != nil {
+		return err
+	}
+	_ = os.Remove(control)
+	cl, err := net.Listen("unix", control)
 	if err != nil {
-		log.Fatalf("podagent: control socket: %v", err)
+		return fmt.Errorf("control socket: %w", err)
 	}
 	go func() {
 		<-ctx.Done()
 		_ = cl.Close()
 	}()
-	log.Printf("podagent %s: listening on %q, control %s", *name, *listen, *control)
+	log.Printf("podagent %s: listening on %q, control %s", name, listen, control)
 	for {
 		c, err := cl.Accept()
 		if err != nil {
 			if ctx.Err() != nil {
-				_ = os.Remove(*control)
-				return
+				_ = os.Remove(control)
+				return nil
 			}
 			log.Printf("podagent: control accept: %v", err)
 			continue
