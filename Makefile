@@ -18,7 +18,7 @@ TESTBIN_DIR ?= $(CURDIR)/.cache/bin
 BIN         ?= $(CURDIR)/bin
 export TESTBIN_DIR
 
-.PHONY: all build test unit e2e vet testbins generate verify-generate demo demo-down bench bench-quick fuzz clean helm-check lint
+.PHONY: nemesis all build test unit e2e vet testbins generate verify-generate demo demo-down bench bench-quick fuzz clean helm-check lint
 
 all: build
 
@@ -62,6 +62,18 @@ e2e: testbins
 	@set -o pipefail; $(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/... 2>&1 | tee .cache/e2e.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e summary'; rc=$${PIPESTATUS[0]}; \
 	  if [ $$rc -ne 0 ]; then echo "---- e2e failed: last 400 lines of .cache/e2e.log (test output and daemon logs) ----"; tail -n 400 .cache/e2e.log; fi; exit $$rc
+
+## nemesis: random faults (partitions, kill -9, store loss, leader loss,
+## apiserver restarts) over 3 clusters x 2 daemons on the packet dataplane
+## while a workload runs, then a checker (leaks, lost updates, final packets).
+## DURATION=10m and SEED= (printed by every run) pick the run. make test runs
+## a 45 s one.
+DURATION ?= 10m
+SEED     ?=
+nemesis: testbins
+	COASTGUARD_NEMESIS_DURATION=$(DURATION) COASTGUARD_NEMESIS_SEED=$(SEED) \
+	  $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestNemesis$$' ./test/e2e/ 2>&1 | tee .cache/nemesis.log \
+	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok)|nemesis'; exit $${PIPESTATUS[0]}
 
 testbins:
 	@mkdir -p .cache

@@ -1,0 +1,474 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/coastguard-mcnp/coastguard/test/harness"
+)
+
+// The nemesis: three clusters with two coastguardd each (leader and
+// standby) on the packet dataplane, a random workload and random faults for
+// a while, recorded as a history on one clock, then a checker.
+//
+// COASTGUARD_NEMESIS_DURATION (default 45s in make test; make nemesis: 10m)
+// and COASTGUARD_NEMESIS_SEED (default: time) pick the run; the seed is
+// printed so a failing run can be repeated.
+//
+// Workload per cluster: a db pod (role=db) that an MCNP created in cluster1
+// protects everywhere, admitting app=web pods of every cluster; churn pods
+// on 8 IP slots: slots 0-2 only ever hold non-web pods, slots 3-7 random
+// labels; label flips; the MCNP deleted and re-created in its origin.
+//
+// Faults: partitions of a random subset (symmetric or one-way pairs),
+// kill -9 of a random daemon (sometimes with its store deleted) and restart,
+// kill of a cluster's leader, kube-apiserver restarts.
+//
+// Checker:
+//   - leaks: a connection from a never-web slot to a db succeeded while the
+//     MCNP had been present for longer than the bound (no state ever
+//     admitted that IP);
+//   - lost updates: after healing and a quiet period, every cluster's
+//     generated policy must admit exactly the web pods that exist;
+//   - packets: the final probe matrix must match the model.
+type nemesis struct {
+	t     *testing.T
+	env   *harness.Env
+	dp    *harness.Dataplane
+	rng   *rand.Rand
+	bin   string
+	start time.Time
+
+	mu      sync.Mutex
+	history []string
+	pods    map[string]*nemPod // cluster/name -> live churn pod
+	slots   map[string]string  // cluster/slot -> pod name
+	mcnpOn  bool
+	mcnpAt  time.Time // when the MCNP was last (re)created
+	seq     int
+	daemons map[string][]*harness.Daemon
+	leaks   []string
+	probes  int
+	stale   int
+}
+
+type nemPod struct {
+	cluster *harness.Cluster
+	name    string
+	ip      string
+	slot    int
+	web     bool
+}
+
+const nemesisBound = 15 * time.Second
+
+func (n *nemesis) log(format string, args ...any) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.history = append(n.history, fmt.Sprintf("%8.3fs  ", time.Since(n.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func nemesisDuration(t *testing.T) time.Duration {
+	if s := os.Getenv("COASTGUARD_NEMESIS_DURATION"); s != "" {
+		d, err := time.ParseDuration(s)
+		require.NoError(t, err, "COASTGUARD_NEMESIS_DURATION")
+		return d
+	}
+	return 45 * time.Second
+}
+
+func nemesisSeed(t *testing.T) uint64 {
+	if s := os.Getenv("COASTGUARD_NEMESIS_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "COASTGUARD_NEMESIS_SEED")
+		return v
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+const nemesisMCNP = `apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: db-from-web, namespace: shop}
+spec:
+  clusterSelector: {}
+  podSelector: {matchLabels: {role: db}}
+  policyTypes: [Ingress]
+  ingress:
+  - from:
+    - clusterSelector: {}
+      podSelector: {matchLabels: {app: web}}
+    ports: [{protocol: TCP, port: 5432}]
+`
+
+func TestNemesis(t *testing.T) {
+	scenario(t, 3)
+	dur, seed := nemesisDuration(t), nemesisSeed(t)
+	t.Logf("nemesis: seed %d, duration %s (repeat: COASTGUARD_NEMESIS_SEED=%d)", seed, dur, seed)
+	env := dataplaneEnv(t, 3, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
+	defer cancel()
+	n := &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
+		pods: map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}}
+	t.Cleanup(func() {
+		if t.Failed() {
+			n.mu.Lock()
+			t.Logf("nemesis history (seed %d):\n%s", seed, strings.Join(n.history, "\n"))
+			n.mu.Unlock()
+		}
+	})
+	n.setup(ctx)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	probeSeed := n.rng.Uint64()
+	go func() { defer wg.Done(); n.probeLoop(ctx, stop, probeSeed) }()
+	deadline := time.Now().Add(dur)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		n.step(ctx)
+	}
+	close(stop)
+	wg.Wait()
+	n.heal(ctx)
+	n.check(ctx)
+}
+
+func (n *nemesis) setup(ctx context.Context) {
+	t := n.t
+	require.NoError(t, n.env.InstallCRDs(ctx, crdDir(t)))
+	var err error
+	n.bin, err = harness.Build("./cmd/coastguardd")
+	require.NoError(t, err)
+	for i, c := range n.env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
+		_, err := c.RunPod(ctx, "shop", "db-0", fmt.Sprintf("10.%d.0.10", i+1), map[string]string{"role": "db"}, tcpPort("pg", 5432))
+		require.NoError(t, err)
+	}
+	for _, c := range n.env.Clusters {
+		for range 2 {
+			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: []string{"--reconnect-timeout=10m"}})
+			require.NoError(t, err)
+			n.daemons[c.Name] = append(n.daemons[c.Name], d)
+		}
+	}
+	for _, ds := range n.daemons {
+		for _, d := range ds {
+			require.NoError(t, d.WaitReady(ctx, 90*time.Second))
+		}
+	}
+	applyYAML(t, ctx, n.env.Clusters[0], []byte(nemesisMCNP))
+	n.mcnpOn, n.mcnpAt = true, time.Now()
+	n.log("MCNP db-from-web created in %s", n.env.Clusters[0].Name)
+}
+
+// step does one random workload change or fault.
+func (n *nemesis) step(ctx context.Context) {
+	switch r := n.rng.IntN(100); {
+	case r < 45:
+		n.churnPod(ctx)
+	case r < 55:
+		n.flipLabel(ctx)
+	case r < 60:
+		n.toggleMCNP(ctx)
+	case r < 72:
+		n.partition(ctx)
+	case r < 84:
+		n.killDaemon(ctx)
+	case r < 90:
+		n.restartAPIServer(ctx)
+	default:
+		time.Sleep(time.Duration(200+n.rng.IntN(800)) * time.Millisecond)
+	}
+	time.Sleep(time.Duration(50+n.rng.IntN(250)) * time.Millisecond)
+}
+
+func (n *nemesis) churnPod(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	slot := n.rng.IntN(8)
+	key := c.Name + "/" + strconv.Itoa(slot)
+	n.mu.Lock()
+	name, held := n.slots[key]
+	n.mu.Unlock()
+	if held {
+		if err := c.DeletePod(ctx, "shop", name); err != nil {
+			n.log("delete %s/%s failed: %v", c.Name, name, err)
+			return
+		}
+		n.mu.Lock()
+		delete(n.slots, key)
+		delete(n.pods, c.Name+"/"+name)
+		n.mu.Unlock()
+		n.log("pod %s/%s deleted (slot %d)", c.Name, name, slot)
+		return
+	}
+	n.mu.Lock()
+	n.seq++
+	p := &nemPod{cluster: c, name: fmt.Sprintf("churn-%d", n.seq), ip: fmt.Sprintf("10.%d.3.%d", c.Index+1, 10+slot), slot: slot}
+	n.mu.Unlock()
+	p.web = slot >= 3 && n.rng.IntN(2) == 0
+	labels := map[string]string{"app": "other"}
+	if p.web {
+		labels["app"] = "web"
+	}
+	if _, err := c.RunPod(ctx, "shop", p.name, p.ip, labels); err != nil {
+		n.log("create %s/%s failed: %v", c.Name, p.name, err)
+		_ = c.DeletePod(ctx, "shop", p.name)
+		return
+	}
+	n.mu.Lock()
+	n.slots[key], n.pods[c.Name+"/"+p.name] = p.name, p
+	n.mu.Unlock()
+	n.log("pod %s/%s Running with %s web=%v", c.Name, p.name, p.ip, p.web)
+}
+
+func (n *nemesis) flipLabel(ctx context.Context) {
+	n.mu.Lock()
+	var cands []*nemPod
+	for _, p := range n.pods {
+		if p.slot >= 3 {
+			cands = append(cands, p)
+		}
+	}
+	sort.Slice(cands, func(i, j int) bool { return cands[i].name < cands[j].name })
+	n.mu.Unlock()
+	if len(cands) == 0 {
+		return
+	}
+	p := cands[n.rng.IntN(len(cands))]
+	app := "web"
+	if p.web {
+		app = "other"
+	}
+	_, err := p.cluster.Client.CoreV1().Pods("shop").Patch(ctx, p.name, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"`+app+`"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		n.log("label %s/%s failed: %v", p.cluster.Name, p.name, err)
+		return
+	}
+	n.mu.Lock()
+	p.web = app == "web"
+	n.mu.Unlock()
+	n.log("pod %s/%s app=%s", p.cluster.Name, p.name, app)
+}
+
+func (n *nemesis) toggleMCNP(ctx context.Context) {
+	origin := n.env.Clusters[0]
+	n.mu.Lock()
+	on := n.mcnpOn
+	n.mu.Unlock()
+	if on {
+		if _, se, err := origin.Kubectl(ctx, "-n", "shop", "delete", "mcnp", "db-from-web"); err != nil {
+			n.log("MCNP delete failed: %v %s", err, se)
+			return
+		}
+	} else if _, se, err := origin.KubectlInput(ctx, []byte(nemesisMCNP), "apply", "-f", "-"); err != nil {
+		n.log("MCNP create failed: %v %s", err, se)
+		return
+	}
+	n.mu.Lock()
+	n.mcnpOn = !on
+	if n.mcnpOn {
+		n.mcnpAt = time.Now()
+	}
+	n.mu.Unlock()
+	n.log("MCNP db-from-web present=%v", !on)
+}
+
+func (n *nemesis) partition(ctx context.Context) {
+	cs := n.env.Clusters
+	a := cs[n.rng.IntN(len(cs))]
+	var what string
+	if n.rng.IntN(2) == 0 {
+		require.NoError(n.t, n.env.Isolate(a))
+		what = "isolated " + a.Name
+	} else {
+		b := cs[(a.Index+1+n.rng.IntN(len(cs)-1))%len(cs)]
+		require.NoError(n.t, n.env.Partition(a, b))
+		what = "cut " + a.Name + " <-> " + b.Name
+	}
+	hold := time.Duration(1+n.rng.IntN(6)) * time.Second
+	n.log("partition: %s for %s", what, hold)
+	n.keepWorking(ctx, hold)
+	require.NoError(n.t, n.env.Heal())
+	n.log("partition healed")
+}
+
+// keepWorking runs workload changes (no faults) for d.
+func (n *nemesis) keepWorking(ctx context.Context, d time.Duration) {
+	until := time.Now().Add(d)
+	for time.Now().Before(until) && ctx.Err() == nil {
+		if n.rng.IntN(3) == 0 {
+			n.flipLabel(ctx)
+		} else {
+			n.churnPod(ctx)
+		}
+		time.Sleep(time.Duration(100+n.rng.IntN(300)) * time.Millisecond)
+	}
+}
+
+func (n *nemesis) killDaemon(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	d := n.daemons[c.Name][n.rng.IntN(2)]
+	if !d.Running() {
+		return
+	}
+	_ = d.Kill()
+	wipe := n.rng.IntN(4) == 0
+	if wipe {
+		_ = os.RemoveAll(d.DataDir)
+		_ = os.MkdirAll(d.DataDir, 0o700)
+	}
+	down := time.Duration(n.rng.IntN(4000)) * time.Millisecond
+	n.log("kill -9 %s (store wiped=%v), down for %s", d.NodeName, wipe, down)
+	n.keepWorking(ctx, down)
+	if err := d.Restart(); err != nil {
+		n.log("restart %s failed: %v", d.NodeName, err)
+		return
+	}
+	n.log("restarted %s", d.NodeName)
+}
+
+func (n *nemesis) restartAPIServer(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	if err := c.APIServer.Stop(10 * time.Second); err != nil {
+		n.log("apiserver %s stop: %v", c.Name, err)
+	}
+	n.log("kube-apiserver %s stopped", c.Name)
+	time.Sleep(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond)
+	require.NoError(n.t, c.APIServer.Restart())
+	require.NoError(n.t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+		_, err := c.Client.CoreV1().Namespaces().Get(ctx, "shop", metav1.GetOptions{})
+		return err == nil, err
+	}), "apiserver %s back", c.Name)
+	n.log("kube-apiserver %s restarted", c.Name)
+}
+
+// probeLoop connects from churn pods to the dbs of the other clusters and
+// records leaks from never-web slots.
+func (n *nemesis) probeLoop(ctx context.Context, stop <-chan struct{}, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 1)) // its own: the main loop's stays reproducible
+	for {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		n.mu.Lock()
+		var ps []*nemPod
+		for _, p := range n.pods {
+			ps = append(ps, p)
+		}
+		n.mu.Unlock()
+		if len(ps) == 0 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		sort.Slice(ps, func(i, j int) bool { return ps[i].name < ps[j].name })
+		p := ps[rng.IntN(len(ps))]
+		time.Sleep(5 * time.Millisecond)
+		for _, dst := range n.env.Clusters {
+			if dst == p.cluster {
+				continue
+			}
+			began := time.Now()
+			_, err := n.dp.DialWithin(ctx, p.cluster, "shop", p.name, fmt.Sprintf("10.%d.0.10", dst.Index+1), 5432, corev1.ProtocolTCP, 300*time.Millisecond)
+			n.mu.Lock()
+			n.probes++
+			if err == nil && p.slot < 3 && n.mcnpOn && began.Sub(n.mcnpAt) > nemesisBound {
+				leak := fmt.Sprintf("%s/%s (%s, never-web slot) reached %s's db at %.3fs", p.cluster.Name, p.name, p.ip, dst.Name, began.Sub(n.start).Seconds())
+				n.leaks = append(n.leaks, leak)
+				n.history = append(n.history, "LEAK "+leak)
+			} else if err == nil && !p.web && n.mcnpOn {
+				n.stale++
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// heal ends every fault: partitions healed, every daemon and apiserver up.
+func (n *nemesis) heal(ctx context.Context) {
+	require.NoError(n.t, n.env.Heal())
+	for _, ds := range n.daemons {
+		for _, d := range ds {
+			if !d.Running() {
+				require.NoError(n.t, d.Restart())
+			}
+		}
+	}
+	for _, ds := range n.daemons {
+		for _, d := range ds {
+			require.NoError(n.t, d.WaitReady(ctx, 90*time.Second), "daemon %s after the run", d.NodeName)
+		}
+	}
+	n.log("all faults healed")
+	if !n.mcnpOn {
+		n.toggleMCNP(ctx) // the checker's model needs the policy in force
+	}
+}
+
+// expectedBlocks is what cluster c's generated policy must admit: the
+// web churn pods of the other clusters.
+func (n *nemesis) expectedBlocks(c *harness.Cluster) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var want []string
+	for _, p := range n.pods {
+		if p.web && p.cluster != c {
+			want = append(want, p.ip+"/32")
+		}
+	}
+	sort.Strings(want)
+	return want
+}
+
+func (n *nemesis) check(ctx context.Context) {
+	t := n.t
+	for _, c := range n.env.Clusters {
+		want := n.expectedBlocks(c)
+		var have []string
+		err := harness.Eventually(ctx, 90*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+			nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
+			if err != nil && !apierrors.IsNotFound(err) {
+				return false, err
+			}
+			have = blocksOf(nps...)
+			sort.Strings(have)
+			if !n.mcnpOn {
+				return len(nps) == 0, nil
+			}
+			return len(nps) == 1 && slices.Equal(have, want), nil
+		})
+		require.NoError(t, err, "lost update in %s: generated policy admits %v, want %v (MCNP present=%v)", c.Name, have, want, n.mcnpOn)
+	}
+	model := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool {
+		if to.Name != "db-0" || !n.mcnpOn {
+			return true
+		}
+		// web pods of every cluster, the db's own included
+		p := n.pods[from.Cluster.Name+"/"+from.Name]
+		return p != nil && p.web
+	}
+	final := waitMatrix(t, ctx, n.dp, model, 60*time.Second, "nemesis final packets")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	allowed, denied := final.Counts()
+	t.Logf("nemesis summary: %d history events, %d probes during the run, %d stale allows (a non-web pod admitted while a change or fault was settling), %d leaks; final matrix %d allowed / %d denied",
+		len(n.history), n.probes, n.stale, len(n.leaks), allowed, denied)
+	require.Empty(t, n.leaks, "connections no state ever admitted")
+}
