@@ -131,13 +131,7 @@ func TestPacketsShopWorkload(t *testing.T) {
 	m := newShopModel(t, ctx, env)
 	waitMatrix(t, ctx, dp, m.want, 30*time.Second, "before any MCNP")
 
-	bin, err := harness.Build("./cmd/coastguardd")
-	require.NoError(t, err)
-	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: []string{}})
-		require.NoError(t, err)
-		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
-	}
+	startDaemons(t, ctx, env, harness.DaemonOptions{ClusterCIDRs: []string{}})
 	for _, c := range env.Clusters {
 		files, _ := filepath.Glob(repoPath("examples", c.Name, "mcnp-*.yaml"))
 		for _, f := range files {
@@ -156,7 +150,7 @@ func TestPacketsShopWorkload(t *testing.T) {
 
 	// eu-1's shop namespace loses team=shop: eu-1's backend is no longer
 	// admitted by payments-api in eu-1 or eu-2.
-	_, err = eu1.Client.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":null}}}`), metav1.PatchOptions{})
+	_, err := eu1.Client.CoreV1().Namespaces().Patch(ctx, "shop", types.MergePatchType, []byte(`{"metadata":{"labels":{"team":null}}}`), metav1.PatchOptions{})
 	require.NoError(t, err)
 	delete(m.nsLabel["eu-1/shop"], "team")
 	waitMatrix(t, ctx, dp, m.want, 30*time.Second, "namespace label removed in eu-1")

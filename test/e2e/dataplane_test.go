@@ -29,6 +29,25 @@ func dataplaneEnv(t *testing.T, n int, opts harness.Options) *harness.Env {
 	return harness.Start(t, opts)
 }
 
+// startDaemons starts one coastguardd per cluster with opts (Binary
+// defaults to a fresh build) and waits until each is ready.
+func startDaemons(t *testing.T, ctx context.Context, env *harness.Env, opts harness.DaemonOptions) []*harness.Daemon {
+	t.Helper()
+	if opts.Binary == "" {
+		bin, err := harness.Build("./cmd/coastguardd")
+		require.NoError(t, err)
+		opts.Binary = bin
+	}
+	var ds []*harness.Daemon
+	for _, c := range env.Clusters {
+		d, err := env.StartDaemon(c, opts)
+		require.NoError(t, err)
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+		ds = append(ds, d)
+	}
+	return ds
+}
+
 func tcpPort(name string, port int32) corev1.ContainerPort {
 	return corev1.ContainerPort{Name: name, ContainerPort: port, Protocol: corev1.ProtocolTCP}
 }
@@ -135,13 +154,7 @@ func TestPacketsRemoteClusterIP(t *testing.T) {
 	require.Equal(t, "shop/db-0", ans.Pod)
 	require.Equal(t, "10.1.0.10", ans.Source, "the backend must see the client pod's own IP (no masquerade across the cable)")
 
-	bin, err := harness.Build("./cmd/coastguardd")
-	require.NoError(t, err)
-	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin})
-		require.NoError(t, err)
-		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
-	}
+	startDaemons(t, ctx, env, harness.DaemonOptions{})
 	// An ingress MCNP in cluster2 admitting web pods of cluster1: the
 	// remote ClusterIP path is admitted, because the backend sees the pod IP.
 	applyYAML(t, ctx, b, []byte(`apiVersion: networking.submariner.io/v1
@@ -212,13 +225,7 @@ func TestPacketsPartitionAndEndPort(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c3.RunPod(ctx, "shop", "web-1", "10.3.0.10", web)
 	require.NoError(t, err)
-	bin, err := harness.Build("./cmd/coastguardd")
-	require.NoError(t, err)
-	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin})
-		require.NoError(t, err)
-		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
-	}
+	startDaemons(t, ctx, env, harness.DaemonOptions{})
 	applyYAML(t, ctx, c3, []byte(`apiVersion: networking.submariner.io/v1
 kind: MultiClusterNetworkPolicy
 metadata: {name: db-range, namespace: shop}
@@ -291,19 +298,7 @@ func TestPacketsGlobalnet(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "242.2.0.1", ans.Source, "cluster1 sees cluster2's global egress IP, not the pod IP")
 
-	bin, err := harness.Build("./cmd/coastguardd")
-	require.NoError(t, err)
-	start := func(extra ...string) []*harness.Daemon {
-		var ds []*harness.Daemon
-		for _, c := range env.Clusters {
-			d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: []string{}, Args: extra})
-			require.NoError(t, err)
-			require.NoError(t, d.WaitReady(ctx, 60*time.Second))
-			ds = append(ds, d)
-		}
-		return ds
-	}
-	ds := start()
+	ds := startDaemons(t, ctx, env, harness.DaemonOptions{ClusterCIDRs: []string{}})
 	applyYAML(t, ctx, a, policyFrom("from-globalnet", g.Name))
 	coarse := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool {
 		// every pod of cluster2 shares the cluster-wide egress IP; the
@@ -316,7 +311,7 @@ func TestPacketsGlobalnet(t *testing.T) {
 	for _, d := range ds {
 		require.NoError(t, d.Stop())
 	}
-	start("--globalnet-policy=drop")
+	startDaemons(t, ctx, env, harness.DaemonOptions{ClusterCIDRs: []string{}, Args: []string{"--globalnet-policy=drop"}})
 	closed := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool { return to.Name != "db-0" }
 	waitMatrix(t, ctx, dp, closed, 60*time.Second, "--globalnet-policy=drop: cluster2's pods denied")
 }
