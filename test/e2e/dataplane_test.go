@@ -4,6 +4,8 @@ package e2e
 
 import (
 	"context"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -202,10 +204,24 @@ spec:
 	t.Logf("egress MCNP in cluster1: cluster2 pod IP allowed, cluster2 ClusterIP %s denied (Services are not peers yet)", clusterIP)
 }
 
+const dbRange = `apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: db-range, namespace: shop}
+spec:
+  clusterSelector: {}
+  podSelector: {matchLabels: {role: db}}
+  ingress:
+  - from:
+    - clusterSelector: {}
+      podSelector: {matchLabels: {app: web}}
+    ports: [{protocol: TCP, port: 5432, endPort: 5433}]
+`
+
 // TestPacketsPartitionAndEndPort: an MCNP created in cluster3 protects a
 // db in cluster1 with an endPort range. While cluster3 is cut off,
 // cluster1 keeps enforcing the last-known policy on packets and still
-// follows cluster2's pod changes; after the heal nothing changes.
+// follows cluster2's pod changes; after the heal nothing changes. Then the
+// MCNP is changed in its origin, and cluster2 is decommissioned.
 func TestPacketsPartitionAndEndPort(t *testing.T) {
 	scenario(t, 3)
 	env := dataplaneEnv(t, 3, harness.Options{})
@@ -225,19 +241,8 @@ func TestPacketsPartitionAndEndPort(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c3.RunPod(ctx, "shop", "web-1", "10.3.0.10", web)
 	require.NoError(t, err)
-	startDaemons(t, ctx, env, harness.DaemonOptions{})
-	applyYAML(t, ctx, c3, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: db-range, namespace: shop}
-spec:
-  clusterSelector: {}
-  podSelector: {matchLabels: {role: db}}
-  ingress:
-  - from:
-    - clusterSelector: {}
-      podSelector: {matchLabels: {app: web}}
-    ports: [{protocol: TCP, port: 5432, endPort: 5433}]
-`))
+	ds := startDaemons(t, ctx, env, harness.DaemonOptions{})
+	applyYAML(t, ctx, c3, []byte(dbRange))
 	labels := map[string]string{"web-0": "web", "other-0": "other", "web-1": "web"}
 	want := func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
 		if to.Name != "db-0" {
@@ -260,6 +265,30 @@ spec:
 	require.NoError(t, err)
 	labels["web-3"] = "web"
 	waitMatrix(t, ctx, dp, want, 60*time.Second, "healed: cluster3's new pod admitted too")
+
+	// The MCNP changes in its origin: only the admin port is admitted now.
+	applyYAML(t, ctx, c3, []byte(strings.Replace(dbRange, "{protocol: TCP, port: 5432, endPort: 5433}", "{protocol: TCP, port: 5440}", 1)))
+	want = func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
+		if to.Name != "db-0" {
+			return true
+		}
+		return labels[from.Name] == "web" && port.ContainerPort == 5440
+	}
+	waitMatrix(t, ctx, dp, want, 60*time.Second, "MCNP changed to port 5440")
+
+	// cluster2 is decommissioned: its pods leave every policy, so its web
+	// pods lose access to cluster1's db (fail closed); cluster3's keep it.
+	out, err := exec.CommandContext(ctx, ds[1].Path, "decommission", "--admin-addr", ds[1].AdminAddr).CombinedOutput()
+	require.NoError(t, err, "coastguardd decommission: %s", out)
+	inC2 := func(name string) bool { return name == "web-0" || name == "web-2" || name == "other-0" }
+	base := want
+	want = func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
+		if to.Name == "db-0" && inC2(from.Name) {
+			return false
+		}
+		return base(from, to, port)
+	}
+	waitMatrix(t, ctx, dp, want, 60*time.Second, "cluster2 decommissioned: its pods denied, cluster3's admitted")
 }
 
 // TestPacketsGlobalnet: cluster2 has Globalnet, so its pods reach cluster1
