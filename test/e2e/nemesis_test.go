@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,9 +38,12 @@ import (
 // on 8 IP slots: slots 0-2 only ever hold non-web pods, slots 3-7 random
 // labels; label flips; the MCNP deleted and re-created in its origin.
 //
-// Faults: partitions of a random subset (symmetric or one-way pairs),
-// kill -9 of a random daemon (sometimes with its store deleted) and restart,
-// kill of a cluster's leader, kube-apiserver restarts.
+// Faults: partitions (one cluster isolated, or a pair cut), lossy links
+// (30-70 % of gossip dropped with iptables' statistic match: netem is
+// missing here), kill -9 of a random daemon (leader or standby; sometimes
+// with its store deleted) and restart, a full disk (RLIMIT_FSIZE) for a
+// daemon, kube-apiserver restarts. Not injected yet: clock skew, rolling
+// upgrades between binaries of two commits, Service export churn.
 //
 // Checker:
 //   - leaks: a connection from a never-web slot to a db succeeded while the
@@ -65,6 +69,7 @@ type nemesis struct {
 	seq     int
 	daemons map[string][]*harness.Daemon
 	leaks   []string
+	faults  map[string]int
 	probes  int
 	stale   int
 }
@@ -83,6 +88,12 @@ func (n *nemesis) log(format string, args ...any) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.history = append(n.history, fmt.Sprintf("%8.3fs  ", time.Since(n.start).Seconds())+fmt.Sprintf(format, args...))
+}
+
+func (n *nemesis) fault(kind string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.faults[kind]++
 }
 
 func nemesisDuration(t *testing.T) time.Duration {
@@ -125,7 +136,7 @@ func TestNemesis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
 	defer cancel()
 	n := &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
-		pods: map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}}
+		pods: map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			n.mu.Lock()
@@ -186,10 +197,14 @@ func (n *nemesis) step(ctx context.Context) {
 		n.flipLabel(ctx)
 	case r < 60:
 		n.toggleMCNP(ctx)
-	case r < 72:
+	case r < 68:
 		n.partition(ctx)
-	case r < 84:
+	case r < 72:
+		n.lossy(ctx)
+	case r < 82:
 		n.killDaemon(ctx)
+	case r < 85:
+		n.diskFull(ctx)
 	case r < 90:
 		n.restartAPIServer(ctx)
 	default:
@@ -302,6 +317,7 @@ func (n *nemesis) partition(ctx context.Context) {
 		what = "cut " + a.Name + " <-> " + b.Name
 	}
 	hold := time.Duration(1+n.rng.IntN(6)) * time.Second
+	n.fault("partition")
 	n.log("partition: %s for %s", what, hold)
 	n.keepWorking(ctx, hold)
 	require.NoError(n.t, n.env.Heal())
@@ -321,6 +337,52 @@ func (n *nemesis) keepWorking(ctx context.Context, d time.Duration) {
 	}
 }
 
+// lossy drops 30-70 % of the gossip between two clusters for a while.
+func (n *nemesis) lossy(ctx context.Context) {
+	cs := n.env.Clusters
+	a := cs[n.rng.IntN(len(cs))]
+	b := cs[(a.Index+1+n.rng.IntN(len(cs)-1))%len(cs)]
+	p := 0.3 + 0.4*n.rng.Float64()
+	require.NoError(n.t, n.env.Lossy(a, b, p))
+	hold := time.Duration(2+n.rng.IntN(5)) * time.Second
+	n.fault("lossy link")
+	n.log("lossy link %s <-> %s, %.0f%% dropped, for %s", a.Name, b.Name, 100*p, hold)
+	n.keepWorking(ctx, hold)
+	require.NoError(n.t, n.env.Heal())
+	n.log("lossy link healed")
+}
+
+// diskFull restarts a daemon with a 256 KiB file-size limit (its store
+// commits fail), keeps working, then restarts it without the limit.
+func (n *nemesis) diskFull(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	d := n.daemons[c.Name][n.rng.IntN(2)]
+	if !d.Running() {
+		return
+	}
+	_ = d.Kill()
+	var old unix.Rlimit
+	require.NoError(n.t, unix.Getrlimit(unix.RLIMIT_FSIZE, &old))
+	// The child inherits the limit; this process writes no file meanwhile.
+	require.NoError(n.t, unix.Setrlimit(unix.RLIMIT_FSIZE, &unix.Rlimit{Cur: 256 << 10, Max: old.Max}))
+	err := d.Restart()
+	require.NoError(n.t, unix.Setrlimit(unix.RLIMIT_FSIZE, &old))
+	if err != nil {
+		n.log("restart %s with a full disk failed: %v", d.NodeName, err)
+		return
+	}
+	hold := time.Duration(2+n.rng.IntN(4)) * time.Second
+	n.fault("disk full")
+	n.log("disk full for %s (RLIMIT_FSIZE 256 KiB) for %s", d.NodeName, hold)
+	n.keepWorking(ctx, hold)
+	_ = d.Kill()
+	if err := d.Restart(); err != nil {
+		n.log("restart %s failed: %v", d.NodeName, err)
+		return
+	}
+	n.log("disk space back for %s", d.NodeName)
+}
+
 func (n *nemesis) killDaemon(ctx context.Context) {
 	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
 	d := n.daemons[c.Name][n.rng.IntN(2)]
@@ -334,6 +396,10 @@ func (n *nemesis) killDaemon(ctx context.Context) {
 		_ = os.MkdirAll(d.DataDir, 0o700)
 	}
 	down := time.Duration(n.rng.IntN(4000)) * time.Millisecond
+	n.fault("kill -9")
+	if wipe {
+		n.fault("store deleted")
+	}
 	n.log("kill -9 %s (store wiped=%v), down for %s", d.NodeName, wipe, down)
 	n.keepWorking(ctx, down)
 	if err := d.Restart(); err != nil {
@@ -348,6 +414,7 @@ func (n *nemesis) restartAPIServer(ctx context.Context) {
 	if err := c.APIServer.Stop(10 * time.Second); err != nil {
 		n.log("apiserver %s stop: %v", c.Name, err)
 	}
+	n.fault("apiserver restart")
 	n.log("kube-apiserver %s stopped", c.Name)
 	time.Sleep(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond)
 	require.NoError(n.t, c.APIServer.Restart())
@@ -468,6 +535,7 @@ func (n *nemesis) check(ctx context.Context) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	allowed, denied := final.Counts()
+	t.Logf("nemesis faults: %v", n.faults)
 	t.Logf("nemesis summary: %d history events, %d probes during the run, %d stale allows (a non-web pod admitted while a change or fault was settling), %d leaks; final matrix %d allowed / %d denied",
 		len(n.history), n.probes, n.stale, len(n.leaks), allowed, denied)
 	require.Empty(t, n.leaks, "connections no state ever admitted")

@@ -387,6 +387,15 @@ func (e *Env) HealPair(a, b *Cluster) error {
 	return e.part.heal(a.GossipGID, a.GossipIP, b.GossipGID, b.GossipIP)
 }
 
+// Lossy drops a random share (0 < probability < 1) of the gossip traffic
+// between two clusters, both ways, until Heal.
+func (e *Env) Lossy(a, b *Cluster, probability float64) error {
+	if a == b || probability <= 0 || probability >= 1 {
+		return fmt.Errorf("harness: lossy link %s-%s with probability %v: want two clusters and 0 < p < 1", a.Name, b.Name, probability)
+	}
+	return e.part.add(lossRule(a.GossipGID, b.GossipIP, probability), lossRule(b.GossipGID, a.GossipIP, probability))
+}
+
 // Heal removes every partition.
 func (e *Env) Heal() error { return e.part.healAll() }
 

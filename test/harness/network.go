@@ -188,14 +188,26 @@ func dropRule(fromGID uint32, toIP string) []string {
 	return []string{"-m", "owner", "--gid-owner", strconv.FormatUint(uint64(fromGID), 10), "-d", toIP + "/32", "-j", "DROP"}
 }
 
+// lossRule drops a random share of the traffic from a group to an address
+// (netem is not available here; the statistic match is).
+func lossRule(fromGID uint32, toIP string, probability float64) []string {
+	return []string{"-m", "owner", "--gid-owner", strconv.FormatUint(uint64(fromGID), 10), "-d", toIP + "/32",
+		"-m", "statistic", "--mode", "random", "--probability", strconv.FormatFloat(probability, 'f', 3, 64), "-j", "DROP"}
+}
+
 // cut drops traffic in both directions between two endpoints (gid, ip).
 func (p *partitioner) cut(gidA uint32, ipA string, gidB uint32, ipB string) error {
+	return p.add(dropRule(gidA, ipB), dropRule(gidB, ipA))
+}
+
+// add installs rules (each once) in the chain.
+func (p *partitioner) add(rules ...[]string) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.ensureChain(); err != nil {
 		return err
 	}
-	for _, r := range [][]string{dropRule(gidA, ipB), dropRule(gidB, ipA)} {
+	for _, r := range rules {
 		key := strings.Join(r, " ")
 		if _, ok := p.rules[key]; ok {
 			continue
