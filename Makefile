@@ -66,10 +66,10 @@ e2e: testbins
 ## nemesis: random faults (partitions, kill -9, store loss, leader loss,
 ## apiserver restarts) over 3 clusters x 2 daemons on the packet dataplane
 ## while a workload runs, then a checker (leaks, lost updates, final packets).
-## DURATION=10m and SEED= (printed by every run) pick the run. make test runs
-## a 45 s one.
+## DURATION=10m and SEED= (default: a new one; every run prints its seed)
+## pick the run. make test runs a 45 s one with a fixed seed.
 DURATION ?= 10m
-SEED     ?=
+SEED     ?= random
 nemesis: testbins
 	COASTGUARD_NEMESIS_DURATION=$(DURATION) COASTGUARD_NEMESIS_SEED=$(SEED) \
 	  $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestNemesis$$' ./test/e2e/ 2>&1 | tee .cache/nemesis.log \

@@ -84,6 +84,10 @@ type nemPod struct {
 
 const nemesisBound = 15 * time.Second
 
+// nemesisConvergence bounds convergence after the final heal (every daemon
+// restarted, so it includes their cold start and the empty-view gate).
+const nemesisConvergence = 90 * time.Second
+
 func (n *nemesis) log(format string, args ...any) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -105,13 +109,19 @@ func nemesisDuration(t *testing.T) time.Duration {
 	return 45 * time.Second
 }
 
+// nemesisSeed: unset means the fixed seed of make test's short run,
+// "random" a new one per run (make nemesis), a number that run again.
 func nemesisSeed(t *testing.T) uint64 {
-	if s := os.Getenv("COASTGUARD_NEMESIS_SEED"); s != "" {
+	switch s := os.Getenv("COASTGUARD_NEMESIS_SEED"); s {
+	case "":
+		return 20261128
+	case "random":
+		return uint64(time.Now().UnixNano())
+	default:
 		v, err := strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "COASTGUARD_NEMESIS_SEED")
 		return v
 	}
-	return uint64(time.Now().UnixNano())
 }
 
 const nemesisMCNP = `apiVersion: networking.submariner.io/v1
@@ -226,10 +236,11 @@ func (n *nemesis) churnPod(ctx context.Context) {
 			return
 		}
 		n.mu.Lock()
+		ip := n.pods[c.Name+"/"+name].ip
 		delete(n.slots, key)
 		delete(n.pods, c.Name+"/"+name)
 		n.mu.Unlock()
-		n.log("pod %s/%s deleted (slot %d)", c.Name, name, slot)
+		n.log("pod %s/%s deleted (slot %d, was %s)", c.Name, name, slot, ip)
 		return
 	}
 	n.mu.Lock()
@@ -278,7 +289,7 @@ func (n *nemesis) flipLabel(ctx context.Context) {
 	n.mu.Lock()
 	p.web = app == "web"
 	n.mu.Unlock()
-	n.log("pod %s/%s app=%s", p.cluster.Name, p.name, app)
+	n.log("pod %s/%s app=%s (%s)", p.cluster.Name, p.name, app, p.ip)
 }
 
 func (n *nemesis) toggleMCNP(ctx context.Context) {
@@ -504,25 +515,64 @@ func (n *nemesis) expectedBlocks(c *harness.Cluster) []string {
 	return want
 }
 
+// explainBlocks compares a cluster's admitted addresses with the model and,
+// for each difference, lists the history events that mention the address:
+// the checker's verdict on lost updates and stale allows. Empty means equal.
+func explainBlocks(cluster string, have, want, history []string) string {
+	var b strings.Builder
+	report := func(kind string, ips []string) {
+		for _, ip := range ips {
+			fmt.Fprintf(&b, "%s: %s %s\n", cluster, kind, ip)
+			bare := strings.TrimSuffix(ip, "/32")
+			for _, h := range history {
+				if strings.Contains(h, bare+" ") || strings.Contains(h, bare+")") || strings.HasSuffix(h, bare) {
+					fmt.Fprintf(&b, "      %s\n", h)
+				}
+			}
+		}
+	}
+	report("stale allow (admitted, but no live web pod has it):", setMinus(have, want))
+	report("lost update (a live web pod's address is missing):", setMinus(want, have))
+	return b.String()
+}
+
+func setMinus(a, b []string) []string {
+	var out []string
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
 func (n *nemesis) check(ctx context.Context) {
 	t := n.t
+	healed := time.Now()
 	for _, c := range n.env.Clusters {
 		want := n.expectedBlocks(c)
 		var have []string
-		err := harness.Eventually(ctx, 90*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		count := 0
+		err := harness.Eventually(ctx, nemesisConvergence, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 			nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return false, err
 			}
-			have = blocksOf(nps...)
+			have, count = blocksOf(nps...), len(nps)
 			sort.Strings(have)
 			if !n.mcnpOn {
-				return len(nps) == 0, nil
+				return count == 0, nil
 			}
-			return len(nps) == 1 && slices.Equal(have, want), nil
+			return count == 1 && slices.Equal(have, want), nil
 		})
-		require.NoError(t, err, "lost update in %s: generated policy admits %v, want %v (MCNP present=%v)", c.Name, have, want, n.mcnpOn)
+		if err != nil {
+			n.mu.Lock()
+			why := explainBlocks(c.Name, have, want, n.history)
+			n.mu.Unlock()
+			t.Fatalf("%s did not converge within %s of the heal (%d generated policies, MCNP present=%v):\n%s", c.Name, nemesisConvergence, count, n.mcnpOn, why)
+		}
 	}
+	t.Logf("nemesis: every cluster converged %s after the final heal", time.Since(healed).Round(time.Millisecond))
 	model := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool {
 		if to.Name != "db-0" || !n.mcnpOn {
 			return true
@@ -539,4 +589,24 @@ func (n *nemesis) check(ctx context.Context) {
 	t.Logf("nemesis summary: %d history events, %d probes during the run, %d stale allows (a non-web pod admitted while a change or fault was settling), %d leaks; final matrix %d allowed / %d denied",
 		len(n.history), n.probes, n.stale, len(n.leaks), allowed, denied)
 	require.Empty(t, n.leaks, "connections no state ever admitted")
+}
+
+// TestNemesisCheckerExplains plants the faults the checker must catch: a
+// policy that lost a live web pod's address (a dropped update) and one that
+// still admits a deleted pod's address (a skipped deletion). Each must be
+// reported with the history events of that address.
+func TestNemesisCheckerExplains(t *testing.T) {
+	history := []string{
+		"   1.000s  pod cluster2/churn-3 Running with 10.2.3.14 web=true",
+		"   2.000s  pod cluster2/churn-3 deleted (slot 4, was 10.2.3.14)",
+		"   3.000s  pod cluster3/churn-9 Running with 10.3.3.15 web=true",
+	}
+	want := []string{"10.3.3.15/32"}
+	require.Empty(t, explainBlocks("cluster1", want, want, history))
+	got := explainBlocks("cluster1", []string{"10.2.3.14/32"}, want, history)
+	require.Contains(t, got, "stale allow (admitted, but no live web pod has it): 10.2.3.14/32")
+	require.Contains(t, got, "churn-3 deleted", "the deletion that should have removed it is quoted")
+	require.Contains(t, got, "lost update (a live web pod's address is missing): 10.3.3.15/32")
+	require.Contains(t, got, "churn-9 Running with 10.3.3.15")
+	require.NotContains(t, got, "10.3.3.150", "addresses match whole, not by prefix")
 }
