@@ -240,6 +240,9 @@ func runPackets(ctx context.Context, cfg *config, rec *recorder) error {
 	if err := packetsLatency(ctx, rec, p, n); err != nil {
 		return err
 	}
+	if err := packetsReuse(ctx, rec, p, max(n/5, 5)); err != nil {
+		return err
+	}
 	churn := 60 * time.Second
 	if cfg.quick {
 		churn = 10 * time.Second
@@ -408,6 +411,42 @@ func packetsChurn(ctx context.Context, cfg *config, rec *recorder, p *packetsEnv
 	}
 	params := map[string]any{"duration_s": d.Seconds(), "changes": changes, "probes": probes, "ip_slots": slots, "stale_allows": staleAllows}
 	rec.add("packets churn leaks", float64(leaks), "connections", params, "= 0", func(v float64) bool { return v == 0 })
-	rec.add("packets IP-reuse window (longest stale allow after reuse)", ms(reuseWindow), "ms", params, "", nil)
+	rec.add("packets churn longest stale allow after IP reuse", ms(reuseWindow), "ms", params, "", nil)
+	return nil
+}
+
+// packetsReuse: a web pod is deleted and its IP given at once to a pod the
+// policy must not admit; the window is how long B still admits the IP,
+// from the new pod's Running to its first refused connection.
+func packetsReuse(ctx context.Context, rec *recorder, p *packetsEnv, n int) error {
+	var windows []time.Duration
+	for i := range n {
+		web, intruder, ip := fmt.Sprintf("reuse-web-%d", i), fmt.Sprintf("reuse-x-%d", i), fmt.Sprintf("10.1.250.%d", 10+i%200)
+		if _, err := p.a.RunPod(ctx, benchNS, web, ip, map[string]string{"app": "web"}); err != nil {
+			return err
+		}
+		if _, err := p.until(ctx, web, func(err error) bool { return err == nil }); err != nil {
+			return err
+		}
+		if err := p.a.DeletePod(ctx, benchNS, web); err != nil {
+			return err
+		}
+		if _, err := p.a.RunPod(ctx, benchNS, intruder, ip, map[string]string{"app": "intruder"}); err != nil {
+			return err
+		}
+		t0 := p.dp.AttachedAt(p.a, benchNS, intruder)
+		tRef, err := p.until(ctx, intruder, func(err error) bool { return err != nil })
+		if err != nil {
+			return err
+		}
+		windows = append(windows, max(tRef.Sub(t0), 0))
+		if err := p.a.DeletePod(ctx, benchNS, intruder); err != nil {
+			return err
+		}
+	}
+	params := map[string]any{"reuses": n, "how": "web pod deleted, its IP given at once to a pod the policy does not admit"}
+	sorted := sortDurations(windows)
+	rec.add("packets IP-reuse window p50", percentileMS(sorted, 0.5), "ms", params, "", nil)
+	rec.add("packets IP-reuse window p99", percentileMS(sorted, 0.99), "ms", params, "", nil)
 	return nil
 }
