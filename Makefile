@@ -70,8 +70,11 @@ e2e: testbins
 ## pick the run. make test runs a 45 s one with a fixed seed.
 DURATION ?= 10m
 SEED     ?= random
+## OLD_REV=<commit> adds rolling upgrades between coastguardd built at that
+## commit and the current one.
+OLD_REV  ?=
 nemesis: testbins
-	COASTGUARD_NEMESIS_DURATION=$(DURATION) COASTGUARD_NEMESIS_SEED=$(SEED) \
+	COASTGUARD_NEMESIS_DURATION=$(DURATION) COASTGUARD_NEMESIS_SEED=$(SEED) COASTGUARD_NEMESIS_OLD_REV=$(OLD_REV) \
 	  $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestNemesis$$' ./test/e2e/ 2>&1 | tee .cache/nemesis.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok)|nemesis'; exit $${PIPESTATUS[0]}
 

@@ -42,8 +42,9 @@ import (
 // (30-70 % of gossip dropped with iptables' statistic match: netem is
 // missing here), kill -9 of a random daemon (leader or standby; sometimes
 // with its store deleted) and restart, a full disk (RLIMIT_FSIZE) for a
-// daemon, kube-apiserver restarts. Not injected yet: clock skew, rolling
-// upgrades between binaries of two commits, Service export churn.
+// daemon, kube-apiserver restarts, and with COASTGUARD_NEMESIS_OLD_REV a
+// daemon replaced by one built at that commit and back (a rollback and an
+// upgrade). Not injected yet: clock skew, Service export churn.
 //
 // Checker:
 //   - leaks: a connection from a never-web slot to a db succeeded while the
@@ -58,6 +59,7 @@ type nemesis struct {
 	dp    *harness.Dataplane
 	rng   *rand.Rand
 	bin   string
+	old   string // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
 	start time.Time
 
 	mu      sync.Mutex
@@ -176,6 +178,11 @@ func (n *nemesis) setup(ctx context.Context) {
 	var err error
 	n.bin, err = harness.Build("./cmd/coastguardd")
 	require.NoError(t, err)
+	if rev := os.Getenv("COASTGUARD_NEMESIS_OLD_REV"); rev != "" {
+		n.old, err = harness.BuildAt(rev, "./cmd/coastguardd")
+		require.NoError(t, err)
+		t.Logf("nemesis: rolling upgrades between %s and this build", rev)
+	}
 	for i, c := range n.env.Clusters {
 		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
 		_, err := c.RunPod(ctx, "shop", "db-0", fmt.Sprintf("10.%d.0.10", i+1), map[string]string{"role": "db"}, tcpPort("pg", 5432))
@@ -215,8 +222,10 @@ func (n *nemesis) step(ctx context.Context) {
 		n.killDaemon(ctx)
 	case r < 85:
 		n.diskFull(ctx)
-	case r < 90:
+	case r < 88:
 		n.restartAPIServer(ctx)
+	case r < 92 && n.old != "":
+		n.rollingUpgrade(ctx)
 	default:
 		time.Sleep(time.Duration(200+n.rng.IntN(800)) * time.Millisecond)
 	}
@@ -392,6 +401,35 @@ func (n *nemesis) diskFull(ctx context.Context) {
 		return
 	}
 	n.log("disk space back for %s", d.NodeName)
+}
+
+// rollingUpgrade replaces one daemon of a cluster with one running the
+// earlier binary for a while (a downgrade, as a rollback does), then brings
+// the current one back (the upgrade).
+func (n *nemesis) rollingUpgrade(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	d := n.daemons[c.Name][n.rng.IntN(2)]
+	if !d.Running() {
+		return
+	}
+	require.NoError(n.t, d.Stop())
+	n.mu.Lock()
+	n.seq++
+	name := fmt.Sprintf("%s-old-%d", c.Name, n.seq)
+	n.mu.Unlock()
+	old, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.old, NodeName: name, Args: []string{"--reconnect-timeout=10m"}})
+	if err != nil {
+		n.log("starting %s (earlier binary) failed: %v", name, err)
+		require.NoError(n.t, d.Restart())
+		return
+	}
+	n.fault("rolling upgrade")
+	hold := time.Duration(3+n.rng.IntN(6)) * time.Second
+	n.log("%s replaced by %s running the earlier binary, for %s", d.NodeName, name, hold)
+	n.keepWorking(ctx, hold)
+	require.NoError(n.t, old.Stop())
+	require.NoError(n.t, d.Restart())
+	n.log("%s back on the current binary (%s stopped)", d.NodeName, name)
 }
 
 func (n *nemesis) killDaemon(ctx context.Context) {
