@@ -220,12 +220,12 @@ func (n *nemesis) step(ctx context.Context) {
 		n.lossy(ctx)
 	case r < 82:
 		n.killDaemon(ctx)
-	case r < 85:
+	case r < 84:
 		n.diskFull(ctx)
-	case r < 88:
-		n.restartAPIServer(ctx)
-	case r < 92 && n.old != "":
+	case r < 90 && n.old != "":
 		n.rollingUpgrade(ctx)
+	case r < 90:
+		n.restartAPIServer(ctx)
 	default:
 		time.Sleep(time.Duration(200+n.rng.IntN(800)) * time.Millisecond)
 	}
