@@ -60,7 +60,8 @@ type LeaderConfig struct {
 	// OnStartedLeading runs (on its own goroutine) once the Lease is held
 	// and read back; ctx is cancelled the moment leadership is lost. The
 	// writer epoch must be max(epochHint, state.MinEpoch()). The next term
-	// does not start before this function has returned.
+	// does not start before this function has returned. Returning while
+	// the Lease is still held releases it (the term could not start).
 	OnStartedLeading func(ctx context.Context, epochHint uint32)
 	// OnStoppedLeading runs when a term ends (after IsLeader turned false).
 	OnStoppedLeading func()
@@ -83,6 +84,9 @@ type Elector struct {
 	termCtx context.Context // context of the term being led
 	term    uint64
 	active  int // OnStartedLeading callbacks still running
+	// cancelTerm ends the current campaign's context (releasing a held
+	// Lease); set by Run for each term.
+	cancelTerm context.CancelFunc
 }
 
 // NewElector validates cfg and returns an elector.
@@ -196,9 +200,11 @@ func (e *Elector) Run(ctx context.Context) error {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: e.cfg.Identity},
 	}
 	for ctx.Err() == nil {
+		termCtx, cancelTerm := context.WithCancel(ctx)
 		e.mu.Lock()
 		e.term++
 		term := e.term
+		e.cancelTerm = cancelTerm
 		e.mu.Unlock()
 		le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 			Lock:            lock,
@@ -219,9 +225,11 @@ func (e *Elector) Run(ctx context.Context) error {
 			},
 		})
 		if err != nil {
+			cancelTerm()
 			return fmt.Errorf("leader election: %w", err)
 		}
-		le.Run(ctx)
+		le.Run(termCtx)
+		cancelTerm()
 		// Never let two terms of this process write at once: le.Run has
 		// cancelled the term context; wait for its callback to return.
 		e.mu.Lock()
@@ -281,8 +289,19 @@ func (e *Elector) started(ctx context.Context, term uint64) {
 	hint := EpochHint(transitions)
 	e.log.Info("started leading", "leaseTransitions", transitions, "epochHint", hint)
 	e.cfg.OnStartedLeading(ctx, hint)
-	// The callback may return early; this process stays leader until the
-	// Lease is lost or released.
+	if ctx.Err() != nil {
+		return
+	}
+	// The term ended while the Lease is still ours (the daemon could not
+	// start enforcing, say, because its store cannot persist the epoch).
+	// Holding the Lease would leave the cluster without an enforcer:
+	// release it so a standby takes over, and campaign again later.
+	e.log.Warn("the leader term ended early; releasing the Lease for a standby")
+	e.mu.Lock()
+	if e.term == term && e.cancelTerm != nil {
+		e.cancelTerm()
+	}
+	e.mu.Unlock()
 }
 
 func (e *Elector) stopped(term uint64) {

@@ -141,6 +141,35 @@ func TestElectorHandoverOnRelease(t *testing.T) {
 	assert.EqualValues(t, 1, leaseTransitions(t, client))
 }
 
+// TestElectorReleasesWhenTermEndsEarly: a leader whose term callback
+// returns while the Lease is still held (it could not persist its epoch, as
+// a daemon with a full disk or a lost store did in the nemesis) releases the
+// Lease, so the standby leads instead of the cluster having a Lease holder
+// that enforces nothing.
+func TestElectorReleasesWhenTermEndsEarly(t *testing.T) {
+	client := fake.NewClientset()
+	gaveUp := make(chan struct{}, 4)
+	e, err := NewElector(LeaderConfig{
+		Client: client, Namespace: "coastguard-system", ClusterID: "c1", Identity: "a",
+		LeaseDuration: 30 * time.Second, RenewDeadline: 10 * time.Second, RetryPeriod: 200 * time.Millisecond,
+		OnStartedLeading: func(context.Context, uint32) { gaveUp <- struct{}{} }, // returns at once
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = e.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	select {
+	case <-gaveUp:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a never became leader")
+	}
+	b := startCandidate(t, client, "b")
+	// With a 30 s LeaseDuration, b can only lead this fast if a released it.
+	b.expectLead(t, 5*time.Second)
+	assert.False(t, e.IsLeader())
+}
+
 func TestElectorStepsDownWhenRenewFails(t *testing.T) {
 	client := fake.NewClientset()
 	var failA atomic.Bool

@@ -484,14 +484,19 @@ func (r *Replica) RetireRecord(origin string) crdt.Retire {
 var errNoEpoch = errors.New("store: observer replica has no writer epoch")
 
 // SetMinEpoch raises the writer epoch to at least epoch (the daemon feeds
-// the Lease's leaseTransitions here) and persists it before returning. It
-// never lowers the epoch.
+// the Lease's leaseTransitions here), and to at least State.MinEpoch (the
+// versions of our own origin seen so far), and persists it before
+// returning. It never lowers the epoch.
 func (r *Replica) SetMinEpoch(epoch uint32) error {
 	if r.self == "" {
 		return errNoEpoch
 	}
 	var serr error
 	err := r.mutate(false, func(st *crdt.State) effect {
+		// The hint is a floor: a writer that has seen later versions of
+		// its own origin (a lost store, peers that still hold them) must
+		// go above those too, not fail.
+		epoch := max(epoch, st.MinEpoch())
 		if epoch <= st.Epoch() {
 			return effect{}
 		}

@@ -186,6 +186,31 @@ func TestReplicaSetMinEpoch(t *testing.T) {
 	require.Equal(t, uint32(51), r2.Epoch())
 }
 
+// TestReplicaSetMinEpochBelowSeenEpochs is the nemesis's seed-8 finding: a
+// daemon whose store was lost restarts, learns from peers that its own
+// origin already wrote at epoch 3, and wins the Lease with an epoch hint of
+// 2. The hint is a floor, not an exact epoch: the writer must move to the
+// minimum safe epoch instead of failing (which left the cluster with a
+// Lease holder that enforced nothing).
+func TestReplicaSetMinEpochBelowSeenEpochs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.db")
+	old := crdt.NewState("c1")
+	require.NoError(t, old.SetEpoch(3))
+	_, _, err := old.Write(crdt.KindPod, "ns/p", podValue(t, nil, "10.0.0.1"), false, 0)
+	require.NoError(t, err)
+
+	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	_, err = r.Apply(old.DeltaSince(r.Digest(), 0)...)
+	require.NoError(t, err)
+	require.NoError(t, r.SetMinEpoch(2), "a hint below the epochs already seen is raised, not refused")
+	require.GreaterOrEqual(t, r.Epoch(), uint32(4))
+	d, err := r.Write(crdt.KindPod, "ns/q", podValue(t, nil, "10.0.0.2"), false)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, d.To.Epoch(), uint32(4))
+}
+
 func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	r, err := OpenReplica(path, "c1", Options{Indexes: true})
