@@ -58,7 +58,7 @@ func TestTrustLogLinesHaveNoDuplicateKeys(t *testing.T) {
 	require.NoError(t, err)
 
 	msg := []byte("m")
-	require.NoError(t, tr.Verify("b", good, msg, ed25519.Sign(goodPriv, msg)))   // pin on first use, persist fails
+	require.NoError(t, tr.Verify("b", good, msg, ed25519.Sign(goodPriv, msg))) // pin on first use, persist fails
 	require.Error(t, tr.Verify("b", rogue, msg, ed25519.Sign(roguePriv, msg))) // key mismatch, loud
 
 	var lines int
