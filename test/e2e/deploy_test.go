@@ -487,7 +487,7 @@ func checkAlertMetricsExist(t *testing.T, rendered string) {
 	require.NotEmpty(t, used)
 	registered := map[string]bool{}
 	nameRE := regexp.MustCompile(`Name:\s*"(coastguard_[a-z_]+)"`)
-	for _, dir := range []string{"gossip", "store", "kube", "enforce", "cmd/coastguardd"} {
+	for _, dir := range []string{"gossip", "store", "kube", "enforce", "daemon", "cmd/coastguardd"} {
 		files, _ := filepath.Glob(repoPath(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {
