@@ -97,7 +97,7 @@ func (r *retirer) round() {
 		}
 		if v.retire != nil && r.retire(*v.retire) {
 			r.m.retirements.WithLabelValues("reconnect_timeout").Inc()
-			r.log.Warn("cluster retired after reconnect timeout", "cluster", v.cluster,
+			r.log.Warn("cluster retired after reconnect timeout", "remote_cluster", v.cluster,
 				"last_alive", v.lastAlive, "timeout", r.timeout)
 		}
 	}

@@ -466,7 +466,7 @@ func (n *Node) applyRetire(r crdt.Retire, rebroadcast bool) bool {
 		n.log.Error("own cluster was retired by the mesh; the writer must continue at a higher epoch",
 			"upto", r.UpTo.String())
 	} else {
-		n.log.Info("cluster retired", "cluster", r.Origin, "upto", r.UpTo.String())
+		n.log.Info("cluster retired", "remote_cluster", r.Origin, "upto", r.UpTo.String())
 	}
 	if rebroadcast {
 		n.broadcastRetire(r)

@@ -120,7 +120,7 @@ func (t *Trust) loud(origin, reason string, key []byte) {
 	trusted := t.pins[origin]
 	t.mu.Unlock()
 	t.log.Error("REFUSING data for a cluster signed with a key that is not its trusted key: a rogue or mis-keyed cluster claims this ID",
-		"cluster", origin, "reason", reason, "presented_key", base64.StdEncoding.EncodeToString(key),
+		"remote_cluster", origin, "reason", reason, "presented_key", base64.StdEncoding.EncodeToString(key),
 		"presented_fingerprint", KeyFingerprint(key), "trusted_fingerprint", KeyFingerprint(trusted))
 	if reason == crdt.ReasonKeyMismatch {
 		select {
@@ -175,10 +175,10 @@ func (t *Trust) Verify(origin string, key, msg, sig []byte) error {
 	}
 	t.pins[origin] = bytes.Clone(key)
 	t.mu.Unlock()
-	t.log.Warn("pinned a cluster's signing key on first use", "cluster", origin, "key", base64.StdEncoding.EncodeToString(key))
+	t.log.Warn("pinned a cluster's signing key on first use", "remote_cluster", origin, "key", base64.StdEncoding.EncodeToString(key))
 	if t.persist != nil {
 		if err := t.persist(origin, key); err != nil {
-			t.log.Error("could not persist a key pin; it holds until restart", "cluster", origin, "err", err)
+			t.log.Error("could not persist a key pin; it holds until restart", "remote_cluster", origin, "err", err)
 		}
 	}
 	return nil
@@ -375,10 +375,10 @@ func (t *Trust) Endorse(origin string, newKey, endorsement []byte) error {
 	t.endorsed[origin] = bytes.Clone(endorsement)
 	t.mu.Unlock()
 	t.log.Warn("a cluster rotated its signing key: trusting the new key, endorsed by the old one",
-		"cluster", origin, "old_fingerprint", KeyFingerprint(pin), "new_fingerprint", KeyFingerprint(newKey))
+		"remote_cluster", origin, "old_fingerprint", KeyFingerprint(pin), "new_fingerprint", KeyFingerprint(newKey))
 	if t.Repin != nil {
 		if err := t.Repin(origin, pin, newKey); err != nil {
-			t.log.Error("could not persist a rotated key pin; it holds until restart", "cluster", origin, "err", err)
+			t.log.Error("could not persist a rotated key pin; it holds until restart", "remote_cluster", origin, "err", err)
 		}
 	}
 	return nil

@@ -227,7 +227,7 @@ func (w *ClusterSetWriter) Sync(ctx context.Context, obs []ClusterObservation, n
 				typ = corev1.EventTypeWarning
 			}
 			w.recorder.Event(obj, typ, t.Reason, t.Message)
-			w.log.Info("cluster-set transition", "cluster", o.ID, "reason", t.Reason, "message", t.Message)
+			w.log.Info("cluster-set transition", "remote_cluster", o.ID, "reason", t.Reason, "message", t.Message)
 		}
 	}
 	for name, cc := range existing {

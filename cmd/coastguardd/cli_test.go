@@ -44,13 +44,21 @@ func TestCLIHelpExitsZeroAndShowsDefaults(t *testing.T) {
 		// pflag prints no default that looks like a zero value ("", "0",
 		// "false"), whatever the flag's type.
 		if v, ok := o.fileV(&defaults); ok && v != "" && v != "0" && v != "false" {
-			require.Contains(t, out, `(default "`+v+`")`, "run --help shows the default of --%s", o.flag)
+			if o.kind() == "string" {
+				v = `"` + v + `"`
+			}
+			require.Contains(t, out, `(default `+v+`)`, "run --help shows the default of --%s", o.flag)
 			n++
 		}
 	}
 	require.Greater(t, n, 10, "most options have a default")
 	require.Contains(t, out, `--gossip-profile string`)
 	require.Contains(t, out, `(default "wan")`)
+	// Typed: durations and integers show as such, not as "string".
+	require.Regexp(t, `--debounce duration\s.*\(default 50ms\)`, out)
+	require.Regexp(t, `--max-networkpolicies-per-mcnp int\s`, out)
+	require.Regexp(t, `--insecure-gossip\s{2,}`, out)
+	require.NotContains(t, out, "boolFlag")
 
 	for _, sub := range []string{"render", "decommission"} {
 		rc, _, _ = runCLI(sub, "--help")

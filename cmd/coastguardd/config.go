@@ -187,6 +187,41 @@ func (b boolFlagValue) String() string {
 }
 func (b boolFlagValue) Set(v string) error { *b.s = v; return nil }
 func (b boolFlagValue) IsBoolFlag() bool   { return true }
+func (b boolFlagValue) Type() string       { return "bool" }
+
+// typedValue holds a string-valued option (so that file, env and flag
+// precedence is resolved in load) but names its real type, which pflag
+// shows in --help: "--debounce duration", not "--debounce string".
+type typedValue struct {
+	s    *string
+	kind string
+}
+
+func (v typedValue) String() string {
+	if v.s == nil {
+		return ""
+	}
+	return *v.s
+}
+func (v typedValue) Set(s string) error { *v.s = s; return nil }
+func (v typedValue) Type() string       { return v.kind }
+
+// kind is the type an option's value parses as, found by asking its setter:
+// string (accepts anything), bool, int or duration.
+func (o option) kind() string {
+	probe := func(v string) bool { return o.set(&Config{}, v) == nil }
+	switch {
+	case probe("not a typed value"):
+		return "string"
+	case probe("true"):
+		return "bool"
+	case probe("1"):
+		return "int"
+	case probe("1s"):
+		return "duration"
+	}
+	return "string"
+}
 
 func sp(p *string) (string, bool) {
 	if p == nil {
@@ -327,7 +362,9 @@ func newConfigFlags(name string, getenv func(string) string) *configFlags {
 			cf.vals[o.flag] = v
 			continue
 		}
-		cf.vals[o.flag] = fs.String(o.flag, "", o.usage+envHint(o.envs))
+		v := new(string)
+		fs.Var(typedValue{s: v, kind: o.kind()}, o.flag, o.usage+envHint(o.envs))
+		cf.vals[o.flag] = v
 		if v, ok := o.fileV(&defaults); ok && v != "" {
 			fs.Lookup(o.flag).DefValue = v
 		}

@@ -7,12 +7,12 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 
+	"github.com/spf13/cobra"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/coastguard-mcnp/coastguard/gossip"
@@ -20,8 +20,8 @@ import (
 )
 
 // Signing-key management (docs/SECURITY.md). The logic is plain functions
-// (generateKey, showKey) so any CLI framework can mount them; runKeys is
-// the tiny registration for the current subcommand table.
+// (generateKey, showKey, rotateKey); newKeysCmd mounts them as cobra
+// commands.
 //
 //	coastguardd keys generate            print a new base64 Ed25519 seed
 //	coastguardd keys show --signing-key-file F
@@ -31,7 +31,7 @@ import (
 //	                                     print a new key file: a fresh key
 //	                                     and its endorsement by OLD
 
-func init() { subcommands["keys"] = runKeys }
+func init() { commands = append(commands, newKeysCmd) }
 
 // generateKey writes a fresh signing key (base64 32-byte seed) to w.
 func generateKey(w io.Writer, rnd io.Reader) error {
@@ -82,53 +82,65 @@ func rotateKey(w io.Writer, rnd io.Reader, oldPath, clusterID string) error {
 	return err
 }
 
-func runKeys(args []string) int {
-	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: coastguardd keys generate | show --signing-key-file FILE [--cluster-id ID] | rotate --signing-key-file FILE --cluster-id ID")
-		return 2
+// newKeysCmd mounts the key tools. `keys` alone and every --help only print
+// help (exit 0); in particular `keys generate --help` prints no key.
+func newKeysCmd() *cobra.Command {
+	keys := &cobra.Command{
+		Use:   "keys",
+		Short: "generate, show or rotate this cluster's Ed25519 signing key",
+		Long: "Signing-key management (docs/SECURITY.md): generate a key for Secret coastguard-signing-key, " +
+			"show its trust-bundle line, or rotate it with an endorsement by the old key.",
+		// Runnable, so that an unknown subcommand is a usage error (exit
+		// 2) rather than help; `keys` alone prints help.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	switch args[0] {
-	case "generate":
-		if err := generateKey(os.Stdout, rand.Reader); err != nil {
-			fmt.Fprintln(os.Stderr, "coastguardd keys generate:", err)
-			return 1
-		}
-		return 0
-	case "show":
-		fs := flag.NewFlagSet("keys show", flag.ContinueOnError)
-		file := fs.String("signing-key-file", os.Getenv("COASTGUARD_SIGNING_KEY_FILE"), "signing key file")
-		id := fs.String("cluster-id", os.Getenv("COASTGUARD_CLUSTER_ID"), "cluster ID to print in front of the key")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		if *file == "" {
-			fmt.Fprintln(os.Stderr, "coastguardd keys show: --signing-key-file is required")
-			return 2
-		}
-		if err := showKey(os.Stdout, *file, *id); err != nil {
-			fmt.Fprintln(os.Stderr, "coastguardd keys show:", err)
-			return 1
-		}
-		return 0
-	case "rotate":
-		fs := flag.NewFlagSet("keys rotate", flag.ContinueOnError)
-		file := fs.String("signing-key-file", os.Getenv("COASTGUARD_SIGNING_KEY_FILE"), "the current signing key file")
-		id := fs.String("cluster-id", os.Getenv("COASTGUARD_CLUSTER_ID"), "this cluster's ID")
-		if err := fs.Parse(args[1:]); err != nil {
-			return 2
-		}
-		if *file == "" {
-			fmt.Fprintln(os.Stderr, "coastguardd keys rotate: --signing-key-file is required")
-			return 2
-		}
-		if err := rotateKey(os.Stdout, rand.Reader, *file, *id); err != nil {
-			fmt.Fprintln(os.Stderr, "coastguardd keys rotate:", err)
-			return 1
-		}
-		return 0
+	keys.AddCommand(&cobra.Command{
+		Use:   "generate",
+		Short: "print a new base64 Ed25519 seed (for signing.key)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return failed(cmd, 1, generateKey(cmd.OutOrStdout(), rand.Reader))
+		},
+	})
+	keys.AddCommand(newKeysShowCmd(), newKeysRotateCmd())
+	return keys
+}
+
+func newKeysShowCmd() *cobra.Command {
+	var file, id string
+	cmd := &cobra.Command{
+		Use:   "show --signing-key-file FILE [--cluster-id ID]",
+		Short: `print "<cluster-id> <public key>", a trust-bundle line`,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageError(cmd, "--signing-key-file is required")
+			}
+			return failed(cmd, 1, showKey(cmd.OutOrStdout(), file, id))
+		},
 	}
-	fmt.Fprintf(os.Stderr, "coastguardd keys: unknown command %q (generate, show, rotate)\n", args[0])
-	return 2
+	cmd.Flags().StringVar(&file, "signing-key-file", os.Getenv("COASTGUARD_SIGNING_KEY_FILE"), "signing key file (env COASTGUARD_SIGNING_KEY_FILE)")
+	cmd.Flags().StringVar(&id, "cluster-id", os.Getenv("COASTGUARD_CLUSTER_ID"), "cluster ID to print in front of the key (env COASTGUARD_CLUSTER_ID)")
+	return cmd
+}
+
+func newKeysRotateCmd() *cobra.Command {
+	var file, id string
+	cmd := &cobra.Command{
+		Use:   "rotate --signing-key-file FILE --cluster-id ID",
+		Short: "print a new key file: a fresh key and its endorsement by the current one",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if file == "" {
+				return usageError(cmd, "--signing-key-file is required")
+			}
+			return failed(cmd, 1, rotateKey(cmd.OutOrStdout(), rand.Reader, file, id))
+		},
+	}
+	cmd.Flags().StringVar(&file, "signing-key-file", os.Getenv("COASTGUARD_SIGNING_KEY_FILE"), "the current signing key file (env COASTGUARD_SIGNING_KEY_FILE)")
+	cmd.Flags().StringVar(&id, "cluster-id", os.Getenv("COASTGUARD_CLUSTER_ID"), "this cluster's ID (env COASTGUARD_CLUSTER_ID)")
+	return cmd
 }
 
 // loadTrust reads this cluster's signing key and --trust-bundle-file.

@@ -3,11 +3,16 @@
 //	coastguardd [run] [flags]      run the daemon (default)
 //	coastguardd render ...         translate MCNPs + inventory offline
 //	coastguardd decommission ...   retire this cluster from the cluster set
+//	coastguardd keys ...           generate, show or rotate the signing key
 //	coastguardd version            print the build version
 //
-// The command line is cobra/pflag. `run` binds the Go flag set of config.go
-// (so --help shows every flag with its default and environment variable);
-// other subcommands keep their own flag sets.
+// Every subcommand is a cobra command with pflag flags. `run` binds the Go
+// flag set of config.go (so --help shows every flag with its default and
+// environment variable); the others declare typed flags (durations as
+// durations). --help only prints help and exits 0, whatever the command.
+//
+// Exit codes: 0 success or help, 1 the command failed, 2 usage or
+// configuration error.
 package main
 
 import (
@@ -26,27 +31,10 @@ import (
 	"github.com/coastguard-mcnp/coastguard/internal/version"
 )
 
-// subcommands maps a subcommand name to its entry point, which parses its own
-// arguments (Go flag set) and returns the process exit code. Registering a
-// subcommand is one line in the file that implements it:
-//
-//	func init() { subcommands["render"] = runRender }
-//
-// `--help` is passed to the subcommand's flag set, which prints every flag
-// with its default; that exit is 0.
-var subcommands = map[string]func(args []string) int{}
-
-// commands holds subcommands implemented directly as cobra commands:
+// commands holds the subcommands; each file registers its own:
 //
 //	func init() { commands = append(commands, newVersionCmd) }
 var commands []func() *cobra.Command
-
-// subcommandShort describes the subcommands in `coastguardd --help`.
-var subcommandShort = map[string]string{
-	"render":       "translate MCNPs and an inventory into NetworkPolicies, offline",
-	"decommission": "retire this cluster from the cluster set (run inside a daemon pod)",
-	"keys":         "generate or show this cluster's Ed25519 signing key",
-}
 
 func init() {
 	commands = append(commands, newRunCmd, newVersionCmd, newClusterSetCmd)
@@ -70,6 +58,24 @@ func main() {
 type exitError int
 
 func (e exitError) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// failed reports err (if any) as "coastguardd <command>: err" on stderr and
+// returns the exit code to leave with.
+func failed(cmd *cobra.Command, code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	// The exit code carries the failure if stderr is gone too.
+	_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "%s: %v\n", cmd.CommandPath(), err)
+	return exitError(code)
+}
+
+// usageError reports a usage mistake the flag parser cannot catch, with
+// the command's usage line, and exits 2.
+func usageError(cmd *cobra.Command, msg string) error {
+	_, _ = fmt.Fprintf(cmd.ErrOrStderr(), "%s: %s\nUsage: %s\n", cmd.CommandPath(), msg, cmd.UseLine())
+	return exitError(2)
+}
 
 func execute(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd()
@@ -114,58 +120,10 @@ func newRootCmd() *cobra.Command {
 			DisableDefaultCmd: true,
 		},
 	}
-	added := map[string]bool{}
 	for _, mk := range commands {
-		c := mk()
-		added[c.Name()] = true
-		root.AddCommand(c)
-	}
-	names := make([]string, 0, len(subcommands))
-	for n := range subcommands {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		if !added[n] {
-			root.AddCommand(passthroughCmd(n, subcommands[n]))
-		}
+		root.AddCommand(mk())
 	}
 	return root
-}
-
-// passthroughCmd wraps a subcommand that parses its own flags.
-func passthroughCmd(name string, fn func([]string) int) *cobra.Command {
-	short := subcommandShort[name]
-	if short == "" {
-		short = name
-	}
-	return &cobra.Command{
-		Use:                name + " [flags]",
-		Short:              short + " (" + name + " --help lists its flags)",
-		DisableFlagParsing: true,
-		RunE: func(_ *cobra.Command, args []string) error {
-			rc := fn(args)
-			if rc == 2 && wantsHelp(args) {
-				rc = 0 // the flag set printed its usage on request
-			}
-			if rc != 0 {
-				return exitError(rc)
-			}
-			return nil
-		},
-	}
-}
-
-func wantsHelp(args []string) bool {
-	for _, a := range args {
-		if a == "--" {
-			return false
-		}
-		if a == "-h" || a == "-help" || a == "--help" || a == "--h" {
-			return true
-		}
-	}
-	return false
 }
 
 func newRunCmd() *cobra.Command {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -13,6 +12,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/spf13/cobra"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -23,11 +23,9 @@ import (
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
-func init() { subcommands["render"] = runRender }
+func init() { commands = append(commands, newRenderCmd) }
 
-const renderUsage = `usage: coastguardd render --input DIR --output DIR
-
-Translates MultiClusterNetworkPolicies offline, with exactly the code the
+const renderLong = `Translates MultiClusterNetworkPolicies offline, with exactly the code the
 daemon runs. DIR of --input holds one subdirectory per cluster, named by the
 cluster ID, containing YAML or JSON files (multi-document allowed) of kinds
 Namespace, Pod, NetworkPolicy (user-authored, left alone),
@@ -46,39 +44,34 @@ item by item. Unknown kinds are ignored with a warning; invalid input stops
 everything with an error naming the file, document and object.
 `
 
-func runRender(args []string) int {
-	fset := flag.NewFlagSet("render", flag.ContinueOnError)
-	fset.SetOutput(os.Stderr)
-	fset.Usage = func() {
-		fmt.Fprint(os.Stderr, renderUsage)
-		fset.PrintDefaults()
+func newRenderCmd() *cobra.Command {
+	var in, out, gpFlag string
+	var cidrFlag []string
+	cmd := &cobra.Command{
+		Use:   "render --input DIR --output DIR",
+		Short: "translate MCNPs and an inventory into NetworkPolicies, offline",
+		Long:  renderLong,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			gp, err := enforce.ParseGlobalnetPolicy(gpFlag)
+			if err != nil {
+				return usageError(cmd, "--globalnet-policy: "+err.Error())
+			}
+			cidrs, err := enforce.ParseClusterCIDRs(splitList(strings.Join(cidrFlag, ",")))
+			if err != nil {
+				return usageError(cmd, "--cluster-cidrs: "+err.Error())
+			}
+			return failed(cmd, 1, renderWith(in, out, cmd.ErrOrStderr(), gp, cidrs))
+		},
 	}
-	in := fset.String("input", "", "input directory: one subdirectory per cluster")
-	out := fset.String("output", "", "output directory")
-	gpFlag := fset.String("globalnet-policy", "coarse", "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed); as coastguardd run")
-	cidrFlag := fset.String("cluster-cidrs", "", "trusted CIDRs per cluster for every cluster, added to the Submariner Cluster objects; as coastguardd run")
-	if err := fset.Parse(args); err != nil {
-		return 2
-	}
-	if *in == "" || *out == "" || fset.NArg() > 0 {
-		fset.Usage()
-		return 2
-	}
-	gp, err := enforce.ParseGlobalnetPolicy(*gpFlag)
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
-		return 2
-	}
-	cidrs, err := enforce.ParseClusterCIDRs(splitList(*cidrFlag))
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "coastguardd render: --cluster-cidrs: %v\n", err)
-		return 2
-	}
-	if err := renderWith(*in, *out, os.Stderr, gp, cidrs); err != nil {
-		fmt.Fprintf(os.Stderr, "coastguardd render: %v\n", err)
-		return 1
-	}
-	return 0
+	cmd.Flags().StringVar(&in, "input", "", "input directory: one subdirectory per cluster (required)")
+	cmd.Flags().StringVar(&out, "output", "", "output directory (required)")
+	cmd.Flags().StringVar(&gpFlag, "globalnet-policy", "coarse", "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed); as coastguardd run")
+	cmd.Flags().StringSliceVar(&cidrFlag, "cluster-cidrs", nil, "trusted CIDRs per cluster for every cluster, added to the Submariner Cluster objects; as coastguardd run")
+	// cobra reports a missing required flag as a usage error (exit 2).
+	_ = cmd.MarkFlagRequired("input")
+	_ = cmd.MarkFlagRequired("output")
+	return cmd
 }
 
 // render loads IN, translates for every cluster and writes OUT. Warnings and

@@ -184,12 +184,21 @@ func TestRenderInvalidInput(t *testing.T) {
 }
 
 func TestRunRenderExitCodes(t *testing.T) {
-	require.Equal(t, 2, runRender(nil))
-	require.Equal(t, 2, runRender([]string{"--input", "x"}))
-	require.Equal(t, 1, runRender([]string{"--input", filepath.Join(t.TempDir(), "missing"), "--output", t.TempDir()}))
+	rc, _, errOut := runCLI("render")
+	require.Equal(t, 2, rc)
+	require.Contains(t, errOut, `required flag(s) "input", "output" not set`)
+	rc, _, _ = runCLI("render", "--input", "x")
+	require.Equal(t, 2, rc)
+	rc, _, errOut = runCLI("render", "--input", "x", "--output", t.TempDir(), "--globalnet-policy", "strict")
+	require.Equal(t, 2, rc)
+	require.Contains(t, errOut, "--globalnet-policy")
+	rc, _, errOut = runCLI("render", "--input", filepath.Join(t.TempDir(), "missing"), "--output", t.TempDir())
+	require.Equal(t, 1, rc)
+	require.Contains(t, errOut, "coastguardd render: ")
 	in := writeTree(t, map[string]string{"a/ns.yaml": nsShop})
 	out := t.TempDir()
-	require.Equal(t, 0, runRender([]string{"--input", in, "--output", out}))
+	rc, _, errOut = runCLI("render", "--input", in, "--output", out, "--cluster-cidrs", "a=10.1.0.0/16,b=10.2.0.0/16", "--cluster-cidrs", "b:service=100.2.0.0/16")
+	require.Equal(t, 0, rc, errOut)
 	_, err := os.Stat(filepath.Join(out, "a", "networkpolicies.yaml"))
 	require.NoError(t, err)
 }

@@ -293,7 +293,8 @@ func TestDeployManifests(t *testing.T) {
 		require.NoError(t, err)
 		cm, err := c.Client.CoreV1().ConfigMaps(deployNS).Get(ctx, ds.Spec.Template.Spec.Containers[0].EnvFrom[0].ConfigMapRef.Name, metav1.GetOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, "coastguard.coastguard-system.svc.cluster.local,coastguard.coastguard-system.svc.clusterset.local", cm.Data["COASTGUARD_SEEDS"])
+		_, set := cm.Data["COASTGUARD_SEEDS"]
+		assert.False(t, set, "with the ServiceExport the daemon's default seed (the cluster-set name) is kept: %v", cm.Data)
 
 		checkAlertMetricsExist(t, out)
 	})
@@ -486,7 +487,7 @@ func checkAlertMetricsExist(t *testing.T, rendered string) {
 	require.NotEmpty(t, used)
 	registered := map[string]bool{}
 	nameRE := regexp.MustCompile(`Name:\s*"(coastguard_[a-z_]+)"`)
-	for _, dir := range []string{"gossip", "store", "kube", "enforce", "cmd/coastguardd"} {
+	for _, dir := range []string{"gossip", "store", "kube", "enforce", "daemon", "cmd/coastguardd"} {
 		files, _ := filepath.Glob(repoPath(dir, "*.go"))
 		for _, f := range files {
 			if strings.HasSuffix(f, "_test.go") {

@@ -32,12 +32,17 @@ import (
 // -ldflags, and would otherwise assume Kubernetes v1.20.
 const helmKubeVersion = "1.33.0"
 
+// packagingClusterID is the cluster ID both installs are given: the chart
+// requires one, and the kustomize side merges it into the ConfigMap as
+// docs/OPERATIONS.md tells users to.
+const packagingClusterID = "pkg-1"
+
 // helmTemplate renders charts/coastguard with the helm pinned in
-// tools/go.mod (no system helm).
+// tools/go.mod (no system helm), for cluster packagingClusterID.
 func helmTemplate(t *testing.T, ctx context.Context, set ...string) string {
 	t.Helper()
 	args := []string{"tool", "-modfile=" + repoPath("tools", "go.mod"), "helm", "template", "coastguard", repoPath("charts", "coastguard"),
-		"--namespace", deployNS, "--include-crds", "--kube-version", helmKubeVersion}
+		"--namespace", deployNS, "--include-crds", "--kube-version", helmKubeVersion, "--set", "clusterID=" + packagingClusterID}
 	for _, s := range set {
 		args = append(args, "--set", s)
 	}
@@ -50,7 +55,9 @@ func helmTemplate(t *testing.T, ctx context.Context, set ...string) string {
 	return string(out)
 }
 
-// kustomizeWith renders deploy/base (plus the CRD) with the given components.
+// kustomizeWith renders deploy/base (plus the CRD) with the given components,
+// for cluster packagingClusterID (merged into the ConfigMap by a per-cluster
+// kustomization, as docs/OPERATIONS.md describes).
 func kustomizeWith(t *testing.T, ctx context.Context, c *harness.Cluster, withCRD bool, components ...string) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -63,6 +70,7 @@ func kustomizeWith(t *testing.T, ctx context.Context, c *harness.Cluster, withCR
 			k += "- " + filepath.Join(rel, "components", comp) + "\n"
 		}
 	}
+	k += "configMapGenerator:\n- name: coastguard-config\n  namespace: " + deployNS + "\n  behavior: merge\n  literals:\n  - COASTGUARD_CLUSTER_ID=" + packagingClusterID + "\n"
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644))
 	out, _, err := c.Kubectl(ctx, "kustomize", dir)
 	require.NoError(t, err)
@@ -128,9 +136,20 @@ func normalize(t *testing.T, rendered string) map[string]map[string]any {
 	return out
 }
 
+// requireEquivalent compares the two renderings. The kustomize install
+// owns its Namespace (with the Pod Security labels); the chart never renders
+// one (helm/helm#9966: a chart that templates its release namespace fails
+// both with and without --create-namespace), so that one object is compared
+// only on the kustomize side's labels, in TestDeployManifests.
 func requireEquivalent(t *testing.T, kustomize, helm string) {
 	t.Helper()
 	k, h := normalize(t, kustomize), normalize(t, helm)
+	nsKey := "v1/Namespace /" + deployNS
+	require.Contains(t, k, nsKey, "the kustomize install creates the namespace")
+	delete(k, nsKey)
+	for key := range h {
+		require.NotContains(t, key, "/Namespace ", "the chart must not render a Namespace")
+	}
 	var kk, hk []string
 	for key := range k {
 		kk = append(kk, key)
@@ -160,11 +179,18 @@ func TestPackaging(t *testing.T) {
 	require.NoError(t, err)
 	helmed := helmTemplate(t, ctx)
 
-	t.Run("kustomize and Helm outputs are equivalent for default values", func(t *testing.T) {
-		requireEquivalent(t, kustomized, helmed)
+	t.Run("Helm defaults are the kustomize Submariner install (ServiceExport, metrics auth)", func(t *testing.T) {
+		requireEquivalent(t, kustomizeWith(t, ctx, c, true, "submariner"), helmed)
+	})
+	t.Run("equivalent without the ServiceExport: deploy/ plus the cluster ID", func(t *testing.T) {
+		requireEquivalent(t, kustomizeWith(t, ctx, c, true), helmTemplate(t, ctx, "submariner.serviceExport=false"))
+	})
+	t.Run("equivalent with metrics auth off", func(t *testing.T) {
+		requireEquivalent(t, kustomizeWith(t, ctx, c, true, "metrics-no-auth"),
+			helmTemplate(t, ctx, "submariner.serviceExport=false", "metricsAuth.enabled=false"))
 	})
 	t.Run("equivalent with monitoring, ServiceExport, metrics auth, edit role, hostPath state", func(t *testing.T) {
-		k := kustomizeWith(t, ctx, c, true, "submariner", "monitoring", "metrics-auth", "mcnp-edit", "hostpath-state", "self-protection")
+		k := kustomizeWith(t, ctx, c, true, "submariner", "monitoring", "mcnp-edit", "hostpath-state", "self-protection")
 		h := helmTemplate(t, ctx, "monitoring.enabled=true", "submariner.serviceExport=true", "metricsAuth.enabled=true",
 			"rbac.aggregateEdit=true", "persistence.hostPath.enabled=true", "selfProtection.enabled=true")
 		requireEquivalent(t, k, h)
@@ -306,7 +332,7 @@ spec:
 }
 
 // TestAdminSurface runs a real coastguardd with /metrics behind Kubernetes
-// authn/authz, under the deploy/ RBAC plus the metrics-auth component, and
+// authn/authz, under the deploy/ RBAC (metrics auth is on by default), and
 // checks the admin surface from the network's point of view.
 //
 // What "another pod address" means here: the harness gives each cluster's
@@ -324,7 +350,7 @@ func TestAdminSurface(t *testing.T) {
 	env := harness.Start(t, harness.Options{Names: []string{"adm"}})
 	c := env.Clusters[0]
 	require.NoError(t, c.InstallCRDs(ctx, filepath.Join("testdata", "crds")))
-	out := kustomizeWith(t, ctx, c, true, "metrics-auth")
+	out := kustomizeWith(t, ctx, c, true)
 	_, stderr, err := c.KubectlInput(ctx, []byte(out), "apply", "--server-side", "-f", "-")
 	require.NoError(t, err, stderr)
 	_, _, err = c.Kubectl(ctx, "wait", "--for=condition=Established", "--timeout=60s", "crd/multiclusternetworkpolicies.networking.submariner.io")
