@@ -249,8 +249,12 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 	if ft, ok := inner.(*FaultTransport); ok {
 		n.fault = ft
 	}
-	guard := newGuardTransport(nodeAware(inner), n.keyring != nil, func(reason, from string, err error) {
-		n.drop(reason, "inbound stream refused", "from", from, "err", err)
+	check := frameCheck{label: mc.Label}
+	if n.keyring != nil {
+		check.keys = n.keyring.GetKeys
+	}
+	guard := newGuardTransport(nodeAware(inner), check, func(reason, from string, err error) {
+		n.drop(reason, "inbound message refused", "from", from, "err", err)
 	})
 	guard.limitLoopback = n.cfg.LimitLoopbackStreams
 	mc.Transport = guard
