@@ -297,6 +297,7 @@ func (p problems) summary() (string, []string) {
 type evalAcc struct {
 	seen     map[netip.Prefix]struct{}
 	problems problems
+	budget   *budgetState // nil: unbounded
 }
 
 // remoteBuilder fills a remoteSet with the addresses remote pods are
