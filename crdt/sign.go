@@ -276,6 +276,9 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 	if err := s.checkKey(d.Origin, d.Key, d.Endorse); err != nil {
 		return p, err
 	}
+	if err := s.checkPredecessor(o, d); err != nil {
+		return p, err
+	}
 	bound := o.seen
 	if d.Head > bound {
 		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkHead, d.Head), d.HeadSig); err != nil {
@@ -332,8 +335,10 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 			if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkRetire, d.Retired), d.RetiredSig); err != nil {
 				return p, err
 			}
+			if d.Retired > bound {
+				return p, trustErr(ReasonUnprovenWatermark, d.Origin, "signed retirement %s above the highest signed version %s", d.Retired, bound)
+			}
 			p.RetiredSig = d.RetiredSig
-			bound = max(bound, d.Retired)
 		} else {
 			if s.authority == nil || !s.authority(d.Origin) {
 				return p, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
@@ -356,8 +361,16 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 		return nil
 	}
 	if len(r.Sig) > 0 {
+		if s.predecessor(r.Origin, r.Key) {
+			return trustErr(ReasonKeyMismatch, r.Origin, "retirement %s signed by a rotated-out key: it may only endorse its successor", r.UpTo)
+		}
 		if err := s.verifier.Verify(r.Origin, r.Key, MarkSigMessage(r.Origin, MarkRetire, r.UpTo), r.Sig); err != nil {
 			return err
+		}
+		if r.UpTo > o.seen {
+			// Bounded by what the origin has signed (issue 29, item 7): a
+			// leaked key cannot freeze the origin at 2^64-1.
+			return trustErr(ReasonUnprovenWatermark, r.Origin, "signed retirement %s above the highest signed version %s", r.UpTo, o.seen)
 		}
 		o.proof.RetiredSig = r.Sig
 		return nil
@@ -369,6 +382,34 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 		return trustErr(ReasonUnprovenWatermark, r.Origin, "retirement %s above the highest signed version %s", r.UpTo, o.seen)
 	}
 	o.proof.RetiredSig = nil
+	return nil
+}
+
+// predecessor reports whether key is origin's rotated-out key.
+func (s *State) predecessor(origin string, key []byte) bool {
+	rot, ok := s.verifier.(Rotator)
+	return ok && len(key) > 0 && rot.Predecessor(origin, key)
+}
+
+// checkPredecessor limits a delta presenting origin's rotated-out key
+// (issue 29, item 7). That key endorsed its successor; beyond that it signs
+// nothing new: no head, GC or retirement watermark, and no entry of the
+// successor's epoch or later (o.seen's epoch: the successor wrote it). Its
+// entries of earlier epochs still verify, so a relay that has not seen the
+// rotation is not refused, until the successor's seal retires them.
+func (s *State) checkPredecessor(o *originState, d *Delta) error {
+	if !s.predecessor(d.Origin, d.Key) {
+		return nil
+	}
+	if d.Head > o.seen || d.GC > o.gc || (d.Retired > o.retired && len(d.RetiredSig) > 0) {
+		return trustErr(ReasonKeyMismatch, d.Origin, "watermark signed by a rotated-out key: it may only endorse its successor")
+	}
+	cur := o.seen.Epoch()
+	for i := range d.Entries {
+		if e := &d.Entries[i]; e.Version > o.retired && e.Version.Epoch() >= cur {
+			return trustErr(ReasonKeyMismatch, d.Origin, "entry %s version %s (epoch >= %d) signed by a rotated-out key", e.Key, e.Version, cur)
+		}
+	}
 	return nil
 }
 
