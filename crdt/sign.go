@@ -55,6 +55,7 @@ const (
 	ReasonUnprovenReset     = "unproven_reset"
 	ReasonOriginLimit       = "origin_limit"
 	ReasonEntryLimit        = "entry_limit"
+	ReasonByteLimit         = "byte_limit"
 	ReasonRetireRefused     = "retire_refused"
 	ReasonKeyMismatch       = "key_mismatch"
 	ReasonUnknownKey        = "unknown_key"
@@ -422,6 +423,67 @@ type Limits struct {
 	// MaxEntriesPerOrigin bounds the entries (tombstones included) stored
 	// per origin; a delta that would add keys beyond it is refused.
 	MaxEntriesPerOrigin int
+	// MaxBytesPerOrigin bounds the memory of one remote origin's stored
+	// records (names, values, signatures and a fixed per-record overhead,
+	// see RecordOverhead), and MaxBytes that of all remote origins
+	// together; a delta that would grow past either is refused (issue 29:
+	// entries counted, not bytes, let one origin hold 330-570 MiB).
+	MaxBytesPerOrigin int
+	MaxBytes          int
+}
+
+// RecordOverhead is the memory a stored record costs beyond its name,
+// value and signature (struct, name index, version tree), for the byte
+// limits.
+const RecordOverhead = 160
+
+func recBytes(r *record) int { return RecordOverhead + len(r.name) + len(r.data) }
+
+// RemoteBytes is the memory of the records of every origin but our own
+// (the quantity Limits.MaxBytes bounds).
+func (s *State) RemoteBytes() int {
+	n := 0
+	for name, o := range s.origins {
+		if name != s.self {
+			n += o.bytes
+		}
+	}
+	return n
+}
+
+// checkByteLimit refuses a delta that would take the origin's records past
+// MaxBytesPerOrigin or all remote records past MaxBytes. It counts what the
+// delta adds (new keys above the watermark, larger replacements) before
+// anything is stored.
+func (s *State) checkByteLimit(o *originState, d *Delta) error {
+	l := s.limits
+	if (l.MaxBytesPerOrigin <= 0 && l.MaxBytes <= 0) || d.Origin == s.self {
+		return nil
+	}
+	added := 0
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		n := RecordOverhead + len(e.Name) + len(e.Value) + len(e.Sig)
+		if r := o.byName[e.Kind-1][e.Name]; r == nil {
+			if e.Version > o.max || d.Reset {
+				added += n
+			}
+		} else if e.Version > r.version {
+			added += max(0, n-recBytes(r))
+		}
+	}
+	if added == 0 {
+		return nil
+	}
+	if l.MaxBytesPerOrigin > 0 && o.bytes+added > l.MaxBytesPerOrigin {
+		return trustErr(ReasonByteLimit, d.Origin, "origin holds %d bytes; %d more would pass the limit %d", o.bytes, added, l.MaxBytesPerOrigin)
+	}
+	if l.MaxBytes > 0 {
+		if total := s.RemoteBytes(); total+added > l.MaxBytes {
+			return trustErr(ReasonByteLimit, d.Origin, "remote origins hold %d bytes; %d more would pass the limit %d", total, added, l.MaxBytes)
+		}
+	}
+	return nil
 }
 
 // SetLimits installs limits. The own origin is never limited.

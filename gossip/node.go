@@ -213,7 +213,8 @@ func (n *Node) wireReplica() error {
 		vr.SetVerifier(n.cfg.Trust, n.mayRetire)
 	}
 	if lr, ok := n.rep.(limitedReplica); ok {
-		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin)})
+		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin),
+			MaxBytesPerOrigin: max(0, n.cfg.MaxBytesPerOrigin), MaxBytes: max(0, n.cfg.MaxBytes)})
 	}
 	return nil
 }
