@@ -171,7 +171,7 @@ func (ec *evalCache) view(inv *Inventory, id string) *clusterView {
 // unknown).
 func (ec *evalCache) local(inv *Inventory) *ClusterNetworks {
 	if !ec.localSet {
-		ec.localNets, ec.localSet = inv.networksOf(ec.enforcing), true
+		ec.localNets, ec.localSet = inv.localNetworksOf(ec.enforcing), true
 	}
 	return ec.localNets
 }
