@@ -490,3 +490,39 @@ func TestAttacksSucceedWithoutVerifier(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, s.Len("c1"), "attack 4 (retire) succeeds unverified")
 }
+
+// Issue 29, item 6: the caps counted entries, not bytes, so one origin at
+// 2^20 entries held 330-570 MiB, and 600 values of 256 KiB added 155 MiB.
+// Bytes are now counted per origin and over all remote origins, before a
+// delta is stored, and released when records go.
+func TestAttackOriginByteLimits(t *testing.T) {
+	s := NewState("c2")
+	s.SetLimits(Limits{MaxBytesPerOrigin: 4 << 20, MaxBytes: 6 << 20})
+	big := make([]byte, 256<<10)
+	fill := func(o string) (stored int, err error) {
+		for i := 0; i < 600; i++ {
+			v := Version(i + 1)
+			_, err = s.Apply(Delta{Origin: o, From: v - 1, To: v, Entries: []Entry{{Key: Key{o, KindPod, "ns/p" + strconv.Itoa(i)}, Version: v, Value: big}}})
+			if err != nil {
+				return i, err
+			}
+		}
+		return 600, nil
+	}
+	n, err := fill("fake-0")
+	require.Equal(t, ReasonByteLimit, TrustReason(err), "%v", err)
+	assert.Less(t, n, 16, "one origin stopped at its byte cap")
+	assert.LessOrEqual(t, s.RemoteBytes(), 4<<20)
+	_, err = fill("fake-1")
+	require.Equal(t, ReasonByteLimit, TrustReason(err), "%v", err)
+	assert.LessOrEqual(t, s.RemoteBytes(), 6<<20, "all remote origins stopped at the total cap")
+
+	// Released when the records go (retirement): the origin can be filled again.
+	before := s.RemoteBytes()
+	_, err = s.ApplyRetire(Retire{Origin: "fake-0", UpTo: s.Digest()["fake-0"].Max})
+	require.NoError(t, err)
+	assert.Less(t, s.RemoteBytes(), before-(3<<20))
+	_, err = s.Apply(Delta{Origin: "fake-1", From: s.Digest()["fake-1"].Max, To: s.Digest()["fake-1"].Max + 1,
+		Entries: []Entry{{Key: Key{"fake-1", KindPod, "ns/again"}, Version: s.Digest()["fake-1"].Max + 1, Value: big}}})
+	require.NoError(t, err)
+}

@@ -233,6 +233,9 @@ func (s *State) AcceptCheckpoint(cp Checkpoint) error {
 	if err := s.checkKey(cp.Origin, cp.Key, cp.Endorse); err != nil {
 		return err
 	}
+	if s.predecessor(cp.Origin, cp.Key) {
+		return trustErr(ReasonKeyMismatch, cp.Origin, "checkpoint signed by a rotated-out key: it may only endorse its successor")
+	}
 	if err := s.verifier.Verify(cp.Origin, cp.Key, CheckpointSigMessage(&cp), cp.Sig); err != nil {
 		return err
 	}

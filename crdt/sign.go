@@ -55,6 +55,7 @@ const (
 	ReasonUnprovenReset     = "unproven_reset"
 	ReasonOriginLimit       = "origin_limit"
 	ReasonEntryLimit        = "entry_limit"
+	ReasonByteLimit         = "byte_limit"
 	ReasonRetireRefused     = "retire_refused"
 	ReasonKeyMismatch       = "key_mismatch"
 	ReasonUnknownKey        = "unknown_key"
@@ -276,6 +277,9 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 	if err := s.checkKey(d.Origin, d.Key, d.Endorse); err != nil {
 		return p, err
 	}
+	if err := s.checkPredecessor(o, d); err != nil {
+		return p, err
+	}
 	bound := o.seen
 	if d.Head > bound {
 		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkHead, d.Head), d.HeadSig); err != nil {
@@ -332,8 +336,10 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 			if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkRetire, d.Retired), d.RetiredSig); err != nil {
 				return p, err
 			}
+			if d.Retired > bound {
+				return p, trustErr(ReasonUnprovenWatermark, d.Origin, "signed retirement %s above the highest signed version %s", d.Retired, bound)
+			}
 			p.RetiredSig = d.RetiredSig
-			bound = max(bound, d.Retired)
 		} else {
 			if s.authority == nil || !s.authority(d.Origin) {
 				return p, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
@@ -356,8 +362,16 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 		return nil
 	}
 	if len(r.Sig) > 0 {
+		if s.predecessor(r.Origin, r.Key) {
+			return trustErr(ReasonKeyMismatch, r.Origin, "retirement %s signed by a rotated-out key: it may only endorse its successor", r.UpTo)
+		}
 		if err := s.verifier.Verify(r.Origin, r.Key, MarkSigMessage(r.Origin, MarkRetire, r.UpTo), r.Sig); err != nil {
 			return err
+		}
+		if r.UpTo > o.seen {
+			// Bounded by what the origin has signed (issue 29, item 7): a
+			// leaked key cannot freeze the origin at 2^64-1.
+			return trustErr(ReasonUnprovenWatermark, r.Origin, "signed retirement %s above the highest signed version %s", r.UpTo, o.seen)
 		}
 		o.proof.RetiredSig = r.Sig
 		return nil
@@ -372,6 +386,34 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 	return nil
 }
 
+// predecessor reports whether key is origin's rotated-out key.
+func (s *State) predecessor(origin string, key []byte) bool {
+	rot, ok := s.verifier.(Rotator)
+	return ok && len(key) > 0 && rot.Predecessor(origin, key)
+}
+
+// checkPredecessor limits a delta presenting origin's rotated-out key
+// (issue 29, item 7). That key endorsed its successor; beyond that it signs
+// nothing new: no head, GC or retirement watermark, and no entry of the
+// successor's epoch or later (o.seen's epoch: the successor wrote it). Its
+// entries of earlier epochs still verify, so a relay that has not seen the
+// rotation is not refused, until the successor's seal retires them.
+func (s *State) checkPredecessor(o *originState, d *Delta) error {
+	if !s.predecessor(d.Origin, d.Key) {
+		return nil
+	}
+	if d.Head > o.seen || d.GC > o.gc || (d.Retired > o.retired && len(d.RetiredSig) > 0) {
+		return trustErr(ReasonKeyMismatch, d.Origin, "watermark signed by a rotated-out key: it may only endorse its successor")
+	}
+	cur := o.seen.Epoch()
+	for i := range d.Entries {
+		if e := &d.Entries[i]; e.Version > o.retired && e.Version.Epoch() >= cur {
+			return trustErr(ReasonKeyMismatch, d.Origin, "entry %s version %s (epoch >= %d) signed by a rotated-out key", e.Key, e.Version, cur)
+		}
+	}
+	return nil
+}
+
 // Limits bound what peers can make a replica hold (issue 15, attack 8).
 // Zero means unlimited.
 type Limits struct {
@@ -381,6 +423,67 @@ type Limits struct {
 	// MaxEntriesPerOrigin bounds the entries (tombstones included) stored
 	// per origin; a delta that would add keys beyond it is refused.
 	MaxEntriesPerOrigin int
+	// MaxBytesPerOrigin bounds the memory of one remote origin's stored
+	// records (names, values, signatures and a fixed per-record overhead,
+	// see RecordOverhead), and MaxBytes that of all remote origins
+	// together; a delta that would grow past either is refused (issue 29:
+	// entries counted, not bytes, let one origin hold 330-570 MiB).
+	MaxBytesPerOrigin int
+	MaxBytes          int
+}
+
+// RecordOverhead is the memory a stored record costs beyond its name,
+// value and signature (struct, name index, version tree), for the byte
+// limits.
+const RecordOverhead = 160
+
+func recBytes(r *record) int { return RecordOverhead + len(r.name) + len(r.data) }
+
+// RemoteBytes is the memory of the records of every origin but our own
+// (the quantity Limits.MaxBytes bounds).
+func (s *State) RemoteBytes() int {
+	n := 0
+	for name, o := range s.origins {
+		if name != s.self {
+			n += o.bytes
+		}
+	}
+	return n
+}
+
+// checkByteLimit refuses a delta that would take the origin's records past
+// MaxBytesPerOrigin or all remote records past MaxBytes. It counts what the
+// delta adds (new keys above the watermark, larger replacements) before
+// anything is stored.
+func (s *State) checkByteLimit(o *originState, d *Delta) error {
+	l := s.limits
+	if (l.MaxBytesPerOrigin <= 0 && l.MaxBytes <= 0) || d.Origin == s.self {
+		return nil
+	}
+	added := 0
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		n := RecordOverhead + len(e.Name) + len(e.Value) + len(e.Sig)
+		if r := o.byName[e.Kind-1][e.Name]; r == nil {
+			if e.Version > o.max || d.Reset {
+				added += n
+			}
+		} else if e.Version > r.version {
+			added += max(0, n-recBytes(r))
+		}
+	}
+	if added == 0 {
+		return nil
+	}
+	if l.MaxBytesPerOrigin > 0 && o.bytes+added > l.MaxBytesPerOrigin {
+		return trustErr(ReasonByteLimit, d.Origin, "origin holds %d bytes; %d more would pass the limit %d", o.bytes, added, l.MaxBytesPerOrigin)
+	}
+	if l.MaxBytes > 0 {
+		if total := s.RemoteBytes(); total+added > l.MaxBytes {
+			return trustErr(ReasonByteLimit, d.Origin, "remote origins hold %d bytes; %d more would pass the limit %d", total, added, l.MaxBytes)
+		}
+	}
+	return nil
 }
 
 // SetLimits installs limits. The own origin is never limited.

@@ -141,6 +141,7 @@ type originState struct {
 	byVer  *btree.BTreeG[*record] // every stored record, by version
 	tombs  *btree.BTreeG[*record] // tombstones only, by version
 	count  int
+	bytes  int // approximate memory of the stored records (recBytes)
 
 	// In-flight reset session (receiver side); rsID == 0 means none.
 	rsID       uint32
@@ -285,6 +286,7 @@ func (o *originState) insert(r *record) {
 		o.gapHash += recHash(r)
 	}
 	o.count++
+	o.bytes += recBytes(r)
 }
 
 func (o *originState) remove(r *record) {
@@ -298,6 +300,7 @@ func (o *originState) remove(r *record) {
 		o.gapHash -= recHash(r)
 	}
 	o.count--
+	o.bytes -= recBytes(r)
 }
 
 // replace overwrites r's contents with e's (same key).
@@ -312,7 +315,9 @@ func (o *originState) replace(r *record, e *Entry) {
 	}
 	r.version = e.Version
 	r.deleted = e.Deleted
+	o.bytes -= recBytes(r)
 	r.data, r.sigLen = packValue(e.Value, e.Sig, e.Deleted)
+	o.bytes += recBytes(r)
 	r.stamp = e.Stamp
 	o.byVer.ReplaceOrInsert(r)
 	if r.deleted {
@@ -747,6 +752,9 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		o = newOriginState(d.Origin)
 	}
 	if err := s.checkEntryLimit(o, &d); err != nil {
+		return nil, err
+	}
+	if err := s.checkByteLimit(o, &d); err != nil {
 		return nil, err
 	}
 	proof, err := s.verifyDelta(o, &d)

@@ -59,7 +59,7 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 		}
 		old, had := o.results[k]
 		oldGen := o.gens[k]
-		res := ApplyGuards(o.self, ref, enforce.Evaluate(o.self, inv, ref), o.guards)
+		res := ApplyGuards(o.self, ref, enforce.EvaluateBudget(o.self, inv, ref, o.guards.Budget()), o.guards)
 		p, exists := inv.Policy(ref)
 		if !exists {
 			delete(o.results, k)

@@ -16,6 +16,9 @@ const (
 	ReasonCapNetworkPoliciesPerMCNP   = "CapExceededNetworkPoliciesPerMCNP"
 	ReasonCapIPBlocksPerNetworkPolicy = "CapExceededIPBlocksPerNetworkPolicy"
 	ReasonCapBytesPerMCNP             = "CapExceededBytesPerMCNP"
+	// ReasonCapSelectedPeersPerMCNP: the policy's peers select, over all
+	// its rules, more remote pods than its evaluation budget (issue 29).
+	ReasonCapSelectedPeersPerMCNP = "CapExceededSelectedPeersPerMCNP"
 )
 
 // Guards are the enforcing cluster's guard rails (flags of coastguardd).
@@ -47,6 +50,9 @@ func ApplyGuards(self string, ref enforce.PolicyRef, res enforce.Result, g Guard
 	if ref.Origin != self && !g.EnforceRemoteInProtected && slices.Contains(g.ProtectedNamespaces, ref.Namespace) {
 		return protected(ref, res)
 	}
+	if res.Overrun != nil {
+		return overrun(res)
+	}
 	if g.MaxNetworkPoliciesPerMCNP > 0 && len(res.NetworkPolicies) > g.MaxNetworkPoliciesPerMCNP {
 		return isolateOnly(res, ReasonCapNetworkPoliciesPerMCNP, fmt.Sprintf(
 			"would generate %d NetworkPolicies, above the cap of %d (--max-networkpolicies-per-mcnp); only isolating its pods",
@@ -73,6 +79,25 @@ func ApplyGuards(self string, ref enforce.PolicyRef, res enforce.Result, g Guard
 			total, g.MaxBytesPerMCNP))
 	}
 	return res
+}
+
+// Budget is the evaluation budget the caps imply (enforce.EvaluateBudget):
+// a policy is never built beyond what its caps would let through.
+func (g Guards) Budget() enforce.Budget {
+	return enforce.Budget{MaxNetworkPolicies: g.MaxNetworkPoliciesPerMCNP, MaxBytes: g.MaxBytesPerMCNP}
+}
+
+// overrun is the isolate-only result of a policy whose evaluation stopped
+// at its budget, Degraded with the cap it would have exceeded.
+func overrun(res enforce.Result) enforce.Result {
+	reason, flag := ReasonCapSelectedPeersPerMCNP, "--max-networkpolicies-per-mcnp, --max-bytes-per-mcnp"
+	switch res.Overrun.Kind {
+	case "networkpolicies":
+		reason, flag = ReasonCapNetworkPoliciesPerMCNP, "--max-networkpolicies-per-mcnp"
+	case "bytes":
+		reason, flag = ReasonCapBytesPerMCNP, "--max-bytes-per-mcnp"
+	}
+	return isolateOnly(res, reason, fmt.Sprintf("%s (%s); not built, only isolating its pods", res.Overrun, flag))
 }
 
 func protected(ref enforce.PolicyRef, res enforce.Result) enforce.Result {

@@ -59,6 +59,10 @@ func (d *Daemon) refreshNetworks() {
 	if !changed {
 		return
 	}
+	for _, p := range d.mirror.Inventory().NetworkProblems() {
+		d.log.Error("refusing a trusted cluster range (issue 29): its pods are left out of allow rules",
+			"of_cluster", p.Cluster, "range", p.Range.String(), "why", p.Why)
+	}
 	for _, id := range slices.Sorted(maps.Keys(n)) {
 		cn := n[id]
 		d.log.Info("trusted cluster networks", "of_cluster", id, "pod_cidrs", cn.PodCIDRs,

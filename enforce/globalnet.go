@@ -171,7 +171,7 @@ func (ec *evalCache) view(inv *Inventory, id string) *clusterView {
 // unknown).
 func (ec *evalCache) local(inv *Inventory) *ClusterNetworks {
 	if !ec.localSet {
-		ec.localNets, ec.localSet = inv.networksOf(ec.enforcing), true
+		ec.localNets, ec.localSet = inv.localNetworksOf(ec.enforcing), true
 	}
 	return ec.localNets
 }
@@ -297,6 +297,7 @@ func (p problems) summary() (string, []string) {
 type evalAcc struct {
 	seen     map[netip.Prefix]struct{}
 	problems problems
+	budget   *budgetState // nil: unbounded
 }
 
 // remoteBuilder fills a remoteSet with the addresses remote pods are

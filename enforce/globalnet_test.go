@@ -145,9 +145,11 @@ func TestOverlappingPodCIDRsAndOutsideIPsDegrade(t *testing.T) {
 	res := Evaluate("eu-1", inv, PolicyRef{"eu-1", "shop", "p"})
 	require.Equal(t, []string{"10.3.0.9/32"}, ingressCIDRs(t, res),
 		"eu-2's pod is inside eu-1's own pod CIDR and us-1's stray pod outside us-1's: both left out")
-	require.Equal(t, ReasonPodIPInLocalCIDR, res.Degraded)
-	require.Equal(t, []string{"PodIPInLocalCIDR: eu-2" + reasonHint[ReasonPodIPInLocalCIDR],
-		"PodIPOutsideClusterCIDR: us-1" + reasonHint[ReasonPodIPOutsideClusterCIDR], "OverlappingPodCIDRs: eu-2"}, res.DegradedDetails)
+	// eu-2's trusted range overlaps eu-1's: refused (CheckNetworks), so
+	// eu-2's CIDRs are unknown here.
+	require.Equal(t, ReasonPodCIDRsUnknown, res.Degraded)
+	require.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("10.0.128.0/17")},
+		[]netip.Prefix{inv.NetworkProblems()[0].Range, inv.NetworkProblems()[1].Range})
 
 	f := Findings(inv)
 	require.Len(t, f, 2)

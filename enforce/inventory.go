@@ -147,6 +147,11 @@ type Inventory struct {
 	// networks is the trusted (not gossiped) network knowledge the pod-IP
 	// ownership check uses (SetNetworks, ownership.go).
 	networks Networks
+	// localNetworks is networks as given, before CheckNetworks (the
+	// enforcing cluster's own ranges are taken from it).
+	localNetworks Networks
+	// netProblems are the trusted ranges CheckNetworks refused.
+	netProblems []NetworkProblem
 	// intern shares label sets, label keys and port lists between pods;
 	// indexKeys counts, per label key, the policy peers that can use its
 	// posting lists (compact.go).

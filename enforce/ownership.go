@@ -117,11 +117,19 @@ func (n Networks) Clone() Networks {
 // SetNetworks sets the trusted network knowledge the ownership check uses
 // (a copy is kept). Until it is called every remote address is dropped as
 // DropCIDRsUnknown. It changes the output of every policy: recompute all
-// of them afterwards.
-func (inv *Inventory) SetNetworks(n Networks) { inv.networks = n.Clone() }
+// of them afterwards. Ranges CheckNetworks refuses are left out
+// (NetworkProblems lists them).
+func (inv *Inventory) SetNetworks(n Networks) {
+	inv.localNetworks = n.Clone()
+	inv.networks, inv.netProblems = CheckNetworks(inv.localNetworks)
+}
 
-// Networks returns a copy of the trusted network knowledge.
-func (inv *Inventory) Networks() Networks { return inv.networks.Clone() }
+// NetworkProblems lists the trusted ranges SetNetworks refused.
+func (inv *Inventory) NetworkProblems() []NetworkProblem { return slices.Clone(inv.netProblems) }
+
+// Networks returns a copy of the trusted network knowledge as given to
+// SetNetworks (NetworkProblems lists what the ownership check leaves out).
+func (inv *Inventory) Networks() Networks { return inv.localNetworks.Clone() }
 
 // reservedPrefixes are never rendered: loopback, link-local, unspecified,
 // multicast, and IPv4-mapped IPv6 (rendered addresses are unmapped).
@@ -337,6 +345,16 @@ func MergeNetworks(sources ...Networks) Networks {
 	return out
 }
 
+// localNetworksOf returns the enforcing cluster's own networks as given,
+// unchecked: a remote address inside any of them is refused, so a range of
+// its own that overlaps another cluster's keeps protecting it.
+func (inv *Inventory) localNetworksOf(id string) *ClusterNetworks {
+	if n, ok := inv.localNetworks[id]; ok {
+		return &n
+	}
+	return nil
+}
+
 // networksOf returns the trusted networks of a cluster, nil when unknown.
 func (inv *Inventory) networksOf(id string) *ClusterNetworks {
 	if n, ok := inv.networks[id]; ok {
@@ -363,7 +381,7 @@ type PodIPDrop struct {
 // (per-pod, namespace and cluster egress IPs, global CIDRs) their pods
 // would be rendered by. Sorted by cluster and reason; deterministic.
 func PodIPDrops(inv *Inventory, enforcing string) []PodIPDrop {
-	local := inv.networksOf(enforcing)
+	local := inv.localNetworksOf(enforcing)
 	views := newClusterViews(inv)
 	var out []PodIPDrop
 	for _, id := range inv.sortedClusters() {

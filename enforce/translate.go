@@ -48,6 +48,9 @@ type Result struct {
 	// empty otherwise. Details lists every problem found.
 	Degraded        string
 	DegradedDetails []string
+	// Overrun is set when a budgeted evaluation (EvaluateBudget) stopped
+	// early; NetworkPolicies is then isolation only.
+	Overrun *Overrun
 }
 
 type compiledPolicy struct {
@@ -370,7 +373,9 @@ func newEvalCache(enforcing string) *evalCache {
 	return &evalCache{enforcing: enforcing, sets: map[string]*remoteSet{}}
 }
 
-func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string, egress bool) *remoteSet {
+// remote returns what peer p selects; nil when computing it takes the
+// budget (nil: none) over.
+func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string, egress bool, bs *budgetState) *remoteSet {
 	dir := "i"
 	if egress {
 		dir = "e"
@@ -378,6 +383,9 @@ func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string, eg
 	key := dir + policyNS + "\x00" + p.key
 	if rs := ec.sets[key]; rs != nil {
 		return rs
+	}
+	if !bs.collect(0) {
+		return nil
 	}
 	rs := &remoteSet{addrs: map[netip.Prefix]*renderedAddr{}}
 	b := &remoteBuilder{inv: inv, ec: ec, egress: egress, set: rs}
@@ -394,6 +402,9 @@ func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string, eg
 	}
 	slices.SortFunc(rs.sorted, netip.Prefix.Compare)
 	ec.sets[key] = rs
+	if !bs.collect(len(rs.sorted)) {
+		return nil
+	}
 	return rs
 }
 
@@ -413,7 +424,10 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 			base.sizes = append(base.sizes, p.size)
 			continue
 		}
-		rs := ec.remote(inv, p, policyNS, egress)
+		rs := ec.remote(inv, p, policyNS, egress, acc.budget)
+		if rs == nil {
+			return nil // over budget
+		}
 		acc.problems.merge(&rs.problems)
 		if rs.hasLocal && !nativeSeen[p.nativeKey] {
 			nativeSeen[p.nativeKey] = true
@@ -452,6 +466,9 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	if !egress || !r.hasNamed {
 		// Ports pass through: in ingress the destination is the local
 		// selected pod, so its CNI resolves named ports itself.
+		if !acc.budget.charge(len(addrs), len(addrs)*(minBlockJSON+minCIDRLen)) {
+			return nil
+		}
 		for _, a := range addrs {
 			base.peers = appendIPBlock(base.peers, &base.sizes, a)
 		}
@@ -684,6 +701,29 @@ func pack(podSelSize int, ingress, egress []outRule) []*part {
 	return parts
 }
 
+// translateRules translates the policy's ingress and egress rules, stopping
+// at the first rule that takes the budget over.
+func translateRules(inv *Inventory, ec *evalCache, cp *compiledPolicy, acc *evalAcc) (ingress, egress []outRule) {
+	for _, dir := range []struct {
+		t     networkingv1.PolicyType
+		rules []compiledRule
+		out   *[]outRule
+	}{{networkingv1.PolicyTypeIngress, cp.ingress, &ingress}, {networkingv1.PolicyTypeEgress, cp.egress, &egress}} {
+		if !slices.Contains(cp.types, dir.t) {
+			continue
+		}
+		isEgress := dir.t == networkingv1.PolicyTypeEgress
+		for i := range dir.rules {
+			out := translateRule(inv, ec, cp.ref.Namespace, &dir.rules[i], isEgress, acc)
+			if acc.budget != nil && (acc.budget.over != nil || isEgress && dir.rules[i].hasNamed && !acc.budget.chargeRules(out)) {
+				return nil, nil
+			}
+			*dir.out = append(*dir.out, out...)
+		}
+	}
+	return ingress, egress
+}
+
 // Evaluate translates one policy for an enforcing cluster and reports what
 // happened. A policy unknown to the inventory yields the zero Result.
 func Evaluate(enforcing string, inv *Inventory, ref PolicyRef) Result {
@@ -733,6 +773,11 @@ func Translate(enforcing string, inv *Inventory) []networkingv1.NetworkPolicy {
 }
 
 func evaluate(inv *Inventory, ec *evalCache, cp *compiledPolicy) Result {
+	return evaluateIn(inv, ec, cp, nil)
+}
+
+// evaluateIn evaluates within a budget (nil: none).
+func evaluateIn(inv *Inventory, ec *evalCache, cp *compiledPolicy, bs *budgetState) Result {
 	enforcing := ec.enforcing
 	var res Result
 	if cp.err != nil {
@@ -761,18 +806,10 @@ func evaluate(inv *Inventory, ec *evalCache, cp *compiledPolicy) Result {
 		res.SkippedNoNamespace = true
 		return res
 	}
-	acc := &evalAcc{seen: map[netip.Prefix]struct{}{}}
-	hasType := func(t networkingv1.PolicyType) bool { return slices.Contains(cp.types, t) }
-	var ingress, egress []outRule
-	if hasType(networkingv1.PolicyTypeIngress) {
-		for i := range cp.ingress {
-			ingress = append(ingress, translateRule(inv, ec, cp.ref.Namespace, &cp.ingress[i], false, acc)...)
-		}
-	}
-	if hasType(networkingv1.PolicyTypeEgress) {
-		for i := range cp.egress {
-			egress = append(egress, translateRule(inv, ec, cp.ref.Namespace, &cp.egress[i], true, acc)...)
-		}
+	acc := &evalAcc{seen: map[netip.Prefix]struct{}{}, budget: bs}
+	ingress, egress := translateRules(inv, ec, cp, acc)
+	if bs != nil && bs.over != nil {
+		return overBudget(cp, bs.over)
 	}
 	res.RemotePeers = len(acc.seen)
 	res.Degraded, res.DegradedDetails = acc.problems.summary()

@@ -88,6 +88,12 @@ type Config struct {
 	// refused and counted (origin_limit, entry_limit). -1 = unlimited.
 	MaxOrigins          int
 	MaxEntriesPerOrigin int
+	// MaxBytesPerOrigin bounds the memory of one remote cluster's stored
+	// records, MaxBytes that of all remote clusters (defaults
+	// DefaultMaxBytesPerOrigin, DefaultMaxBytes; refused as byte_limit).
+	// -1 = unlimited.
+	MaxBytesPerOrigin int
+	MaxBytes          int
 	// LimitLoopbackStreams applies the per-source inbound stream cap to
 	// loopback sources too (tests; simulations share one loopback IP).
 	LimitLoopbackStreams bool
@@ -198,6 +204,9 @@ const (
 const (
 	DefaultMaxOrigins          = 1024
 	DefaultMaxEntriesPerOrigin = 1 << 20
+	// DefaultMaxBytesPerOrigin: ~100k pods of ~500 B is ~50 MiB.
+	DefaultMaxBytesPerOrigin = 128 << 20
+	DefaultMaxBytes          = 384 << 20
 )
 
 func (c *Config) setDefaults() error {
@@ -209,6 +218,12 @@ func (c *Config) setDefaults() error {
 	}
 	if c.MaxEntriesPerOrigin == 0 {
 		c.MaxEntriesPerOrigin = DefaultMaxEntriesPerOrigin
+	}
+	if c.MaxBytesPerOrigin == 0 {
+		c.MaxBytesPerOrigin = DefaultMaxBytesPerOrigin
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.BindAddr == "" {
 		c.BindAddr = "0.0.0.0"

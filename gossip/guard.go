@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -45,22 +46,103 @@ const (
 // limits above. Packets (UDP, <= 64 KiB each) pass unchanged.
 type guardTransport struct {
 	memberlist.NodeAwareTransport
-	encrypted     bool
+	check         frameCheck
 	limitLoopback bool
+	// rate is the per-source rate limit of coastguard messages (nil:
+	// none), keyed on the source IP, which a sender cannot choose as it
+	// chooses the sender name inside its messages (issue 29, item 6).
+	rate *senderLimits
 	onDrop        func(reason, from string, err error)
 
-	once sync.Once
-	out  chan net.Conn
-	done chan struct{}
+	once       sync.Once
+	out        chan net.Conn
+	packetOnce sync.Once
+	packets    chan *memberlist.Packet
+	done       chan struct{}
 
 	mu    sync.Mutex
 	total int
 	perIP map[string]int
 }
 
-func newGuardTransport(inner memberlist.NodeAwareTransport, encrypted bool, onDrop func(reason, from string, err error)) *guardTransport {
-	return &guardTransport{NodeAwareTransport: inner, encrypted: encrypted, onDrop: onDrop,
-		out: make(chan net.Conn), done: make(chan struct{}), perIP: map[string]int{}}
+func newGuardTransport(inner memberlist.NodeAwareTransport, check frameCheck, onDrop func(reason, from string, err error)) *guardTransport {
+	return &guardTransport{NodeAwareTransport: inner, check: check, onDrop: onDrop,
+		out: make(chan net.Conn), packets: make(chan *memberlist.Packet),
+		done: make(chan struct{}), perIP: map[string]int{}}
+}
+
+// PacketCh hands memberlist every inbound packet that carries no
+// compressMsg (inflate.go).
+func (g *guardTransport) PacketCh() <-chan *memberlist.Packet {
+	g.packetOnce.Do(func() { go g.pumpPackets() })
+	return g.packets
+}
+
+func (g *guardTransport) pumpPackets() {
+	in := g.NodeAwareTransport.PacketCh()
+	for {
+		select {
+		case <-g.done:
+			return
+		case p := <-in:
+			if p == nil {
+				continue
+			}
+			users, err := g.check.packet(p.Buf)
+			if err != nil {
+				g.onDrop(dropCompressed, p.From.String(), err)
+				continue
+			}
+			if users > 0 && !g.allow(p.From, users) {
+				g.onDrop(dropRateLimited, p.From.String(), errSourceRate)
+				continue
+			}
+			select {
+			case g.packets <- p:
+			case <-g.done:
+				return
+			}
+		}
+	}
+}
+
+var errSourceRate = errors.New("source over its message rate limit")
+
+// sourceKey is what a source is rate-limited by: its IP. On loopback, where
+// in-process simulations run every member on one address, the IP and port
+// (unless limitLoopback).
+func (g *guardTransport) sourceKey(a net.Addr) string {
+	s := a.String()
+	h, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() && !g.limitLoopback {
+		return s
+	}
+	return h
+}
+
+// allow takes n tokens of a's bucket.
+func (g *guardTransport) allow(a net.Addr, n int) bool {
+	if g.rate == nil || a == nil {
+		return true
+	}
+	return g.rate.allowN(g.sourceKey(a), n)
+}
+
+// DialAddressTimeout dials a stream whose answer is checked (inflate.go).
+func (g *guardTransport) DialAddressTimeout(a memberlist.Address, timeout time.Duration) (net.Conn, error) {
+	c, err := g.NodeAwareTransport.DialAddressTimeout(a, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return &checkedConn{Conn: c, f: g.check, onDrop: g.onDrop}, nil
+}
+
+// DialTimeout: as DialAddressTimeout.
+func (g *guardTransport) DialTimeout(addr string, timeout time.Duration) (net.Conn, error) {
+	return g.DialAddressTimeout(memberlist.Address{Addr: addr}, timeout)
 }
 
 func (g *guardTransport) StreamCh() <-chan net.Conn {
@@ -148,9 +230,16 @@ func (g *guardTransport) admit(c net.Conn) {
 	g.mu.Unlock()
 	gc := &guardedConn{Conn: c, g: g, ip: ip}
 	go func() {
-		if err := gc.checkHeader(g.encrypted); err != nil {
+		if err := gc.checkHeader(g.check, g); err != nil {
 			_ = gc.Close()
-			g.onDrop(dropPreAuth, ip, err)
+			reason := dropPreAuth
+			switch {
+			case errors.Is(err, errCompressed):
+				reason = dropCompressed
+			case errors.Is(err, errSourceRate):
+				reason = dropRateLimited
+			}
+			g.onDrop(reason, ip, err)
 			return
 		}
 		select {
@@ -183,11 +272,14 @@ type guardedConn struct {
 var errStreamRefused = errors.New("stream refused before authentication")
 
 // checkHeader reads [label header] type [length] within the header
-// timeout and sets up the capped reader.
-func (c *guardedConn) checkHeader(encrypted bool) error {
-	_ = c.SetReadDeadline(time.Now().Add(streamHeaderTimeout))
+// timeout, then (encryption on) the whole declared body at no less than
+// minBodyRate, refuses a compressMsg (inflate.go), and sets up the capped
+// reader that replays what was read.
+func (c *guardedConn) checkHeader(check frameCheck, g *guardTransport) error {
+	start := time.Now()
+	_ = c.SetReadDeadline(start.Add(streamHeaderTimeout))
 	br := bufio.NewReaderSize(io.LimitReader(c.Conn, MaxStreamBytes+512), 512)
-	off := 0
+	off, label := 0, ""
 	b, err := br.Peek(1)
 	if err != nil {
 		return fmt.Errorf("%w: header: %v", errStreamRefused, err)
@@ -198,21 +290,26 @@ func (c *guardedConn) checkHeader(encrypted bool) error {
 			return fmt.Errorf("%w: label: %v", errStreamRefused, err)
 		}
 		off = 2 + int(b[1])
+		if b, err = br.Peek(off); err != nil {
+			return fmt.Errorf("%w: label: %v", errStreamRefused, err)
+		}
+		label = string(b[2:off])
 	}
-	if encrypted {
-		b, err = br.Peek(off + 5)
-		if err != nil {
-			return fmt.Errorf("%w: header: %v", errStreamRefused, err)
+	if check.keys != nil {
+		if b, err = br.Peek(off + 5); err == nil && binary.BigEndian.Uint32(b[off+1:off+5]) <= MaxStreamBytes {
+			n := time.Duration(binary.BigEndian.Uint32(b[off+1 : off+5]))
+			_ = c.SetReadDeadline(start.Add(streamHeaderTimeout + n*time.Second/minBodyRate))
 		}
-		if b[off] != mlEncryptMsg {
-			return fmt.Errorf("%w: plaintext stream (type %d) while encryption is on", errStreamRefused, b[off])
-		}
-		if n := binary.BigEndian.Uint32(b[off+1 : off+5]); n > MaxStreamBytes {
-			return fmt.Errorf("%w: declares %d bytes (limit %d)", errStreamRefused, n, MaxStreamBytes)
-		}
+	}
+	frame, typ, err := check.streamMessageType(br, off, label)
+	if err != nil {
+		return err
+	}
+	if (typ == mlUserMsg || typ == mlPushPullMsg) && !g.allow(c.RemoteAddr(), 1) {
+		return errSourceRate
 	}
 	_ = c.SetReadDeadline(time.Time{})
-	c.r = br
+	c.r = io.MultiReader(bytes.NewReader(frame), br)
 	return nil
 }
 

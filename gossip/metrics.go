@@ -26,6 +26,7 @@ const (
 	dropStreamLimit    = "stream_limit" // too many concurrent inbound streams
 	dropPreAuth        = "pre_auth"     // stream refused before memberlist read it
 	dropOriginLimit    = "origin_limit" // too many origins / entries per origin
+	dropCompressed     = "compressed"   // memberlist compressMsg (decompression bomb)
 )
 
 type metrics struct {
@@ -122,7 +123,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
-		dropQueueFull, dropStateTooLarge} {
+		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed} {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,

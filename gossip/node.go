@@ -213,7 +213,8 @@ func (n *Node) wireReplica() error {
 		vr.SetVerifier(n.cfg.Trust, n.mayRetire)
 	}
 	if lr, ok := n.rep.(limitedReplica); ok {
-		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin)})
+		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin),
+			MaxBytesPerOrigin: max(0, n.cfg.MaxBytesPerOrigin), MaxBytes: max(0, n.cfg.MaxBytes)})
 	}
 	return nil
 }
@@ -249,10 +250,15 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 	if ft, ok := inner.(*FaultTransport); ok {
 		n.fault = ft
 	}
-	guard := newGuardTransport(nodeAware(inner), n.keyring != nil, func(reason, from string, err error) {
-		n.drop(reason, "inbound stream refused", "from", from, "err", err)
+	check := frameCheck{label: mc.Label}
+	if n.keyring != nil {
+		check.keys = n.keyring.GetKeys
+	}
+	guard := newGuardTransport(nodeAware(inner), check, func(reason, from string, err error) {
+		n.drop(reason, "inbound message refused", "from", from, "err", err)
 	})
 	guard.limitLoopback = n.cfg.LimitLoopbackStreams
+	guard.rate = newSenderLimits(n.cfg.PeerRateLimit, n.cfg.PeerRateBurst)
 	mc.Transport = guard
 	return nil
 }

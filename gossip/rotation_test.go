@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"crypto/ed25519"
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -220,4 +221,54 @@ func TestRotationFreshPeerVerifiesEverything(t *testing.T) {
 	require.NoError(t, syncFrom(offline, r))
 	require.Equal(t, pub(f.newKey), otr.Key("c1"))
 	require.Equal(t, livePods(w2, "c1"), livePods(offline, "c1"))
+}
+
+// Issue 29, item 7: a leaked rotated-out key endorsed its successor and
+// signs nothing else a receiver takes: no retirement (it used to freeze c1
+// for ever with Retire{c1, 2^64-1}), no head, no entry of the successor's
+// epoch. And any signed retirement, even with the current key, is bounded
+// by the versions c1 has signed.
+func TestAttackRotatedOutKeySignsNothing(t *testing.T) {
+	f := newRotationFixture(t)
+	r, tr := replica(t, "c2", nil, nil)
+	require.NoError(t, syncFrom(r, f.w1))
+	w2 := f.rotate(t, NewEndorsedSigner(f.newKey, f.endorsement))
+	require.NoError(t, syncFrom(r, w2))
+	require.Equal(t, pub(f.newKey), tr.Key("c1"))
+	before, digest := livePods(r, "c1"), r.Digest()["c1"]
+	top := crdt.Version(math.MaxUint64)
+
+	old := NewSigner(f.oldKey)
+	_, err := r.ApplyRetire(crdt.Retire{Origin: "c1", UpTo: top, Key: pub(f.oldKey),
+		Sig: old.Sign(crdt.MarkSigMessage("c1", crdt.MarkRetire, top))})
+	require.Equal(t, crdt.ReasonKeyMismatch, crdt.TrustReason(err), "%v", err)
+
+	_, err = r.Apply(crdt.Delta{Origin: "c1", From: digest.Max, To: digest.Max, Key: pub(f.oldKey),
+		Head: top, HeadSig: old.Sign(crdt.MarkSigMessage("c1", crdt.MarkHead, top))})
+	require.Equal(t, crdt.ReasonKeyMismatch, crdt.TrustReason(err), "%v", err)
+
+	forger := crdt.NewState("c1")
+	forger.SetSigner(old)
+	require.NoError(t, forger.SetEpoch(3))
+	d, _, err := forger.Write(crdt.KindPod, "ns/evil", []byte{0x80}, false, 9)
+	require.NoError(t, err)
+	d.From = digest.Max
+	_, err = r.Apply(d)
+	require.Equal(t, crdt.ReasonKeyMismatch, crdt.TrustReason(err), "%v", err)
+
+	// The current key: a retirement above what c1 has signed is refused.
+	_, err = r.ApplyRetire(w2.SignRetire(crdt.Retire{Origin: "c1", UpTo: top}))
+	require.Equal(t, crdt.ReasonUnprovenWatermark, crdt.TrustReason(err), "%v", err)
+
+	require.Equal(t, before, livePods(r, "c1"), "nothing of c1 changed")
+	require.Equal(t, digest, r.Digest()["c1"])
+
+	// c1 keeps writing and is heard; its own decommission is honoured.
+	_, _, err = w2.Write(crdt.KindPod, "ns/new", []byte{0x80}, false, 5)
+	require.NoError(t, err)
+	require.NoError(t, syncFrom(r, w2))
+	require.Len(t, livePods(r, "c1"), len(before)+1)
+	_, err = r.ApplyRetire(w2.SignRetire(w2.RetireRecord("c1")))
+	require.NoError(t, err)
+	require.Empty(t, livePods(r, "c1"))
 }
