@@ -2,9 +2,7 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"k8s.io/client-go/rest"
 	"net/netip"
 	"sort"
 	"strings"
@@ -16,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
@@ -31,76 +29,6 @@ type member struct {
 	Dynamic dynamic.Interface
 	// Config is the context's REST config (pods/exec needs it).
 	Config *rest.Config
-}
-
-// connect builds clients for the selected contexts and finds each one's
-// cluster ID: the CoastguardCluster its leader marks local, else its
-// coastguard Lease.
-func (o *Options) connect(ctx context.Context) ([]*member, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.Kubeconfig != "" {
-		rules.ExplicitPath = o.Kubeconfig
-	}
-	raw, err := rules.Load()
-	if err != nil {
-		return nil, fmt.Errorf("loading kubeconfig: %w", err)
-	}
-	names := o.Contexts
-	if len(names) == 0 {
-		for n := range raw.Contexts {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-	}
-	if len(names) == 0 {
-		return nil, errors.New("no kubeconfig contexts; pass --kubeconfig or --contexts")
-	}
-	var out []*member
-	for _, n := range names {
-		if _, ok := raw.Contexts[n]; !ok {
-			return nil, fmt.Errorf("context %q not in kubeconfig", n)
-		}
-		cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, n, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
-		if err != nil {
-			return nil, fmt.Errorf("context %s: %w", n, err)
-		}
-		cfg.QPS, cfg.Burst = 50, 100
-		cs, err := kubernetes.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
-		dyn, err := dynamic.NewForConfig(cfg)
-		if err != nil {
-			return nil, err
-		}
-		m := &member{Context: n, Client: cs, Dynamic: dyn, Config: cfg}
-		if m.ID, err = o.clusterID(ctx, m); err != nil {
-			return nil, fmt.Errorf("context %s: %w", n, err)
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func (o *Options) clusterID(ctx context.Context, m *member) (string, error) {
-	ccs, err := listClusters(ctx, m)
-	if err == nil {
-		for _, c := range ccs {
-			if c.Status.Local {
-				return c.Name, nil
-			}
-		}
-	}
-	leases, err := m.Client.CoordinationV1().Leases(o.Namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return "", fmt.Errorf("finding the cluster ID: %w", err)
-	}
-	for _, l := range leases.Items {
-		if id, ok := strings.CutPrefix(l.Name, "coastguard-"); ok {
-			return id, nil
-		}
-	}
-	return "", fmt.Errorf("no coastguard Lease in namespace %s: is coastguardd running there?", o.Namespace)
 }
 
 func (o *Options) find(ms []*member, name string) (*member, error) {

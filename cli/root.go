@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -27,9 +28,12 @@ type Options struct {
 	// coastguardd), merged with Submariner's Cluster objects, so that
 	// computed policies match what the daemons render (pod-IP ownership).
 	ClusterCIDRs []string
-	Out          io.Writer
-	ErrOut       io.Writer
-	In           io.Reader
+	// RequestTimeout bounds each request to an apiserver, and finding a
+	// context's cluster ID (--request-timeout; 0 = DefaultRequestTimeout).
+	RequestTimeout time.Duration
+	Out            io.Writer
+	ErrOut         io.Writer
+	In             io.Reader
 }
 
 // NewCommands returns the command tree. Mount it as the root of
@@ -47,11 +51,12 @@ do, and which policies conflict.`,
 		SilenceErrors: true,
 	}
 	root.PersistentFlags().StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	root.PersistentFlags().StringSliceVar(&o.Contexts, "contexts", nil, "kubeconfig contexts of the cluster set (default: every context)")
+	root.PersistentFlags().StringSliceVar(&o.Contexts, "contexts", nil, "kubeconfig contexts of the cluster set (default: every context that reaches a coastguard install; others are skipped with a note)")
+	root.PersistentFlags().DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "bound of each request to a context's apiserver")
 	root.PersistentFlags().StringVar(&o.Namespace, "coastguard-namespace", "coastguard-system", "namespace of coastguardd (Lease, pods)")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
 	root.PersistentFlags().StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", nil, "trusted CIDRs per cluster, as given to coastguardd (<cluster>[:pod|:service|:global]=<cidr>,...); merged with Submariner's Cluster objects")
-	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o))
+	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o), newVersionCmd(o))
 	return root
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -51,6 +52,7 @@ type PolicyRow struct {
 type Status struct {
 	Healthy     bool        `json:"healthy"`
 	Problems    []string    `json:"problems,omitempty"`
+	Skipped     []string    `json:"skipped,omitempty"` // contexts without a coastguard install
 	VersionSkew []string    `json:"versionSkew,omitempty"`
 	Views       []View      `json:"views"`
 	Policies    []PolicyRow `json:"policies"`
@@ -62,28 +64,12 @@ func newStatusCmd(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Cluster-set health: clusters, members, leaders, staleness, lag, version skew, MCNP enforcement",
-		Args:  cobra.NoArgs,
+		Long: `status reads every context that reaches a coastguard install and reports the
+cluster set's health. It exits 0 when the set is healthy, 2 when it is not, and
+1 on any other error. Without --wait it reads once and never retries.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
-			deadline := time.Now().Add(timeout)
-			for {
-				st, err := o.status(ctx)
-				if err == nil && (st.Healthy || !wait) {
-					return o.printStatus(st)
-				}
-				if time.Now().After(deadline) {
-					if err != nil {
-						return err
-					}
-					_ = o.printStatus(st)
-					return fmt.Errorf("cluster set not healthy after %s: %s", timeout, strings.Join(st.Problems, "; "))
-				}
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(2 * time.Second):
-				}
-			}
+			return o.runStatus(cmd.Context(), wait, timeout)
 		},
 	}
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait until every view knows every cluster alive with a leader and no lag, and every MCNP is Ready")
@@ -91,12 +77,58 @@ func newStatusCmd(o *Options) *cobra.Command {
 	return cmd
 }
 
+func (o *Options) runStatus(ctx context.Context, wait bool, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		st, err := o.status(ctx)
+		if err != nil && !wait {
+			return err
+		}
+		if err == nil && (st.Healthy || !wait || time.Now().After(deadline)) {
+			if perr := o.printStatus(st); perr != nil {
+				return perr
+			}
+			if st.Healthy {
+				return nil
+			}
+			msg := fmt.Sprintf("cluster set not healthy: %d problem(s)", len(st.Problems))
+			if wait {
+				msg = fmt.Sprintf("cluster set not healthy after %s: %s", timeout, strings.Join(st.Problems, "; "))
+			}
+			return &ExitError{Code: ExitUnhealthy, Msg: msg}
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
 func (o *Options) status(ctx context.Context) (*Status, error) {
-	ms, err := o.connect(ctx)
+	rs, err := o.reach(ctx)
 	if err != nil {
 		return nil, err
 	}
 	st := &Status{Healthy: true}
+	var ms []*member
+	for _, r := range rs {
+		switch {
+		case r.Member != nil:
+			ms = append(ms, r.Member)
+		case r.Skipped != "":
+			st.Skipped = append(st.Skipped, r.Context+": "+r.Skipped)
+		default:
+			st.Views = append(st.Views, View{Context: r.Context, Error: r.Err.Error()})
+			st.Problems = append(st.Problems, r.Err.Error())
+		}
+	}
+	if len(ms) == 0 && len(st.Problems) == 0 {
+		return nil, errors.New("no kubeconfig context reaches a coastguard install; pass --kubeconfig or --contexts")
+	}
 	own := map[string]v1.CoastguardCluster{} // each cluster's own object
 	views := map[string][]v1.CoastguardCluster{}
 	for _, m := range ms {
@@ -224,7 +256,11 @@ func (o *Options) printStatus(st *Status) error {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		tprintf := func(format string, a ...any) { _, _ = fmt.Fprintf(tw, format, a...) }
 		for _, v := range st.Views {
-			tprintf("VIEW FROM %s (context %s)\n", v.Cluster, v.Context)
+			if v.Cluster == "" {
+				tprintf("CONTEXT %s\n", v.Context)
+			} else {
+				tprintf("VIEW FROM %s (context %s)\n", v.Cluster, v.Context)
+			}
 			if v.Error != "" {
 				tprintf("  error: %s\n", v.Error)
 				continue
@@ -251,6 +287,12 @@ func (o *Options) printStatus(st *Status) error {
 			}
 		}
 		_ = tw.Flush()
+		for _, sk := range st.Skipped {
+			fmt.Fprintf(w, "\nskipped context %s", sk)
+		}
+		if len(st.Skipped) > 0 {
+			fmt.Fprintln(w)
+		}
 		if len(st.VersionSkew) > 0 {
 			fmt.Fprintf(w, "\nversion skew: %s\n", strings.Join(st.VersionSkew, "; "))
 		}

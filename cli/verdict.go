@@ -78,6 +78,7 @@ type Verdict struct {
 
 func newVerdictCmd(o *Options) *cobra.Command {
 	var from, to, port string
+	var exitCode bool
 	cmd := &cobra.Command{
 		Use:   "verdict --from CLUSTER/NS/POD --to CLUSTER/NS/POD --port PORT[/PROTO]",
 		Short: "Is this flow allowed? Evaluates every NetworkPolicy on both ends and names the deciding policies and rules",
@@ -115,9 +116,13 @@ func newVerdictCmd(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return o.print(v, func(w *strings.Builder) { printVerdict(w, v) })
+			if err := o.print(v, func(w *strings.Builder) { printVerdict(w, v) }); err != nil {
+				return err
+			}
+			return verdictExit(v, exitCode)
 		},
 	}
+	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 2 when the flow is DENIED (0 when ALLOWED, 1 on an error)")
 	cmd.Flags().StringVar(&from, "from", "", "source CLUSTER/NAMESPACE/POD (cluster ID or context)")
 	cmd.Flags().StringVar(&to, "to", "", "destination CLUSTER/NAMESPACE/POD")
 	cmd.Flags().StringVar(&port, "port", "", "destination PORT[/PROTO], e.g. 8080/TCP")
@@ -125,6 +130,15 @@ func newVerdictCmd(o *Options) *cobra.Command {
 		_ = cmd.MarkFlagRequired(f)
 	}
 	return cmd
+}
+
+// verdictExit is verdict's answer as an exit code: ExitDenied for a denied
+// flow when --exit-code asks for it.
+func verdictExit(v *Verdict, exitCode bool) error {
+	if exitCode && !v.Allowed {
+		return &ExitError{Code: ExitDenied}
+	}
+	return nil
 }
 
 func (l *live) trafficPeer(cluster string, p *corev1.Pod, internal bool) *matcher.TrafficPeer {

@@ -5,14 +5,11 @@ package crdt
 // the sort, for bulk readers that do not need name order (the daemon's
 // enforce view at start-up). fn must not change the state.
 func (s *State) Each(origin string, kind Kind, fn func(Entry) bool) {
-	if !kind.Valid() {
-		return
-	}
 	o := s.origins[origin]
 	if o == nil {
 		return
 	}
-	for _, r := range o.byName[kind-1] {
+	for _, r := range o.names(kind) {
 		if !fn(o.entry(r)) {
 			return
 		}

@@ -173,7 +173,7 @@ func checkInvariants(t testing.TB, s *State) {
 			if r.deleted && r.version <= o.gc && !o.stale() {
 				t.Fatalf("%s: tombstone %s@%s at or below GC %s", name, r.name, r.version, o.gc)
 			}
-			if o.byName[r.kind-1][r.name] != r {
+			if o.lookup(r.kind, r.name) != r {
 				t.Fatalf("%s: indexes disagree on %s", name, r.name)
 			}
 			return true

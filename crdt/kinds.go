@@ -62,6 +62,15 @@ func (k Kind) Spec() (KindSpec, bool) {
 // Valid reports whether k is a kind this build understands.
 func (k Kind) Valid() bool { return k >= 1 && int(k) <= numKinds }
 
+// Opaque reports whether k is a kind this build does not know but carries:
+// a later build's kind (kinds are never renumbered, so every kind above the
+// registry is one). A State stores, signs, hashes and forwards opaque
+// entries like any other, so a newer peer's kind spreads through older
+// ones during a rolling upgrade; it never interprets them, Write refuses
+// them, and readers that iterate Kinds() never see them. Kind 0 is neither
+// valid nor opaque: it is refused everywhere.
+func (k Kind) Opaque() bool { return int(k) > numKinds }
+
 func (k Kind) String() string {
 	if k.Valid() {
 		return kinds[k-1].Name

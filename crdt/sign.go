@@ -305,7 +305,7 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 		if e.Version <= o.retired {
 			continue
 		}
-		if r := o.byName[e.Kind-1][e.Name]; r != nil && (!wins(e, r) || sameContent(e, r)) {
+		if r := o.lookup(e.Kind, e.Name); r != nil && (!wins(e, r) || sameContent(e, r)) {
 			continue // changes nothing: no need to verify (replays are cheap)
 		}
 		if !d.Reset && e.Version <= o.max {
@@ -496,7 +496,7 @@ func (s *State) checkEntryLimit(o *originState, d *Delta) error {
 	}
 	added := 0
 	for i := range d.Entries {
-		if e := &d.Entries[i]; o.byName[e.Kind-1][e.Name] == nil && e.Version > o.max {
+		if e := &d.Entries[i]; o.lookup(e.Kind, e.Name) == nil && e.Version > o.max {
 			added++
 		}
 	}

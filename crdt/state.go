@@ -138,6 +138,11 @@ type originState struct {
 	gapHash uint64  // sum of entryHash over stored records above max
 
 	byName [numKinds]map[string]*record
+	// opaque indexes the records of kinds this build does not know (a
+	// newer peer's), by kind then name; nil until one arrives. They are
+	// stored, hashed, signed and forwarded like any other record, but never
+	// interpreted (see Kind.Opaque).
+	opaque map[Kind]map[string]*record
 	byVer  *btree.BTreeG[*record] // every stored record, by version
 	tombs  *btree.BTreeG[*record] // tombstones only, by version
 	count  int
@@ -275,8 +280,28 @@ func recHash(r *record) uint64 { return entryHash(r.kind, r.name, r.version, r.d
 
 // ------------------------------------------------------- storage primitives
 
+// names is the name index of kind k (nil for an opaque kind with no record;
+// reading a nil map is safe).
+func (o *originState) names(k Kind) map[string]*record {
+	if k.Valid() {
+		return o.byName[k-1]
+	}
+	return o.opaque[k]
+}
+
+// lookup returns the stored record of (k, name), nil when there is none.
+func (o *originState) lookup(k Kind, name string) *record { return o.names(k)[name] }
+
 func (o *originState) insert(r *record) {
-	o.byName[r.kind-1][r.name] = r
+	m := o.names(r.kind)
+	if m == nil {
+		if o.opaque == nil {
+			o.opaque = make(map[Kind]map[string]*record)
+		}
+		m = make(map[string]*record)
+		o.opaque[r.kind] = m
+	}
+	m[r.name] = r
 	o.byVer.ReplaceOrInsert(r)
 	if r.deleted {
 		o.tombs.ReplaceOrInsert(r)
@@ -290,7 +315,12 @@ func (o *originState) insert(r *record) {
 }
 
 func (o *originState) remove(r *record) {
-	delete(o.byName[r.kind-1], r.name)
+	if m := o.names(r.kind); m != nil {
+		delete(m, r.name)
+		if len(m) == 0 && !r.kind.Valid() {
+			delete(o.opaque, r.kind)
+		}
+	}
 	o.byVer.Delete(r)
 	if r.deleted {
 		o.tombs.Delete(r)
@@ -383,7 +413,7 @@ func sameContent(e *Entry, r *record) bool {
 // applied and collected at once: it removes an older entry of its key and is
 // never stored (unless we are stale: see gcTo).
 func (o *originState) mergeEntry(e *Entry, changes []Change) []Change {
-	r := o.byName[e.Kind-1][e.Name]
+	r := o.lookup(e.Kind, e.Name)
 	if e.Deleted && e.Version <= o.gc && !o.stale() {
 		if r != nil && wins(e, r) {
 			old := o.entryPtr(r)
@@ -515,12 +545,35 @@ func validName(kind Kind, name string) error {
 	return nil
 }
 
-// ValidateEntry checks one entry's shape (not its version ordering).
+// validOpaqueName checks the name of an entry of a kind this build does not
+// know: only what holds for every kind (its shape is the newer peer's
+// business).
+func validOpaqueName(kind Kind, name string) error {
+	if kind == 0 {
+		return invalidf("kind 0")
+	}
+	if len(name) > MaxNameBytes {
+		return invalidf("%s name longer than %d bytes", kind, MaxNameBytes)
+	}
+	if !utf8.ValidString(name) {
+		return invalidf("%s name is not valid UTF-8", kind)
+	}
+	return nil
+}
+
+// ValidateEntry checks one entry's shape (not its version ordering). An
+// entry of a known kind must have its kind's name shape; one of an opaque
+// kind (Kind.Opaque) only the limits every entry has, so a delta that
+// carries a newer peer's kind is stored and forwarded, not refused.
 func ValidateEntry(e *Entry) error {
 	if err := validOrigin(e.Origin); err != nil {
 		return err
 	}
-	if err := validName(e.Kind, e.Name); err != nil {
+	check := validName
+	if !e.Kind.Valid() {
+		check = validOpaqueName
+	}
+	if err := check(e.Kind, e.Name); err != nil {
 		return err
 	}
 	if e.Version == 0 {
@@ -671,6 +724,12 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 	if err := validName(kind, name); err != nil {
 		return Delta{}, nil, err
 	}
+	return s.write(kind, name, value, deleted, stamp)
+}
+
+// write is Write after the kind and name checks (a test writes opaque kinds
+// through it, as a later build would).
+func (s *State) write(kind Kind, name string, value []byte, deleted bool, stamp int64) (Delta, []Change, error) {
 	if len(value) > MaxValueBytes {
 		return Delta{}, nil, ErrValueTooLarge
 	}
@@ -705,7 +764,7 @@ func (s *State) Write(kind Kind, name string, value []byte, deleted bool, stamp 
 		Origin:  s.self,
 		From:    base,
 		To:      v,
-		Entries: []Entry{o.entry(o.byName[kind-1][name])},
+		Entries: []Entry{o.entry(o.lookup(kind, name))},
 		GC:      o.gc,
 		Retired: o.retired,
 	}
@@ -848,7 +907,7 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 		if e.Version <= o.retired {
 			continue
 		}
-		r := o.byName[e.Kind-1][e.Name]
+		r := o.lookup(e.Kind, e.Name)
 		if e.Deleted && e.Version <= o.gc && !o.stale() {
 			changes = o.mergeEntry(e, changes) // collected tombstone
 			continue
@@ -979,16 +1038,14 @@ func (s *State) RetireRecord(origin string) Retire {
 
 // ------------------------------------------------------------------ queries
 
-// Get returns the stored entry for k (tombstones included).
+// Get returns the stored entry for k (tombstones included), of a known or
+// an opaque kind.
 func (s *State) Get(k Key) (Entry, bool) {
-	if !k.Kind.Valid() {
-		return Entry{}, false
-	}
 	o := s.origins[k.Origin]
 	if o == nil {
 		return Entry{}, false
 	}
-	r := o.byName[k.Kind-1][k.Name]
+	r := o.lookup(k.Kind, k.Name)
 	if r == nil {
 		return Entry{}, false
 	}
@@ -996,16 +1053,14 @@ func (s *State) Get(k Key) (Entry, bool) {
 }
 
 // Range calls fn for every stored entry (tombstones included) of origin and
-// kind in Name order, until fn returns false.
+// kind in Name order, until fn returns false. An opaque kind (Kind.Opaque)
+// ranges over what this replica carries for newer peers.
 func (s *State) Range(origin string, kind Kind, fn func(Entry) bool) {
-	if !kind.Valid() {
-		return
-	}
 	o := s.origins[origin]
 	if o == nil {
 		return
 	}
-	m := o.byName[kind-1]
+	m := o.names(kind)
 	recs := make([]*record, 0, len(m))
 	for _, r := range m {
 		recs = append(recs, r)
@@ -1341,7 +1396,7 @@ func (s *State) Restore(d Digest, entries []Entry) error {
 		if e.Deleted && e.Version <= o.gc && !o.stale() {
 			return invalidf("restore: tombstone %s version %s is below GC %s", e.Key, e.Version, o.gc)
 		}
-		if o.byName[e.Kind-1][e.Name] != nil {
+		if o.lookup(e.Kind, e.Name) != nil {
 			return invalidf("restore: duplicate entry %s", e.Key)
 		}
 		o.insert(newRecord(e))

@@ -137,7 +137,8 @@ func TestValidationRejectsPoisonWithoutPartialApply(t *testing.T) {
 	cases := map[string]func(d *Delta){
 		"empty origin":   func(d *Delta) { d.Origin = "" },
 		"foreign entry":  func(d *Delta) { d.Entries[1].Origin = "b" },
-		"unknown kind":   func(d *Delta) { d.Entries[1].Kind = 42 },
+		"kind 0":         func(d *Delta) { d.Entries[1].Kind = 0 },
+		"known shape":    func(d *Delta) { d.Entries[1].Kind = KindCluster },
 		"empty name":     func(d *Delta) { d.Entries[1].Name = "" },
 		"unsorted":       func(d *Delta) { d.Entries[0], d.Entries[1] = d.Entries[1], d.Entries[0] },
 		"above to":       func(d *Delta) { d.To = d1.To },

@@ -9,6 +9,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/internal/version"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
@@ -20,9 +21,11 @@ var (
 	ClusterStaleAfter  = 60 * time.Second
 )
 
-// SoftwareVersion is this build's version, reported for the local cluster
-// (set by main at link time; empty when unknown).
-var SoftwareVersion string
+// SoftwareVersion is this build's version (internal/version, stamped at
+// link time), reported for the local cluster in its CoastguardCluster
+// status: the SOFTWARE column and the version-skew check of `kubectl
+// coastguard status` read it.
+var SoftwareVersion = version.Get()
 
 // clusterSetLoop writes one CoastguardCluster per known cluster while this
 // daemon leads.

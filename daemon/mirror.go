@@ -180,6 +180,12 @@ func (m *Mirror) ensureCluster(origin string) {
 // when the enforcer does not care, e.g. reports).
 func (m *Mirror) apply(ch crdt.Change) (*enforce.Change, error) {
 	k := ch.Key
+	if _, known := mirrorKinds[k.Kind]; !known {
+		// A later build's kind, carried opaquely by crdt for newer peers:
+		// it is no input of this build's policies (it does not even make
+		// its origin a cluster).
+		return nil, nil
+	}
 	if !m.validOrigin[k.Origin] {
 		msgs := validation.IsDNS1123Label(k.Origin)
 		if len(msgs) == 0 {
@@ -207,11 +213,7 @@ func (m *Mirror) applyValid(ch crdt.Change) (*enforce.Change, error) {
 	if isLive {
 		m.ensureCluster(k.Origin)
 	}
-	kind, ok := mirrorKinds[k.Kind]
-	if !ok {
-		return nil, fmt.Errorf("%s: unknown kind", k)
-	}
-	return kind.decode(m, ch, isLive)
+	return mirrorKinds[k.Kind].decode(m, ch, isLive)
 }
 
 // applyCluster mirrors a cluster entry (labels, CIDRs, Globalnet).

@@ -22,12 +22,19 @@ func TestMirrorKindsComplete(t *testing.T) {
 	require.Len(t, mirrorKinds, len(crdt.Kinds()))
 }
 
-// An entry of a kind this build does not know is an error for that entry
-// only.
-func TestMirrorRefusesUnknownKind(t *testing.T) {
+// An entry of a kind this build does not know (crdt carries it for newer
+// peers) is no input at all: no error, no cluster, no affected policy.
+func TestMirrorIgnoresOpaqueKind(t *testing.T) {
 	m := NewMirror("eu-1")
 	e := crdt.Entry{Key: crdt.Key{Origin: "eu-2", Kind: crdt.Kind(len(crdt.Kinds()) + 1), Name: "x"}, Version: 1, Value: []byte{0x80}}
+	require.True(t, e.Kind.Opaque())
 	res := m.Apply([]crdt.Change{{Key: e.Key, New: &e}})
-	require.Len(t, res.Errors, 1)
-	require.Contains(t, res.Errors[0].Error(), "unknown kind")
+	require.Empty(t, res.Errors)
+	require.False(t, res.All)
+	require.Empty(t, res.Affected)
+	require.Zero(t, m.DecodeErrors)
+	require.Empty(t, m.inv.Clusters(), "an origin known only by an opaque entry is no cluster")
+	res = m.Apply([]crdt.Change{{Key: e.Key, Old: &e}})
+	require.Empty(t, res.Errors)
+	require.False(t, res.All)
 }

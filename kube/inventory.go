@@ -259,20 +259,6 @@ func ClusterPropertyServed(d discovery.DiscoveryInterface) (bool, error) {
 	return ResourceServed(d, ClusterPropertyResource)
 }
 
-// CheckMCNPServed returns a clear error when the MultiClusterNetworkPolicy
-// CRD is not installed: the MCNP informer could never sync without it, so
-// the daemon should fail fast instead of waiting for ever.
-func CheckMCNPServed(d discovery.DiscoveryInterface) error {
-	ok, err := ResourceServed(d, MCNPResource)
-	if err != nil {
-		return fmt.Errorf("discovery of %s: %w", MCNPResource, err)
-	}
-	if !ok {
-		return fmt.Errorf("the MultiClusterNetworkPolicy CRD (%s) is not installed; apply deploy/ CRDs first", MCNPResource.GroupResource())
-	}
-	return nil
-}
-
 // ensureClusterProperties starts the ClusterProperty informer once the
 // resource is served.
 func (inv *Inventory) ensureClusterProperties() {
@@ -329,10 +315,6 @@ func (inv *Inventory) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-// InformerFactory is the inventory's typed informer factory, so other
-// components (the applier's NetworkPolicy informer) share its connection;
-// informers added after Start need another factory.Start call.
-func (inv *Inventory) InformerFactory() informers.SharedInformerFactory { return inv.factory }
 
 // MCNPLister lists MCNPs from the informer cache (unstructured).
 func (inv *Inventory) MCNPLister() cache.GenericLister { return inv.mcnps }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	corev1 "k8s.io/api/core/v1"
 )
 
 // HalfOpen is a group of flows one side explicitly allows and the other
@@ -189,16 +191,51 @@ func (e *Engine) podsOnly(r *rule) bool {
 	return true
 }
 
+// judgeable: the matrix represents every flow the rule admits. A named
+// port (resolved per pod, which the matrix does not model) or a port range
+// (whose unnamed ports share the "other" class with ports outside it)
+// admits flows no port class stands for exactly, so such a rule is never
+// called redundant.
+func judgeable(r *rule) bool {
+	for _, p := range r.ports {
+		if p.EndPort != nil || (p.Port != nil && p.Port.Type != 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// redundancyProbes are the port classes a redundancy is checked on: the
+// live ones plus the "other" class of every protocol, so that a rule
+// admitting every port of every protocol is checked on protocols no rule
+// names too.
+func redundancyProbes(live map[Probe]bool) []Probe {
+	out := make([]Probe, 0, len(live)+3)
+	for q := range live {
+		out = append(out, q)
+	}
+	for _, p := range []corev1.Protocol{corev1.ProtocolTCP, corev1.ProtocolUDP, corev1.ProtocolSCTP} {
+		if !live[Probe{Protocol: p}] {
+			out = append(out, Probe{Protocol: p})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
 // redundant: every (target, peer, port class) the group's rules admit is
-// admitted by rules of other groups. Rules that may admit addresses outside
-// the pods (ipBlocks) are never redundant; neither are
-// groups whose policies select no pod (reported as selecting nothing).
+// admitted by rules of other groups, which it returns (never empty for a
+// redundant group). Rules that may admit addresses outside the pods
+// (ipBlocks) or ports outside the port classes (see judgeable) are never
+// redundant; neither are groups that admit no flow at all (nothing shadows
+// them: they select nothing, or admit only what the matrix cannot see).
 func (e *Engine) redundant(g string, rules []*rule, live map[Probe]bool) (bool, []string) {
 	by := map[string]bool{}
 	cover := newBitset(e.words * 64)
-	anyTarget := false
+	probes := redundancyProbes(live)
+	admits := false
 	for _, r := range rules {
-		if !e.podsOnly(r) {
+		if !e.podsOnly(r) || !judgeable(r) {
 			return false, nil
 		}
 		var ok = true
@@ -206,12 +243,12 @@ func (e *Engine) redundant(g string, rules []*rule, live map[Probe]bool) (bool, 
 			if !ok {
 				return
 			}
-			anyTarget = true
 			ps := e.pods[t]
-			for _, q := range e.probes {
-				if !live[q] || !r.matches(q) {
+			for _, q := range probes {
+				if !r.matches(q) || r.bits.empty() {
 					continue
 				}
+				admits = true
 				cover.reset()
 				var contrib []string
 				for _, p := range e.byNS[nsKey(ps.Cluster, ps.Namespace)] {
@@ -240,7 +277,7 @@ func (e *Engine) redundant(g string, rules []*rule, live map[Probe]bool) (bool, 
 			return false, nil
 		}
 	}
-	if !anyTarget {
+	if !admits || len(by) == 0 {
 		return false, nil
 	}
 	out := make([]string, 0, len(by))

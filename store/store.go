@@ -609,13 +609,6 @@ func (s *Store) Close() error {
 	return errors.Join(markErr, s.db.Close())
 }
 
-// FileSize returns the current size of the bbolt file in bytes.
-func (s *Store) FileSize() (int64, error) {
-	var n int64
-	err := s.db.View(func(tx *bolt.Tx) error { n = tx.Size(); return nil })
-	return n, err
-}
-
 // ---------------------------------------------------------------- load
 
 // Snapshot is everything persisted, as loaded at start.

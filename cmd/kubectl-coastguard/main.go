@@ -20,9 +20,9 @@ func main() {
 func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := cli.NewCommands().ExecuteContext(ctx); err != nil {
+	err := cli.NewCommands().ExecuteContext(ctx)
+	if err != nil && err.Error() != "" {
 		fmt.Fprintln(os.Stderr, "error:", err)
-		return 1
 	}
-	return 0
+	return cli.ExitCode(err)
 }

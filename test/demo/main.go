@@ -241,9 +241,18 @@ func up(root, dir string) error {
 	}
 
 	step("the clusters keep running; try kubectl")
+	var paths []string
 	for _, c := range env.Clusters {
 		fmt.Printf("    export KUBECONFIG=%s   # %s\n", c.Kubeconfig, c.Name)
+		paths = append(paths, c.Kubeconfig)
 	}
+	merged := filepath.Join(dir, "kubeconfig")
+	if err := writeMergedKubeconfig(paths, merged); err != nil {
+		return err
+	}
+	fmt.Printf("\n    every cluster, one context each:  export KUBECONFIG=%s\n", merged)
+	fmt.Printf("    (the same as KUBECONFIG=%s)\n", strings.Join(paths, ":"))
+	fmt.Printf("    e.g.  KUBECONFIG=%s kubectl coastguard status\n", merged)
 	fmt.Printf("\n    e.g.  KUBECONFIG=%s kubectl get networkpolicies -A -l %s\n", eu.Kubeconfig, harness.ManagedSelector)
 	fmt.Printf("    daemon logs: %s/logs     stop everything: make demo-down\n", dir)
 	return nil

@@ -147,12 +147,16 @@ func (c *Cluster) startAPIServer(ctx context.Context, bin string) error {
 }
 
 // kubeconfigBytes renders a kubeconfig for the cluster with a client
-// certificate.
+// certificate. Its cluster and context are named after the cluster and its
+// user "<user>@<cluster>", so that the kubeconfigs of several clusters
+// merge (KUBECONFIG=a:b:c) without one cluster's credentials shadowing
+// another's.
 func (c *Cluster) kubeconfigBytes(user string, kp KeyPair) ([]byte, error) {
 	cfg := clientcmdapi.NewConfig()
+	authInfo := user + "@" + c.Name
 	cfg.Clusters[c.Name] = &clientcmdapi.Cluster{Server: c.Server, CertificateAuthorityData: c.pki.ca.CertPEM}
-	cfg.AuthInfos[user] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}
-	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: user}
+	cfg.AuthInfos[authInfo] = &clientcmdapi.AuthInfo{ClientCertificateData: kp.CertPEM, ClientKeyData: kp.KeyPEM}
+	cfg.Contexts[c.Name] = &clientcmdapi.Context{Cluster: c.Name, AuthInfo: authInfo}
 	cfg.CurrentContext = c.Name
 	return clientcmd.Write(*cfg)
 }

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// DefaultRequestTimeout bounds each request to one context's apiserver (and
+// finding its cluster ID), so that one unreachable context costs seconds.
+const DefaultRequestTimeout = 5 * time.Second
+
+// reached is what connecting to one kubeconfig context gave: a member, or
+// a note that the context reaches no coastguard install (skipped), or an
+// error that names the context and the fix.
+type reached struct {
+	Context string
+	Member  *member
+	Skipped string
+	Err     error
+}
+
+// loadKubeconfig loads the merged kubeconfig (--kubeconfig, else $KUBECONFIG
+// with its files merged, else ~/.kube/config).
+func (o *Options) loadKubeconfig() (*clientcmdapi.Config, *clientcmd.ClientConfigLoadingRules, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if o.Kubeconfig != "" {
+		rules.ExplicitPath = o.Kubeconfig
+	}
+	raw, err := rules.Load()
+	if err != nil {
+		return nil, nil, fmt.Errorf("loading kubeconfig: %w", err)
+	}
+	return raw, rules, nil
+}
+
+// reach connects to the selected contexts (--contexts, default every
+// context), in parallel, each within the request timeout. It fails only
+// when the kubeconfig cannot be read or names no such context; per-context
+// problems are in the results, in context order.
+func (o *Options) reach(ctx context.Context) ([]reached, error) {
+	raw, rules, err := o.loadKubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	names := o.Contexts
+	explicit := len(names) > 0
+	if !explicit {
+		for n := range raw.Contexts {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	if len(names) == 0 {
+		return nil, errors.New("no kubeconfig contexts; pass --kubeconfig or --contexts")
+	}
+	for _, n := range names {
+		if _, ok := raw.Contexts[n]; !ok {
+			return nil, fmt.Errorf("context %q not in kubeconfig (it has: %s)", n, strings.Join(sortedContexts(raw), ", "))
+		}
+	}
+	out := make([]reached, len(names))
+	var wg sync.WaitGroup
+	for i, n := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = o.reachOne(ctx, raw, rules, n)
+			if out[i].Skipped != "" && explicit {
+				out[i].Err = fmt.Errorf("context %s: %s", n, out[i].Skipped)
+				out[i].Skipped = ""
+			}
+		}()
+	}
+	wg.Wait()
+	return out, nil
+}
+
+func sortedContexts(raw *clientcmdapi.Config) []string {
+	var out []string
+	for n := range raw.Contexts {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (o *Options) requestTimeout() time.Duration {
+	if o.RequestTimeout > 0 {
+		return o.RequestTimeout
+	}
+	return DefaultRequestTimeout
+}
+
+func (o *Options) reachOne(ctx context.Context, raw *clientcmdapi.Config, rules clientcmd.ClientConfigLoader, name string) reached {
+	r := reached{Context: name}
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, name, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
+	if err != nil {
+		r.Err = fmt.Errorf("context %s: %w (fix the context's cluster and user entries in the kubeconfig)", name, err)
+		return r
+	}
+	cfg.QPS, cfg.Burst = 50, 100
+	cfg.Timeout = o.requestTimeout()
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		r.Err = fmt.Errorf("context %s: %w", name, err)
+		return r
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		r.Err = fmt.Errorf("context %s: %w", name, err)
+		return r
+	}
+	m := &member{Context: name, Client: cs, Dynamic: dyn, Config: cfg}
+	cctx, cancel := context.WithTimeout(ctx, o.requestTimeout())
+	defer cancel()
+	id, skip, err := o.clusterID(cctx, m)
+	switch {
+	case err != nil:
+		r.Err = contextError(name, raw, o.Namespace, o.requestTimeout(), err)
+	case skip != "":
+		r.Skipped = skip
+	default:
+		m.ID = id
+		r.Member = m
+	}
+	return r
+}
+
+// clusterID finds a context's cluster ID: the CoastguardCluster its leader
+// marks local, else its coastguard Lease. skip is set (and err nil) when the
+// context reaches a cluster without coastguard: no CoastguardCluster API
+// and no coastguard Lease.
+func (o *Options) clusterID(ctx context.Context, m *member) (id, skip string, err error) {
+	ccs, err := listClusters(ctx, m)
+	noAPI := apierrors.IsNotFound(err)
+	if err != nil && !noAPI {
+		return "", "", err
+	}
+	for _, c := range ccs {
+		if c.Status.Local {
+			return c.Name, "", nil
+		}
+	}
+	leases, err := m.Client.CoordinationV1().Leases(o.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return "", "", err
+	}
+	if leases != nil {
+		for _, l := range leases.Items {
+			if id, ok := strings.CutPrefix(l.Name, "coastguard-"); ok {
+				return id, "", nil
+			}
+		}
+	}
+	if noAPI {
+		return "", "no coastguard install (no CoastguardCluster API, no coastguard Lease in namespace " + o.Namespace + ")", nil
+	}
+	return "", "", fmt.Errorf("the CoastguardCluster API is installed but no coastguardd leads in namespace %s (no local CoastguardCluster, no coastguard Lease): is coastguardd running there? Else pass --coastguard-namespace", o.Namespace)
+}
+
+// contextError names the context, what went wrong and what to do.
+func contextError(name string, raw *clientcmdapi.Config, ns string, timeout time.Duration, err error) error {
+	kc := raw.Contexts[name]
+	server := ""
+	if c := raw.Clusters[kc.Cluster]; c != nil {
+		server = c.Server
+	}
+	var netErr net.Error
+	switch {
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("context %s: the apiserver %s rejected the credentials of user %q (401 Unauthorized). "+
+			"Refresh that user's credentials; if you merged kubeconfigs, give every cluster's user a unique name "+
+			"(with KUBECONFIG=a:b, the first file that defines a user name wins, so clusters that share one get the wrong credentials)",
+			name, server, kc.AuthInfo)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("context %s: user %q may not read coastguard's objects (403 Forbidden: %v). "+
+			"Use a context that can list coastguardclusters, multiclusternetworkpolicies and leases in %s", name, kc.AuthInfo, err, ns)
+	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || (errors.As(err, &netErr) && netErr.Timeout()):
+		return fmt.Errorf("context %s: the apiserver %s did not answer within %s. "+
+			"Check the context's server address and that the cluster is up, or raise --request-timeout", name, server, timeout)
+	case errors.As(err, &netErr):
+		return fmt.Errorf("context %s: cannot reach the apiserver %s: %v. Check the context's server address and that the cluster is up", name, server, err)
+	}
+	return fmt.Errorf("context %s: finding the cluster ID: %w", name, err)
+}
+
+// connect returns the members of every selected context that reaches a
+// coastguard install. Skipped contexts are noted and failed ones warned
+// about on ErrOut; it fails only when no context works.
+func (o *Options) connect(ctx context.Context) ([]*member, error) {
+	rs, err := o.reach(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ms []*member
+	var errs []error
+	for _, r := range rs {
+		switch {
+		case r.Member != nil:
+			ms = append(ms, r.Member)
+		case r.Skipped != "":
+			o.notef("context %s skipped: %s", r.Context, r.Skipped)
+		default:
+			errs = append(errs, r.Err)
+		}
+	}
+	if len(ms) == 0 {
+		if len(errs) == 0 {
+			return nil, errors.New("no kubeconfig context reaches a coastguard install; pass --kubeconfig or --contexts")
+		}
+		return nil, errors.Join(errs...)
+	}
+	for _, err := range errs {
+		o.warnf("%v", err)
+	}
+	return ms, nil
+}
+
+// notef writes a note to ErrOut (dropping its write error, as warnf).
+func (o *Options) notef(format string, a ...any) {
+	_, _ = fmt.Fprintf(o.ErrOut, "note: "+format+"\n", a...)
+}
