@@ -448,6 +448,12 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	for _, a := range addrs {
 		acc.seen[a] = struct{}{}
 	}
+	var svc []outRule
+	if egress {
+		// Exported Services whose backends the rule admits: their
+		// addresses too (services.go, the exactness rule).
+		svc = serviceRules(inv, ec, r, remote, addrs, acc)
+	}
 
 	if !egress || !r.hasNamed {
 		// Ports pass through: in ingress the destination is the local
@@ -456,9 +462,9 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 			base.peers = appendIPBlock(base.peers, &base.sizes, a)
 		}
 		if len(base.peers) == 0 {
-			return nil
+			return svc
 		}
-		return []outRule{base}
+		return append([]outRule{base}, svc...)
 	}
 
 	// Egress with named ports: local peers (native) and ipBlocks keep the
@@ -496,7 +502,7 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 		g.rule.ports = g.ports
 		out = append(out, g.rule)
 	}
-	return out
+	return append(out, svc...)
 }
 
 func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip.Prefix) []networkingv1.NetworkPolicyPeer {
