@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/coastguard-mcnp/coastguard/test/harness"
@@ -97,7 +98,9 @@ spec:
 // pod in one cluster connects to another cluster's Service by its
 // ClusterIP (what Lighthouse answers for <svc>.<ns>.svc.clusterset.local).
 // The packet is routed through the gateways and translated by kube-proxy
-// in the exporting cluster; the backend sees the client's own pod IP.
+// in the exporting cluster; the backend sees the client's own pod IP. An
+// egress MCNP that admits every backend of the exported Service admits the
+// ClusterIP path too; with a backend it does not admit, it fails closed.
 func TestPacketsRemoteClusterIP(t *testing.T) {
 	scenario(t, 2)
 	env := dataplaneEnv(t, 2, harness.Options{Services: true})
@@ -105,6 +108,8 @@ func TestPacketsRemoteClusterIP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	// MCS ServiceExport (Lighthouse installs it in real cluster sets)
+	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
 	a, b := env.Clusters[0], env.Clusters[1]
 	for _, c := range env.Clusters {
 		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
@@ -164,11 +169,15 @@ spec:
 		return denied != nil && allowed == nil, nil
 	}), "ingress MCNP on the remote ClusterIP path: web admitted, other denied")
 
-	// An egress MCNP in cluster1 admitting only cluster2's db pods. It
-	// names pod IPs, not cluster2's ClusterIP: the pod path is allowed and
-	// the ClusterIP path is denied. This is the gap of the issue "Services
-	// across clusters" (docs/SEMANTICS.md: peers are pods); when exported
-	// Services become peers, this assertion flips.
+	// An egress MCNP in cluster1 admitting cluster2's db pods that are not
+	// replicas. Once cluster2 exports the Service (ServiceExport), every
+	// backend of it is admitted on its target port (pg), so the generated
+	// policy also admits the ClusterIP on the service port 15432
+	// (docs/SEMANTICS.md "Services", the exactness rule).
+	applyYAML(t, ctx, b, []byte(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: db, namespace: shop}
+`))
 	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
 kind: MultiClusterNetworkPolicy
 metadata: {name: web-egress, namespace: shop}
@@ -178,15 +187,53 @@ spec:
   egress:
   - to:
     - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
-      podSelector: {matchLabels: {role: db}}
+      podSelector:
+        matchLabels: {role: db}
+        matchExpressions: [{key: replica, operator: DoesNotExist}]
     ports: [{port: pg}]
 `))
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
+		ans, svcErr := dialSvc()
+		return podErr == nil && svcErr == nil && ans.Pod == "shop/db-0", nil
+	}), "egress MCNP admitting every backend of the exported Service: pod IP and ClusterIP paths allowed")
+	waitCondition(t, ctx, a, "web-egress", "Degraded", "False", "AsExpected")
+	t.Logf("egress MCNP in cluster1: cluster2 pod IP and exported ClusterIP %s:15432 allowed", clusterIP)
+
+	// A second backend the egress rule does not admit: kube-proxy in
+	// cluster2 could pick it, so the address rule is withdrawn (fail
+	// closed) and the MCNP is Degraded naming the Service.
+	_, err = b.RunPod(ctx, "shop", "db-1", "10.2.0.11", map[string]string{"role": "db", "replica": "true"}, tcpPort("pg", 5432))
+	require.NoError(t, err)
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, svcErr := dialSvc()
-		return podErr == nil && svcErr != nil, nil
-	}), "egress MCNP: the pod IP path is allowed, the remote ClusterIP path is denied (known gap)")
-	t.Logf("egress MCNP in cluster1: cluster2 pod IP allowed, cluster2 ClusterIP %s denied (Services are not peers yet)", clusterIP)
+		return svcErr != nil, nil
+	}), "a backend not admitted: the ClusterIP path is denied")
+	msg := waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "ServiceBackendsPartiallyAdmitted")
+	require.Contains(t, msg, "cluster2/shop/db")
+	t.Logf("Degraded: %s", msg)
+	for i := 0; i < 10; i++ {
+		ans, err := dialSvc()
+		require.Error(t, err, "no connection through the ClusterIP may reach any backend (got %s)", ans.Pod)
+	}
+	_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
+	require.NoError(t, podErr, "db-0 is still admitted by its pod IP")
+	_, podErr = dp.Dial(ctx, a, "shop", "web-0", "10.2.0.11", 5432, corev1.ProtocolTCP)
+	require.Error(t, podErr, "db-1 is not admitted")
+
+	// Removing the replica label admits every backend again.
+	_, err = b.Client.CoreV1().Pods("shop").Patch(ctx, "db-1", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"replica":null}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		ans, svcErr := dialSvc()
+		if svcErr == nil {
+			seen[ans.Pod] = true
+		}
+		return seen["shop/db-0"] && seen["shop/db-1"], nil
+	}), "every backend admitted again: the ClusterIP reaches both")
+	waitCondition(t, ctx, a, "web-egress", "Degraded", "False", "AsExpected")
 }
 
 // TestPacketsPartitionAndEndPort: an MCNP created in cluster3 protects a
