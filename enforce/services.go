@@ -100,7 +100,7 @@ func (inv *Inventory) RemoveService(cluster, namespace, name string) {
 	}
 }
 
-// selectsAny reports whether some exported Service of cluster/namespace
+// servicesSelectAny reports whether some exported Service of cluster/namespace
 // selects one of the label sets (nil sets: conservatively true when the
 // namespace has a Service).
 func (inv *Inventory) servicesSelectAny(cluster, namespace string, sets []map[string]string) bool {
@@ -116,7 +116,7 @@ func (inv *Inventory) servicesSelectAny(cluster, namespace string, sets []map[st
 	return false
 }
 
-// backendPorts returns the port a backend pod serves a service port on,
+// backendPort returns the port a backend pod serves a service port on,
 // false when the pod does not serve it (a named targetPort it lacks).
 func backendPort(sp ServicePort, pod *podEntry) (int32, bool) {
 	if sp.TargetPortName == "" {
