@@ -211,29 +211,47 @@ type serviceDecision struct {
 	partial bool
 }
 
-// decideService applies the exactness rule to one Service of a cluster
-// whose namespace ns holds the admitted pods.
-func decideService(st *serviceState, ns *namespaceState, admitted map[*podEntry]bool, rulePorts []networkingv1.NetworkPolicyPort) serviceDecision {
+// backends returns the pods of ns that st selects, cached for the
+// evaluation batch (the inventory does not change during it).
+func (ec *evalCache) backends(st *serviceState, ns *namespaceState) []*podEntry {
+	if b, ok := ec.svcBackends[st]; ok {
+		return b
+	}
+	var out []*podEntry
+	if ns != nil {
+		for pod := range ns.pods.all() {
+			if st.sel.Matches(pod.labels) {
+				out = append(out, pod)
+			}
+		}
+	}
+	if ec.svcBackends == nil {
+		ec.svcBackends = map[*serviceState][]*podEntry{}
+	}
+	ec.svcBackends[st] = out
+	return out
+}
+
+// decideService applies the exactness rule to one Service, whose
+// backends are given, for one egress rule.
+func decideService(st *serviceState, backends []*podEntry, admitted map[*podEntry]bool, rulePorts []networkingv1.NetworkPolicyPort) serviceDecision {
 	var d serviceDecision
 	for _, sp := range st.svc.Ports {
 		proto := protoOr(sp.Protocol)
-		backends, ok := 0, 0
-		for pod := range ns.pods.all() {
-			if !st.sel.Matches(pod.labels) {
-				continue
-			}
+		n, ok := 0, 0
+		for _, pod := range backends {
 			target, serves := backendPort(sp, pod)
 			if !serves {
 				continue
 			}
-			backends++
+			n++
 			if pod.eligible() && admitted[pod] && portAdmits(rulePorts, proto, target, pod.ports()) {
 				ok++
 			}
 		}
 		switch {
 		case ok == 0:
-		case ok < backends:
+		case ok < n:
 			d.partial = true
 		default:
 			pr := proto
@@ -270,7 +288,7 @@ func serviceRules(inv *Inventory, ec *evalCache, r *compiledRule, remote map[net
 				continue
 			}
 			id := cid + "/" + nsName + "/" + name
-			d := decideService(st, ns, admitted, r.ports)
+			d := decideService(st, ec.backends(st, ns), admitted, r.ports)
 			if d.partial {
 				acc.problems.add(ReasonServicePartiallyAdmitted, id)
 			}

@@ -364,6 +364,8 @@ type evalCache struct {
 	// localNets: the enforcing cluster's trusted networks (ownership.go)
 	localNets *ClusterNetworks
 	localSet  bool
+	// svcBackends caches the backends of exported Services (services.go)
+	svcBackends map[*serviceState][]*podEntry
 }
 
 func newEvalCache(enforcing string) *evalCache {
