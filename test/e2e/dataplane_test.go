@@ -367,3 +367,72 @@ func TestPacketsGlobalnet(t *testing.T) {
 	closed := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool { return to.Name != "db-0" }
 	waitMatrix(t, ctx, dp, closed, 60*time.Second, "--globalnet-policy=drop: cluster2's pods denied")
 }
+
+// TestPacketsRemoteClusterIPNotOwned: cluster1 knows (independently of
+// gossip, --cluster-cidrs) a service CIDR for cluster2 that does not hold
+// the exported Service's ClusterIP. The address is never rendered, even
+// though the egress rule admits every backend: the ClusterIP path stays
+// denied and the MCNP is Degraded naming the Service.
+func TestPacketsRemoteClusterIPNotOwned(t *testing.T) {
+	scenario(t, 2)
+	env := dataplaneEnv(t, 2, harness.Options{Services: true})
+	dp := env.Dataplane()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
+	a, b := env.Clusters[0], env.Clusters[1]
+	for _, c := range env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
+	}
+	_, err := b.RunPod(ctx, "shop", "db-0", "10.2.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432))
+	require.NoError(t, err)
+	_, err = a.RunPod(ctx, "shop", "web-0", "10.1.0.10", web)
+	require.NoError(t, err)
+	svc, err := b.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"role": "db"},
+			Ports: []corev1.ServicePort{{Name: "pg", Port: 15432, TargetPort: intstr.FromString("pg"), Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	applyYAML(t, ctx, b, []byte(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: db, namespace: shop}
+`))
+	bin, err := harness.Build("./cmd/coastguardd")
+	require.NoError(t, err)
+	wrong := []string{a.Name + "=" + a.PodCIDR, a.Name + ":service=" + a.ServiceCIDR,
+		b.Name + "=" + b.PodCIDR, b.Name + ":service=10.250.0.0/16"}
+	for _, c := range env.Clusters {
+		opts := harness.DaemonOptions{Binary: bin}
+		if c == a {
+			opts.ClusterCIDRs = wrong
+		}
+		d, err := env.StartDaemon(c, opts)
+		require.NoError(t, err)
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+	}
+	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: web-egress, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
+      podSelector: {matchLabels: {role: db}}
+    ports: [{port: pg}]
+`))
+	msg := waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "ServiceIPOutsideServiceCIDR")
+	require.Contains(t, msg, "cluster2/shop/db")
+	t.Logf("ClusterIP %s outside cluster2's service CIDR as cluster1 knows it (10.250.0.0/16): %s", svc.Spec.ClusterIP, msg)
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
+		return podErr == nil, nil
+	}), "the pod IP path is allowed")
+	for i := 0; i < 5; i++ {
+		ans, err := dp.Dial(ctx, a, "shop", "web-0", svc.Spec.ClusterIP, 15432, corev1.ProtocolTCP)
+		require.Error(t, err, "the unowned ClusterIP must never be admitted (reached %s)", ans.Pod)
+	}
+}
