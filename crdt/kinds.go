@@ -41,6 +41,7 @@ var kinds = [...]KindSpec{
 	{Kind: KindPod, Name: "pod", Shape: NameNamespaced, New: func() Value { return &PodValue{} }},
 	{Kind: KindPolicy, Name: "policy", Shape: NameNamespaced, New: func() Value { return &PolicyValue{} }},
 	{Kind: KindReport, Name: "report", Shape: NameOriginNamespaced, New: func() Value { return &ReportValue{} }},
+	{Kind: KindService, Name: "service", Shape: NameNamespaced, New: func() Value { return &ServiceValue{} }},
 }
 
 // numKinds is the number of kinds this build understands (the per-origin

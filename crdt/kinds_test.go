@@ -46,8 +46,8 @@ func TestKindRegistry(t *testing.T) {
 		require.Error(t, err)
 	}
 	// The constants the other packages use are the registry's kinds.
-	require.Equal(t, []Kind{KindCluster, KindNamespace, KindPod, KindPolicy, KindReport},
-		[]Kind{specs[0].Kind, specs[1].Kind, specs[2].Kind, specs[3].Kind, specs[4].Kind})
+	require.Equal(t, []Kind{KindCluster, KindNamespace, KindPod, KindPolicy, KindReport, KindService},
+		[]Kind{specs[0].Kind, specs[1].Kind, specs[2].Kind, specs[3].Kind, specs[4].Kind, specs[5].Kind})
 }
 
 // validName enforces each kind's declared name shape.

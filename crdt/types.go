@@ -31,6 +31,9 @@ const (
 	// (the entry's origin) about one MCNP. Name = "<policyOrigin>/<ns>/<name>";
 	// value ReportValue.
 	KindReport Kind = 5
+	// KindService is a Service with a ServiceExport (MCS API): Name =
+	// "namespace/name"; value ServiceValue.
+	KindService Kind = 6
 )
 
 // Each kind is described once, in the registry in kinds.go: its name,

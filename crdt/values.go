@@ -90,8 +90,33 @@ type ReportValue struct {
 	InventoryHash uint64 `msgpack:"ih,omitempty"`
 }
 
+// ServicePort is one port of an exported Service.
+type ServicePort struct {
+	Name string `msgpack:"n,omitempty"`
+	Port int32  `msgpack:"p"`
+	// TargetPort is the numeric targetPort, or 0 when TargetPortName
+	// names a container port.
+	TargetPort     int32  `msgpack:"tp,omitempty"`
+	TargetPortName string `msgpack:"tn,omitempty"`
+	Protocol       string `msgpack:"t,omitempty"` // TCP when empty
+}
+
+// ServiceValue describes an exported Service (KindService): what policy
+// needs to know to admit its addresses.
+type ServiceValue struct {
+	Format uint8 `msgpack:"v"`
+	// ClusterIPs are the Service's cluster IPs (none when headless).
+	ClusterIPs []string      `msgpack:"ip,omitempty"`
+	Ports      []ServicePort `msgpack:"po,omitempty"`
+	// Selector picks the backend pods in the Service's namespace; a
+	// Service without one has no pods the exporting cluster chose.
+	Selector map[string]string `msgpack:"s,omitempty"`
+	Headless bool              `msgpack:"h,omitempty"`
+}
+
 // Value is implemented by the value type of every kind (pointer receivers):
-// ClusterValue, NamespaceValue, PodValue, PolicyValue and ReportValue.
+// ClusterValue, NamespaceValue, PodValue, PolicyValue, ReportValue and
+// ServiceValue.
 type Value interface {
 	// formatTag returns the value's format field.
 	formatTag() *uint8
@@ -102,6 +127,7 @@ func (v *NamespaceValue) formatTag() *uint8 { return &v.Format }
 func (v *PodValue) formatTag() *uint8       { return &v.Format }
 func (v *PolicyValue) formatTag() *uint8    { return &v.Format }
 func (v *ReportValue) formatTag() *uint8    { return &v.Format }
+func (v *ServiceValue) formatTag() *uint8   { return &v.Format }
 
 // StampFormat sets the format tag of a value about to be encoded; an error
 // for anything that is not a pointer to one of the value types.

@@ -319,6 +319,31 @@ func (m *Mirror) applyPolicy(ch crdt.Change, isLive bool) (*enforce.Change, erro
 	return ech, nil
 }
 
+// applyService mirrors an exported Service entry.
+func (m *Mirror) applyService(ch crdt.Change, isLive bool) (*enforce.Change, error) {
+	k := ch.Key
+	ns, name, ok := splitNS(k.Name)
+	if !ok {
+		return nil, fmt.Errorf("%s: service name is not namespace/name", k)
+	}
+	ech := &enforce.Change{Kind: enforce.ChangeService, Cluster: k.Origin, Namespace: ns}
+	if !isLive {
+		m.inv.RemoveService(k.Origin, ns, name)
+		return ech, nil
+	}
+	var v crdt.ServiceValue
+	if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	s := enforce.Service{Namespace: ns, Name: name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless}
+	for _, p := range v.Ports {
+		s.Ports = append(s.Ports, enforce.ServicePort{Name: p.Name, Port: p.Port, TargetPort: p.TargetPort,
+			TargetPortName: p.TargetPortName, Protocol: corev1.Protocol(p.Protocol)})
+	}
+	m.inv.SetService(k.Origin, s)
+	return ech, nil
+}
+
 // applyReport mirrors a report entry (kept for status; the enforcer does not care).
 func (m *Mirror) applyReport(ch crdt.Change, isLive bool) (*enforce.Change, error) {
 	k := ch.Key

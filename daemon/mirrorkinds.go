@@ -31,6 +31,7 @@ var mirrorKinds = map[crdt.Kind]mirrorKind{
 	crdt.KindPod:       {decode: (*Mirror).applyPod},
 	crdt.KindPolicy:    {decode: (*Mirror).applyPolicy, status: ownPolicyStatus},
 	crdt.KindReport:    {decode: (*Mirror).applyReport, status: reportStatus},
+	crdt.KindService:   {decode: (*Mirror).applyService},
 }
 
 // ownPolicyStatus: an own policy's spec is a status input.

@@ -19,6 +19,9 @@ const (
 	ChangeCluster
 	// ChangePolicy means a policy was added, updated or removed.
 	ChangePolicy
+	// ChangeService means an exported Service of Cluster/Namespace was
+	// added, updated or removed.
+	ChangeService
 )
 
 // Change describes one inventory change for Affected.
@@ -63,7 +66,21 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 					return false
 				}
 			}
-			return p.podSel == nil || anyMatches(p.podSel, ch.Labels)
+			// A backend of an exported Service can change the exactness
+			// decision of any peer that reaches into its namespace.
+			return p.podSel == nil || anyMatches(p.podSel, ch.Labels) ||
+				inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels)
+		})
+	case ChangeService:
+		if ch.Cluster == enforcing {
+			return nil // the enforcing cluster's own Services are never remote peers
+		}
+		return inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
+			if p.nsSel == nil {
+				return ch.Namespace == cp.ref.Namespace
+			}
+			ns := inv.nsLabels(ch.Cluster, ch.Namespace)
+			return ns != nil && p.nsSel.Matches(ns)
 		})
 	case ChangeNamespace:
 		if ch.Cluster == enforcing {

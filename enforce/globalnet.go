@@ -261,6 +261,8 @@ var reasonOrder = []string{
 	ReasonGlobalnetNoEgressIPs,
 	ReasonGlobalnetPeersDropped,
 	ReasonOverlappingPodCIDRs,
+	ReasonServiceIPNotOwned,
+	ReasonServicePartiallyAdmitted,
 	ReasonGlobalnetCoarseIdentity,
 }
 
@@ -271,6 +273,9 @@ var reasonHint = map[string]string{
 	ReasonPodIPInLocalCIDR:        " (pod IPs inside this cluster's own CIDRs left out)",
 	ReasonPodIPReserved:           " (loopback, link-local, unspecified or multicast pod IPs left out)",
 	ReasonPodIPOutsideClusterCIDR: " (pod IPs outside their cluster's CIDRs left out)",
+	ReasonServiceIPNotOwned:       " (Service addresses outside their cluster's service CIDRs left out)",
+	ReasonServicePartiallyAdmitted: " (Services of which the egress rule admits only some backends: " +
+		"their addresses are not admitted)",
 }
 
 // summary returns the most severe reason and one detail line per reason.

@@ -170,6 +170,9 @@ type clusterState struct {
 	cluster    Cluster
 	labels     labels.Set
 	namespaces map[string]*namespaceState
+	// services are the cluster's exported Services, by namespace and name
+	// (services.go).
+	services map[string]map[string]*serviceState
 }
 
 type namespaceState struct {

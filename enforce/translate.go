@@ -367,6 +367,8 @@ type evalCache struct {
 	// localNets: the enforcing cluster's trusted networks (ownership.go)
 	localNets *ClusterNetworks
 	localSet  bool
+	// svcBackends caches the backends of exported Services (services.go)
+	svcBackends map[*serviceState][]*podEntry
 }
 
 func newEvalCache(enforcing string) *evalCache {
@@ -462,6 +464,12 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	for _, a := range addrs {
 		acc.seen[a] = struct{}{}
 	}
+	var svc []outRule
+	if egress {
+		// Exported Services whose backends the rule admits: their
+		// addresses too (services.go, the exactness rule).
+		svc = serviceRules(inv, ec, r, remote, addrs, acc)
+	}
 
 	if !egress || !r.hasNamed {
 		// Ports pass through: in ingress the destination is the local
@@ -473,9 +481,9 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 			base.peers = appendIPBlock(base.peers, &base.sizes, a)
 		}
 		if len(base.peers) == 0 {
-			return nil
+			return svc
 		}
-		return []outRule{base}
+		return append([]outRule{base}, svc...)
 	}
 
 	// Egress with named ports: local peers (native) and ipBlocks keep the
@@ -513,7 +521,7 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 		g.rule.ports = g.ports
 		out = append(out, g.rule)
 	}
-	return out
+	return append(out, svc...)
 }
 
 func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip.Prefix) []networkingv1.NetworkPolicyPeer {

@@ -102,8 +102,8 @@ func newInventoryMetrics(reg prometheus.Registerer) (*inventoryMetrics, error) {
 	return m, nil
 }
 
-// Inventory watches local pods, namespaces, MCNPs and (when installed)
-// ClusterProperties, and turns them into this cluster's CRDT writes. The
+// Inventory watches local pods, namespaces, MCNPs, exported Services and
+// (when installed) ClusterProperties and ServiceExports, and turns them into this cluster's CRDT writes. The
 // informers run on every daemon (warm standby); only RunWriter, run by the
 // leader, writes.
 type Inventory struct {
@@ -116,6 +116,7 @@ type Inventory struct {
 	pods       corelisters.PodLister
 	namespaces corelisters.NamespaceLister
 	mcnps      cache.GenericLister
+	services   corelisters.ServiceLister
 	synced     []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[InventoryKey]
@@ -123,9 +124,12 @@ type Inventory struct {
 	mu          sync.Mutex
 	props       cache.GenericLister // nil until ClusterProperty is watched
 	propsSynced cache.InformerSynced
-	lastWritten Snapshot // what this term wrote or found persisted
-	started     bool
-	stopCh      <-chan struct{}
+	// exports is nil until ServiceExport is watched (services.go).
+	exports       cache.GenericLister
+	exportsSynced cache.InformerSynced
+	lastWritten   Snapshot // what this term wrote or found persisted
+	started       bool
+	stopCh        <-chan struct{}
 }
 
 // NewInventory sets up the informers (not started yet).
@@ -225,6 +229,7 @@ func (inv *Inventory) Start(ctx context.Context) {
 	inv.stopCh = ctx.Done()
 	inv.mu.Unlock()
 	inv.ensureClusterProperties()
+	inv.ensureServiceExports()
 	inv.factory.Start(ctx.Done())
 	inv.dynFactory.Start(ctx.Done())
 	go func() {
@@ -302,9 +307,9 @@ func (inv *Inventory) HasSynced() bool {
 		}
 	}
 	inv.mu.Lock()
-	ps := inv.propsSynced
+	ps, es := inv.propsSynced, inv.exportsSynced
 	inv.mu.Unlock()
-	return ps == nil || ps()
+	return (ps == nil || ps()) && (es == nil || es())
 }
 
 // WaitForSync blocks until the caches are synced or ctx is done.
@@ -562,6 +567,7 @@ func (inv *Inventory) RunWriter(ctx context.Context) error {
 		var err error
 		if key == fullSyncKey {
 			inv.ensureClusterProperties()
+			inv.ensureServiceExports()
 			err = inv.FullSync()
 		} else {
 			err = inv.syncKey(key)

@@ -38,6 +38,7 @@ var kindSources = map[crdt.Kind]kindSource{
 	crdt.KindNamespace: {watch: watchNamespaces, names: namespaceNames, value: namespaceEntry},
 	crdt.KindPod:       {watch: watchPods, names: podNames, value: podEntry},
 	crdt.KindPolicy:    {watch: watchPolicies, names: policyNames, value: policyEntry},
+	crdt.KindService:   {watch: watchServices, names: serviceNames, value: serviceEntry},
 }
 
 // notSourced lists the kinds no Kubernetes object is the source of, and

@@ -29,5 +29,5 @@ func TestKindSourcesComplete(t *testing.T) {
 		require.True(t, k.Valid(), "kube/kinds.go lists %v, which crdt does not declare", k)
 	}
 	require.Equal(t, len(crdt.Kinds()), len(kindSources)+len(notSourced))
-	require.Equal(t, []crdt.Kind{crdt.KindCluster, crdt.KindNamespace, crdt.KindPod, crdt.KindPolicy}, InventoryKinds)
+	require.Equal(t, []crdt.Kind{crdt.KindCluster, crdt.KindNamespace, crdt.KindPod, crdt.KindPolicy, crdt.KindService}, InventoryKinds)
 }

@@ -163,7 +163,7 @@ func le(limit float64) func(float64) bool { return func(v float64) bool { return
 func main() {
 	out := flag.String("out", "bench", "output directory (results.json, results.md, *.svg)")
 	quick := flag.Bool("quick", false, "small sizes and short durations (~2 min); for CI, asserts nothing")
-	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets (default all)")
+	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets,services (default all)")
 	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
 	verbose := flag.Bool("v", false, "debug logging")
 	simNs := flag.String("sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
@@ -186,11 +186,11 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
 	cfg := &config{out: *out, quick: *quick, seed: *seed, log: logger, only: map[string]bool{}}
-	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true, "sign": true, "join": true, "packets": true}
+	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true, "sign": true, "join": true, "packets": true, "services": true}
 	for _, s := range strings.Split(*only, ",") {
 		if s = strings.TrimSpace(s); s != "" {
 			if !known[s] {
-				fmt.Fprintf(os.Stderr, "unknown section %q (want e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets)\n", s)
+				fmt.Fprintf(os.Stderr, "unknown section %q (want e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets,services)\n", s)
 				os.Exit(2)
 			}
 			cfg.only[s] = true
@@ -248,10 +248,11 @@ func run(cfg *config) int {
 		{"sim", runSim},
 		{"heal", runHeal},
 		{"e2e", runE2E},
-		{"packets", runPackets}, // real dataplane: pod Running -> first allowed connection (packets.go)
-		{"reach", runReach},     // kubectl coastguard conflicts engine (reach.go)
-		{"sign", runSign},       // origin signature cost (sign.go)
-		{"join", runJoin},       // a new cluster joining a signed set (join.go)
+		{"packets", runPackets},   // real dataplane: pod Running -> first allowed connection (packets.go)
+		{"reach", runReach},       // kubectl coastguard conflicts engine (reach.go)
+		{"sign", runSign},         // origin signature cost (sign.go)
+		{"join", runJoin},         // a new cluster joining a signed set (join.go)
+		{"services", runServices}, // the exported-Service kind's cost (services.go)
 	}
 	for _, s := range sections {
 		if !cfg.want(s.name) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +80,16 @@ func daemonInventory(t *testing.T, id string, o *clusterObjects) (kube.Snapshot,
 	for _, p := range o.pods {
 		typed = append(typed, p.obj.DeepCopy())
 	}
+	for _, s := range o.services {
+		typed = append(typed, s.obj.DeepCopy())
+	}
 	var dyn []runtime.Object
+	for name := range o.exports {
+		ns, n, _ := strings.Cut(name, "/")
+		dyn = append(dyn, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+			"metadata": map[string]any{"name": n, "namespace": ns}}})
+	}
 	for _, p := range o.policies {
 		dyn = append(dyn, p.obj.DeepCopy())
 	}
@@ -104,6 +114,7 @@ func daemonInventory(t *testing.T, id string, o *clusterObjects) (kube.Snapshot,
 		kube.SubmarinerClusterResource:     "ClusterList",
 		kube.ClusterGlobalEgressIPResource: "ClusterGlobalEgressIPList",
 		kube.GlobalEgressIPResource:        "GlobalEgressIPList",
+		kube.ServiceExportResource:         "ServiceExportList",
 	}, dyn...)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: id, Dynamic: dynClient, Discovery: client.Discovery(), Logger: log})
@@ -144,6 +155,7 @@ func servedResources() []*metav1.APIResourceList {
 		{kube.SubmarinerClusterResource, "Cluster"},
 		{kube.ClusterGlobalEgressIPResource, "ClusterGlobalEgressIP"},
 		{kube.GlobalEgressIPResource, "GlobalEgressIP"},
+		{kube.ServiceExportResource, "ServiceExport"},
 	} {
 		gv := r.gvr.GroupVersion().String()
 		var list *metav1.APIResourceList

@@ -33,6 +33,10 @@ type clusterObjects struct {
 	pods       []located[*corev1.Pod]
 	policies   []located[*unstructured.Unstructured]
 	props      []kube.ClusterProperty
+	// services and the namespace/names that have a ServiceExport: only
+	// exported Services are replicated.
+	services []located[*corev1.Service]
+	exports  map[string]bool
 	// Submariner objects: Cluster (of every cluster: the broker syncs
 	// them), ClusterGlobalEgressIP and GlobalEgressIP.
 	subClusters   []*unstructured.Unstructured
@@ -73,6 +77,8 @@ var renderReaders = map[string]renderReader{
 	"Cluster":                           {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("Cluster")},
 	"ClusterGlobalEgressIP":             {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("ClusterGlobalEgressIP")},
 	"GlobalEgressIP":                    {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("GlobalEgressIP")},
+	"Service":                           {apiVersion: "v1", read: (*renderLoader).readService},
+	"ServiceExport":                     {apiVersion: kube.ServiceExportResource.GroupVersion().String(), read: (*renderLoader).readServiceExport},
 }
 
 // entrySetter encodes one entry's value into the cluster's snapshot.
@@ -87,6 +93,7 @@ var renderEntries = map[crdt.Kind]func(id string, o *clusterObjects, set entrySe
 	crdt.KindNamespace: namespaceEntries,
 	crdt.KindPod:       podEntries,
 	crdt.KindPolicy:    policyEntries,
+	crdt.KindService:   serviceEntries,
 }
 
 // clusterEntry is the cluster's own entry: its ClusterProperty labels and
@@ -141,6 +148,73 @@ func policyEntries(_ string, o *clusterObjects, set entrySetter) []error {
 		}
 	}
 	return errs
+}
+
+// serviceEntries converts the exported Services (those with a
+// ServiceExport of the same namespace/name) as the inventory does.
+func serviceEntries(_ string, o *clusterObjects, set entrySetter) []error {
+	var errs []error
+	for _, s := range o.services {
+		name := kube.PodName(s.obj.Namespace, s.obj.Name)
+		if !o.exports[name] {
+			continue
+		}
+		v, err := kube.ServiceToValue(s.obj)
+		if err == nil {
+			err = set(crdt.KindService, name, &v)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: Service %s: %w", s.where, objName(s.obj.Namespace, s.obj.Name), err))
+		}
+	}
+	return errs
+}
+
+// readService reads a Service (replicated only when exported).
+func (l *renderLoader) readService(cluster, where string, raw []byte) {
+	var s corev1.Service
+	if err := json.Unmarshal(raw, &s); err != nil {
+		l.fail(where, "Service", err)
+		return
+	}
+	if s.Namespace == "" {
+		s.Namespace = metav1.NamespaceDefault
+	}
+	what := "Service " + objName(s.Namespace, s.Name)
+	if s.Name == "" {
+		l.fail(where, what, errors.New("metadata.name: Required value"))
+		return
+	}
+	if !l.validLabels(where, what, s.Spec.Selector) || !l.unique(cluster, where, "Service", s.Namespace, s.Name) {
+		return
+	}
+	l.objs[cluster].services = append(l.objs[cluster].services, located[*corev1.Service]{where, &s})
+}
+
+// readServiceExport reads a ServiceExport: it marks the Service of the
+// same namespace/name as exported.
+func (l *renderLoader) readServiceExport(cluster, where string, raw []byte) {
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(raw); err != nil {
+		l.fail(where, "ServiceExport", err)
+		return
+	}
+	if u.GetNamespace() == "" {
+		u.SetNamespace(metav1.NamespaceDefault)
+	}
+	what := "ServiceExport " + objName(u.GetNamespace(), u.GetName())
+	if u.GetName() == "" {
+		l.fail(where, what, errors.New("metadata.name: Required value"))
+		return
+	}
+	if !l.unique(cluster, where, "ServiceExport", u.GetNamespace(), u.GetName()) {
+		return
+	}
+	o := l.objs[cluster]
+	if o.exports == nil {
+		o.exports = map[string]bool{}
+	}
+	o.exports[kube.PodName(u.GetNamespace(), u.GetName())] = true
 }
 
 func submarinerReader(kind string) func(*renderLoader, string, string, []byte) {

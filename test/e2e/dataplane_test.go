@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/coastguard-mcnp/coastguard/test/harness"
@@ -118,7 +119,9 @@ spec:
 // pod in one cluster connects to another cluster's Service by its
 // ClusterIP (what Lighthouse answers for <svc>.<ns>.svc.clusterset.local).
 // The packet is routed through the gateways and translated by kube-proxy
-// in the exporting cluster; the backend sees the client's own pod IP.
+// in the exporting cluster; the backend sees the client's own pod IP. An
+// egress MCNP that admits every backend of the exported Service admits the
+// ClusterIP path too; with a backend it does not admit, it fails closed.
 func TestPacketsRemoteClusterIP(t *testing.T) {
 	scenario(t, 2)
 	env := dataplaneEnv(t, 2, harness.Options{Services: true})
@@ -126,6 +129,8 @@ func TestPacketsRemoteClusterIP(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	// MCS ServiceExport (Lighthouse installs it in real cluster sets)
+	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
 	a, b := env.Clusters[0], env.Clusters[1]
 	for _, c := range env.Clusters {
 		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
@@ -179,11 +184,15 @@ spec:
 		return denied != nil && allowed == nil, nil
 	}), "ingress MCNP on the remote ClusterIP path: web admitted, other denied")
 
-	// An egress MCNP in cluster1 admitting only cluster2's db pods. It
-	// names pod IPs, not cluster2's ClusterIP: the pod path is allowed and
-	// the ClusterIP path is denied. This is the gap of the issue "Services
-	// across clusters" (docs/SEMANTICS.md: peers are pods); when exported
-	// Services become peers, this assertion flips.
+	// An egress MCNP in cluster1 admitting cluster2's db pods that are not
+	// replicas. Once cluster2 exports the Service (ServiceExport), every
+	// backend of it is admitted on its target port (pg), so the generated
+	// policy also admits the ClusterIP on the service port 15432
+	// (docs/SEMANTICS.md "Services", the exactness rule).
+	applyYAML(t, ctx, b, []byte(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: db, namespace: shop}
+`))
 	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
 kind: MultiClusterNetworkPolicy
 metadata: {name: web-egress, namespace: shop}
@@ -193,15 +202,53 @@ spec:
   egress:
   - to:
     - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
-      podSelector: {matchLabels: {role: db}}
+      podSelector:
+        matchLabels: {role: db}
+        matchExpressions: [{key: replica, operator: DoesNotExist}]
     ports: [{port: pg}]
 `))
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
+		ans, svcErr := dialSvc()
+		return podErr == nil && svcErr == nil && ans.Pod == "shop/db-0", nil
+	}), "egress MCNP admitting every backend of the exported Service: pod IP and ClusterIP paths allowed")
+	waitCondition(t, ctx, a, "web-egress", "Degraded", "False", "AsExpected")
+	t.Logf("egress MCNP in cluster1: cluster2 pod IP and exported ClusterIP %s:15432 allowed", clusterIP)
+
+	// A second backend the egress rule does not admit: kube-proxy in
+	// cluster2 could pick it, so the address rule is withdrawn (fail
+	// closed) and the MCNP is Degraded naming the Service.
+	_, err = b.RunPod(ctx, "shop", "db-1", "10.2.0.11", map[string]string{"role": "db", "replica": "true"}, tcpPort("pg", 5432))
+	require.NoError(t, err)
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, svcErr := dialSvc()
-		return podErr == nil && svcErr != nil, nil
-	}), "egress MCNP: the pod IP path is allowed, the remote ClusterIP path is denied (known gap)")
-	t.Logf("egress MCNP in cluster1: cluster2 pod IP allowed, cluster2 ClusterIP %s denied (Services are not peers yet)", clusterIP)
+		return svcErr != nil, nil
+	}), "a backend not admitted: the ClusterIP path is denied")
+	msg := waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "ServiceBackendsPartiallyAdmitted")
+	require.Contains(t, msg, "cluster2/shop/db")
+	t.Logf("Degraded: %s", msg)
+	for i := 0; i < 10; i++ {
+		ans, err := dialSvc()
+		require.Error(t, err, "no connection through the ClusterIP may reach any backend (got %s)", ans.Pod)
+	}
+	_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
+	require.NoError(t, podErr, "db-0 is still admitted by its pod IP")
+	_, podErr = dp.Dial(ctx, a, "shop", "web-0", "10.2.0.11", 5432, corev1.ProtocolTCP)
+	require.Error(t, podErr, "db-1 is not admitted")
+
+	// Removing the replica label admits every backend again.
+	_, err = b.Client.CoreV1().Pods("shop").Patch(ctx, "db-1", types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"replica":null}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+	seen := map[string]bool{}
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		ans, svcErr := dialSvc()
+		if svcErr == nil {
+			seen[ans.Pod] = true
+		}
+		return seen["shop/db-0"] && seen["shop/db-1"], nil
+	}), "every backend admitted again: the ClusterIP reaches both")
+	waitCondition(t, ctx, a, "web-egress", "Degraded", "False", "AsExpected")
 }
 
 const dbRange = `apiVersion: networking.submariner.io/v1
@@ -343,4 +390,73 @@ func TestPacketsGlobalnet(t *testing.T) {
 	startDaemons(t, ctx, env, harness.DaemonOptions{ClusterCIDRs: []string{}, Args: []string{"--globalnet-policy=drop"}})
 	closed := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool { return to.Name != "db-0" }
 	waitMatrix(t, ctx, dp, closed, 60*time.Second, "--globalnet-policy=drop: cluster2's pods denied")
+}
+
+// TestPacketsRemoteClusterIPNotOwned: cluster1 knows (independently of
+// gossip, --cluster-cidrs) a service CIDR for cluster2 that does not hold
+// the exported Service's ClusterIP. The address is never rendered, even
+// though the egress rule admits every backend: the ClusterIP path stays
+// denied and the MCNP is Degraded naming the Service.
+func TestPacketsRemoteClusterIPNotOwned(t *testing.T) {
+	scenario(t, 2)
+	env := dataplaneEnv(t, 2, harness.Options{Services: true})
+	dp := env.Dataplane()
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
+	a, b := env.Clusters[0], env.Clusters[1]
+	for _, c := range env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
+	}
+	_, err := b.RunPod(ctx, "shop", "db-0", "10.2.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432))
+	require.NoError(t, err)
+	_, err = a.RunPod(ctx, "shop", "web-0", "10.1.0.10", web)
+	require.NoError(t, err)
+	svc, err := b.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"role": "db"},
+			Ports: []corev1.ServicePort{{Name: "pg", Port: 15432, TargetPort: intstr.FromString("pg"), Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	applyYAML(t, ctx, b, []byte(`apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: db, namespace: shop}
+`))
+	bin, err := harness.Build("./cmd/coastguardd")
+	require.NoError(t, err)
+	wrong := []string{a.Name + "=" + a.PodCIDR, a.Name + ":service=" + a.ServiceCIDR,
+		b.Name + "=" + b.PodCIDR, b.Name + ":service=10.250.0.0/16"}
+	for _, c := range env.Clusters {
+		opts := harness.DaemonOptions{Binary: bin}
+		if c == a {
+			opts.ClusterCIDRs = wrong
+		}
+		d, err := env.StartDaemon(c, opts)
+		require.NoError(t, err)
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+	}
+	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: web-egress, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
+      podSelector: {matchLabels: {role: db}}
+    ports: [{port: pg}]
+`))
+	msg := waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "ServiceIPOutsideServiceCIDR")
+	require.Contains(t, msg, "cluster2/shop/db")
+	t.Logf("ClusterIP %s outside cluster2's service CIDR as cluster1 knows it (10.250.0.0/16): %s", svc.Spec.ClusterIP, msg)
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
+		return podErr == nil, nil
+	}), "the pod IP path is allowed")
+	for i := 0; i < 5; i++ {
+		ans, err := dp.Dial(ctx, a, "shop", "web-0", svc.Spec.ClusterIP, 15432, corev1.ProtocolTCP)
+		require.Error(t, err, "the unowned ClusterIP must never be admitted (reached %s)", ans.Pod)
+	}
 }
