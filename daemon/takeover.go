@@ -25,7 +25,12 @@ var errNotActing = errors.New("not the acting leader")
 type takeover struct {
 	epoch     func() uint32
 	republish []func() error // each rewrites its entries at the current epoch
-	seal      func() (crdt.Retire, []crdt.Change, error)
+	// settle waits for the re-publication to propagate before the seal (a
+	// peer that got the seal first would drop live entries until their
+	// re-published versions arrive: fail closed, but needless); an error
+	// (the term ended) stops the takeover.
+	settle func() error
+	seal   func() (crdt.Retire, []crdt.Change, error)
 	publish   func(crdt.Retire) // disseminate the seal
 }
 
@@ -39,6 +44,11 @@ func (t takeover) run() error {
 			return fmt.Errorf("re-publish before sealing: %w", err)
 		}
 	}
+	if t.settle != nil {
+		if err := t.settle(); err != nil {
+			return err
+		}
+	}
 	r, _, err := t.seal()
 	if err != nil {
 		return fmt.Errorf("seal prior epochs: %w", err)
@@ -48,13 +58,26 @@ func (t takeover) run() error {
 }
 
 // newTakeover wires a takeover to the daemon's replica, inventory, reporter
-// and gossip node.
-func (d *Daemon) newTakeover() takeover {
+// and gossip node. The re-publication settles for two anti-entropy
+// intervals before the seal.
+func (d *Daemon) newTakeover(ctx context.Context) takeover {
+	ae := d.opts.Gossip.AntiEntropyInterval
+	if ae <= 0 {
+		ae = time.Second // gossip's default
+	}
 	return takeover{
 		epoch:     d.rep.Epoch,
 		republish: []func() error{d.inv.Republish, d.reports.Republish},
-		seal:      d.rep.SealPriorEpochs,
-		publish:   d.node.PublishRetire,
+		settle: func() error {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(2 * ae):
+				return nil
+			}
+		},
+		seal:    d.rep.SealPriorEpochs,
+		publish: d.node.PublishRetire,
 	}
 }
 
@@ -65,7 +88,7 @@ func (d *Daemon) takeoverLoop(ctx context.Context) {
 	if err := d.inv.WaitForSync(ctx); err != nil {
 		return
 	}
-	t := d.newTakeover()
+	t := d.newTakeover(ctx)
 	for {
 		for backoff := 250 * time.Millisecond; ; backoff = min(2*backoff, 30*time.Second) {
 			if d.decommissioned.Load() {

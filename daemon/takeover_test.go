@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -93,4 +95,32 @@ func TestTakeoverAtFirstEpochDoesNothing(t *testing.T) {
 		seal: func() (crdt.Retire, []crdt.Change, error) { calls++; return crdt.Retire{}, nil, nil }, publish: func(crdt.Retire) { calls++ }}
 	require.NoError(t, tk.run())
 	require.Zero(t, calls)
+}
+
+// The seal waits for the re-publication to settle; a term that ends in
+// between (settle fails) seals nothing, and a failed re-publication never
+// seals (sealing without it would retire live entries).
+func TestTakeoverNeverSealsWithoutRepublication(t *testing.T) {
+	var order []string
+	step := func(name string, err error) func() error {
+		return func() error { order = append(order, name); return err }
+	}
+	mk := func(republish, settle error) takeover {
+		return takeover{epoch: func() uint32 { return 3 },
+			republish: []func() error{step("inventory", republish), step("reports", nil)},
+			settle:    step("settle", settle),
+			seal: func() (crdt.Retire, []crdt.Change, error) {
+				order = append(order, "seal")
+				return crdt.Retire{Origin: "c1", UpTo: crdt.MakeVersion(3, 0) - 1}, nil, nil
+			},
+			publish: func(crdt.Retire) { order = append(order, "publish") }}
+	}
+	require.NoError(t, mk(nil, nil).run())
+	require.Equal(t, []string{"inventory", "reports", "settle", "seal", "publish"}, order)
+	order = nil
+	require.Error(t, mk(errors.New("not leader"), nil).run())
+	require.Equal(t, []string{"inventory"}, order)
+	order = nil
+	require.Error(t, mk(nil, context.Canceled).run())
+	require.Equal(t, []string{"inventory", "reports", "settle"}, order)
 }
