@@ -29,9 +29,9 @@ type takeover struct {
 	// peer that got the seal first would drop live entries until their
 	// re-published versions arrive: fail closed, but needless); an error
 	// (the term ended) stops the takeover.
-	settle func() error
-	seal   func() (crdt.Retire, []crdt.Change, error)
-	publish   func(crdt.Retire) // disseminate the seal
+	settle  func() error
+	seal    func() (crdt.Retire, []crdt.Change, error)
+	publish func(crdt.Retire) // disseminate the seal
 }
 
 // run re-publishes, then seals. At epoch 1 there is nothing prior to seal.

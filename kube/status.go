@@ -37,8 +37,8 @@ const (
 	// ReasonNamespaceMissing: some enforcing cluster has no namespace of
 	// the policy's name, so it enforces nothing (not counted as enforced).
 	ReasonNamespaceMissing = "NamespaceMissing"
-	ReasonNotDegraded        = "AsExpected"
-	ReasonMultipleDegraded   = "MultipleReasons"
+	ReasonNotDegraded      = "AsExpected"
+	ReasonMultipleDegraded = "MultipleReasons"
 )
 
 // ReportName is the KindReport entry name an enforcing cluster uses for
