@@ -45,7 +45,8 @@ func TestScenarioNamespaceMissing(t *testing.T) {
 	err := harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
 		s, gen, err := status()
 		st = s
-		return err == nil && s.ObservedGeneration == gen && s.EnforcedSummary == "2/3", err
+		r := meta.FindStatusCondition(s.Conditions, apiv1.ConditionReady)
+		return err == nil && s.ObservedGeneration == gen && s.EnforcedSummary == "2/3" && r != nil && r.Reason == "NamespaceMissing", err
 	})
 	require.NoError(t, err, "status while %s lacks the namespace: %+v", c.Name, st)
 	ready := meta.FindStatusCondition(st.Conditions, apiv1.ConditionReady)
