@@ -31,6 +31,9 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 		require.NoError(t, err)
 		w.setNetworks(nets)
 		for _, c := range clusters {
+			// known (empty) labels: a cluster whose labels are unknown
+			// matches no clusterSelector but one naming its ID
+			w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{})
 			w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 		}
 		port := intstr.FromString("sql")
