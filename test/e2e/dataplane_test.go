@@ -115,19 +115,13 @@ spec:
 	t.Logf("plain NetworkPolicy on packets:\n%s", last.Table(false))
 }
 
-// TestPacketsRemoteClusterIP is the traffic Submariner users send most: a
-// pod in one cluster connects to another cluster's Service by its
-// ClusterIP (what Lighthouse answers for <svc>.<ns>.svc.clusterset.local).
-// The packet is routed through the gateways and translated by kube-proxy
-// in the exporting cluster; the backend sees the client's own pod IP. An
-// egress MCNP that admits every backend of the exported Service admits the
-// ClusterIP path too; with a backend it does not admit, it fails closed.
-func TestPacketsRemoteClusterIP(t *testing.T) {
+// remoteServiceSetup starts two clusters with Services on the dataplane, a
+// db pod in cluster2 behind Service shop/db (port 15432 -> named targetPort
+// pg, 5432) and a web pod in cluster1; it returns the ClusterIP.
+func remoteServiceSetup(t *testing.T, ctx context.Context) (*harness.Env, *harness.Cluster, *harness.Cluster, string) {
+	t.Helper()
 	scenario(t, 2)
 	env := dataplaneEnv(t, 2, harness.Options{Services: true})
-	dp := env.Dataplane()
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
 	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
 	// MCS ServiceExport (Lighthouse installs it in real cluster sets)
 	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
@@ -147,7 +141,22 @@ func TestPacketsRemoteClusterIP(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	clusterIP := svc.Spec.ClusterIP
+	return env, a, b, svc.Spec.ClusterIP
+}
+
+// TestPacketsRemoteClusterIP is the traffic Submariner users send most: a
+// pod in one cluster connects to another cluster's Service by its
+// ClusterIP (what Lighthouse answers for <svc>.<ns>.svc.clusterset.local).
+// The packet is routed through the gateways and translated by kube-proxy
+// in the exporting cluster; the backend sees the client's own pod IP. An
+// egress MCNP that admits every backend of the exported Service admits the
+// ClusterIP path too; with a backend it does not admit, it fails closed.
+func TestPacketsRemoteClusterIP(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	env, a, b, clusterIP := remoteServiceSetup(t, ctx)
+	dp := env.Dataplane()
+	var err error
 	t.Logf("cluster2 Service shop/db: ClusterIP %s port 15432 -> named targetPort pg (5432)", clusterIP)
 
 	dialSvc := func() (harness.Answer, error) {
@@ -398,27 +407,10 @@ func TestPacketsGlobalnet(t *testing.T) {
 // though the egress rule admits every backend: the ClusterIP path stays
 // denied and the MCNP is Degraded naming the Service.
 func TestPacketsRemoteClusterIPNotOwned(t *testing.T) {
-	scenario(t, 2)
-	env := dataplaneEnv(t, 2, harness.Options{Services: true})
-	dp := env.Dataplane()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
-	require.NoError(t, env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds")))
-	a, b := env.Clusters[0], env.Clusters[1]
-	for _, c := range env.Clusters {
-		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
-	}
-	_, err := b.RunPod(ctx, "shop", "db-0", "10.2.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432))
-	require.NoError(t, err)
-	_, err = a.RunPod(ctx, "shop", "web-0", "10.1.0.10", web)
-	require.NoError(t, err)
-	svc, err := b.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: "shop"},
-		Spec: corev1.ServiceSpec{Selector: map[string]string{"role": "db"},
-			Ports: []corev1.ServicePort{{Name: "pg", Port: 15432, TargetPort: intstr.FromString("pg"), Protocol: corev1.ProtocolTCP}}},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	env, a, b, clusterIP := remoteServiceSetup(t, ctx)
+	dp := env.Dataplane()
 	applyYAML(t, ctx, b, []byte(`apiVersion: multicluster.x-k8s.io/v1alpha1
 kind: ServiceExport
 metadata: {name: db, namespace: shop}
@@ -450,13 +442,13 @@ spec:
 `))
 	msg := waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "ServiceIPOutsideServiceCIDR")
 	require.Contains(t, msg, "cluster2/shop/db")
-	t.Logf("ClusterIP %s outside cluster2's service CIDR as cluster1 knows it (10.250.0.0/16): %s", svc.Spec.ClusterIP, msg)
+	t.Logf("ClusterIP %s outside cluster2's service CIDR as cluster1 knows it (10.250.0.0/16): %s", clusterIP, msg)
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
 		return podErr == nil, nil
 	}), "the pod IP path is allowed")
 	for i := 0; i < 5; i++ {
-		ans, err := dp.Dial(ctx, a, "shop", "web-0", svc.Spec.ClusterIP, 15432, corev1.ProtocolTCP)
+		ans, err := dp.Dial(ctx, a, "shop", "web-0", clusterIP, 15432, corev1.ProtocolTCP)
 		require.Error(t, err, "the unowned ClusterIP must never be admitted (reached %s)", ans.Pod)
 	}
 }
