@@ -579,20 +579,13 @@ func (inv *Inventory) ClusterLabelsKnown(id string) bool {
 
 // clusterMatches reports whether a (non-nil) clusterSelector selects
 // cluster id. A cluster whose labels are unknown matches nothing, in the
-// positive or the negative sense, except the empty selector {} (every
-// cluster) and a selector that names its ID: one with an In/= requirement
-// on cluster.clusterset.k8s.io listing id (and that apimachinery matches
-// against the ID label alone).
+// positive or the negative sense, except a selector that names its ID: one
+// with an In/= requirement on cluster.clusterset.k8s.io listing id (and
+// that apimachinery matches against the ID label alone).
 func (inv *Inventory) clusterMatches(sel labels.Selector, id string) bool {
 	set, known := inv.clusterLabels(id)
 	if known {
 		return sel.Matches(set)
-	}
-	if sel.Empty() {
-		// {} selects every cluster whatever its labels: not knowing them
-		// changes nothing (and an enforcing cluster that has not re-read
-		// its own labels after losing its store keeps its policies).
-		return true
 	}
 	return namesClusterID(sel, id) && sel.Matches(labels.Set{ClusterIDLabel: id})
 }
