@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -192,7 +191,7 @@ func run(cfg Config, log *slog.Logger) error {
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
 		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
-		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),
+		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg),
 	})
 	if err != nil {
 		return err
@@ -232,23 +231,13 @@ func shutdownHTTP(srv *http.Server) {
 }
 
 // guards are the guard rails of the flags; protected namespaces default to
-// defaultProtectedNamespaces.
-func guards(cfg Config, submarinerNS string) daemon.Guards {
+// kube-system and coastguard's own namespace.
+func guards(cfg Config) daemon.Guards {
 	ns := cfg.ProtectedNamespaces
 	if len(ns) == 0 {
-		ns = defaultProtectedNamespaces(cfg.Namespace, submarinerNS)
+		ns = []string{"kube-system", cfg.Namespace}
 	}
 	return daemon.Guards{ProtectedNamespaces: ns, EnforceRemoteInProtected: cfg.EnforceRemoteInProtected,
 		MaxNetworkPoliciesPerMCNP: cfg.MaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: cfg.MaxIPBlocksPerNetworkPolicy,
 		MaxBytesPerMCNP: cfg.MaxBytesPerMCNP}
-}
-
-// defaultProtectedNamespaces are the namespaces where MCNPs of other
-// clusters are not enforced unless configured otherwise: the system
-// namespaces (kube-system, kube-public, kube-node-lease), Submariner's
-// namespace (gateways, Lighthouse DNS) and coastguard's own namespace.
-func defaultProtectedNamespaces(own, submarinerNS string) []string {
-	ns := []string{"kube-system", "kube-public", "kube-node-lease", submarinerNS, own}
-	slices.Sort(ns)
-	return slices.DeleteFunc(slices.Compact(ns), func(s string) bool { return s == "" })
 }
