@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"sync"
-	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -26,10 +25,7 @@ func newSenderLimits(perSec float64, burst int) *senderLimits {
 }
 
 // allow takes one token of sender's bucket.
-func (s *senderLimits) allow(sender string) bool { return s.allowN(sender, 1) }
-
-// allowN takes n tokens of sender's bucket.
-func (s *senderLimits) allowN(sender string, n int) bool {
+func (s *senderLimits) allow(sender string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.limiters[sender]
@@ -40,7 +36,7 @@ func (s *senderLimits) allowN(sender string, n int) bool {
 		l = rate.NewLimiter(s.limit, s.burst)
 		s.limiters[sender] = l
 	}
-	return l.AllowN(time.Now(), n)
+	return l.Allow()
 }
 
 // tokens returns the tokens left in sender's bucket (a full bucket for a
