@@ -48,6 +48,10 @@ type guardTransport struct {
 	memberlist.NodeAwareTransport
 	check         frameCheck
 	limitLoopback bool
+	// rate is the per-source rate limit of coastguard messages (nil:
+	// none), keyed on the source IP, which a sender cannot choose as it
+	// chooses the sender name inside its messages (issue 29, item 6).
+	rate *senderLimits
 	onDrop        func(reason, from string, err error)
 
 	once       sync.Once
@@ -84,8 +88,13 @@ func (g *guardTransport) pumpPackets() {
 			if p == nil {
 				continue
 			}
-			if err := g.check.packet(p.Buf); err != nil {
+			users, err := g.check.packet(p.Buf)
+			if err != nil {
 				g.onDrop(dropCompressed, p.From.String(), err)
+				continue
+			}
+			if users > 0 && !g.allow(p.From, users) {
+				g.onDrop(dropRateLimited, p.From.String(), errSourceRate)
 				continue
 			}
 			select {
@@ -95,6 +104,31 @@ func (g *guardTransport) pumpPackets() {
 			}
 		}
 	}
+}
+
+var errSourceRate = errors.New("source over its message rate limit")
+
+// sourceKey is what a source is rate-limited by: its IP. On loopback, where
+// in-process simulations run every member on one address, the IP and port
+// (unless limitLoopback).
+func (g *guardTransport) sourceKey(a net.Addr) string {
+	s := a.String()
+	h, _, err := net.SplitHostPort(s)
+	if err != nil {
+		return s
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsLoopback() && !g.limitLoopback {
+		return s
+	}
+	return h
+}
+
+// allow takes n tokens of a's bucket.
+func (g *guardTransport) allow(a net.Addr, n int) bool {
+	if g.rate == nil || a == nil {
+		return true
+	}
+	return g.rate.allowN(g.sourceKey(a), n)
 }
 
 // DialAddressTimeout dials a stream whose answer is checked (inflate.go).
@@ -196,11 +230,14 @@ func (g *guardTransport) admit(c net.Conn) {
 	g.mu.Unlock()
 	gc := &guardedConn{Conn: c, g: g, ip: ip}
 	go func() {
-		if err := gc.checkHeader(g.check); err != nil {
+		if err := gc.checkHeader(g.check, g); err != nil {
 			_ = gc.Close()
 			reason := dropPreAuth
-			if errors.Is(err, errCompressed) {
+			switch {
+			case errors.Is(err, errCompressed):
 				reason = dropCompressed
+			case errors.Is(err, errSourceRate):
+				reason = dropRateLimited
 			}
 			g.onDrop(reason, ip, err)
 			return
@@ -238,7 +275,7 @@ var errStreamRefused = errors.New("stream refused before authentication")
 // timeout, then (encryption on) the whole declared body at no less than
 // minBodyRate, refuses a compressMsg (inflate.go), and sets up the capped
 // reader that replays what was read.
-func (c *guardedConn) checkHeader(check frameCheck) error {
+func (c *guardedConn) checkHeader(check frameCheck, g *guardTransport) error {
 	start := time.Now()
 	_ = c.SetReadDeadline(start.Add(streamHeaderTimeout))
 	br := bufio.NewReaderSize(io.LimitReader(c.Conn, MaxStreamBytes+512), 512)
@@ -264,9 +301,12 @@ func (c *guardedConn) checkHeader(check frameCheck) error {
 			_ = c.SetReadDeadline(start.Add(streamHeaderTimeout + n*time.Second/minBodyRate))
 		}
 	}
-	frame, err := check.streamMessage(br, off, label)
+	frame, typ, err := check.streamMessageType(br, off, label)
 	if err != nil {
 		return err
+	}
+	if (typ == mlUserMsg || typ == mlPushPullMsg) && !g.allow(c.RemoteAddr(), 1) {
+		return errSourceRate
 	}
 	_ = c.SetReadDeadline(time.Time{})
 	c.r = io.MultiReader(bytes.NewReader(frame), br)

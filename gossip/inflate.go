@@ -29,7 +29,9 @@ import (
 // does not decrypt with any key is passed on unchanged: memberlist refuses
 // it and counts it as before (dropped{reason="decrypt"}).
 const (
+	mlPushPullMsg = 6  // memberlist pushPullMsg
 	mlCompoundMsg = 7  // memberlist compoundMsg
+	mlUserMsg     = 8  // memberlist userMsg (coastguard's messages)
 	mlCompressMsg = 9  // memberlist compressMsg
 	mlHasCrcMsg   = 12 // memberlist hasCrcMsg
 	gcmNonceSize  = 12
@@ -82,32 +84,44 @@ func (f frameCheck) open(env, aad []byte) []byte {
 }
 
 // packet returns errCompressed when the UDP packet buf (as memberlist
-// receives it: [label header] envelope) carries a compressMsg.
-func (f frameCheck) packet(buf []byte) error {
+// receives it: [label header] envelope) carries a compressMsg, and counts
+// the coastguard (user) messages it carries.
+func (f frameCheck) packet(buf []byte) (int, error) {
 	body, label, err := memberlist.RemoveLabelHeaderFromPacket(buf)
 	if err != nil {
-		return nil // memberlist refuses and counts it
+		return 0, nil // memberlist refuses and counts it
 	}
 	if f.keys != nil {
 		if body = f.open(body, []byte(label)); body == nil {
-			return nil
+			return 0, nil
 		}
 	}
 	if len(body) >= 5 && body[0] == mlHasCrcMsg {
 		body = body[5:]
 	}
-	return refuseCompressed(body, 0)
+	users := 0
+	return users, walkCommand(body, 0, &users)
 }
 
 // refuseCompressed walks a plaintext memberlist command and its compound
 // parts (as memberlist's handleCommand does) for compressMsg.
 func refuseCompressed(msg []byte, depth int) error {
+	var users int
+	return walkCommand(msg, depth, &users)
+}
+
+// walkCommand refuses compressMsg in msg and its compound parts and counts
+// its user messages.
+func walkCommand(msg []byte, depth int, users *int) error {
 	if len(msg) == 0 {
 		return nil
 	}
 	switch msg[0] {
 	case mlCompressMsg:
 		return errCompressed
+	case mlUserMsg:
+		*users++
+		return nil
 	case mlCompoundMsg:
 	default:
 		return nil
@@ -126,7 +140,7 @@ func refuseCompressed(msg []byte, depth int) error {
 		if l > len(rest) {
 			return nil // memberlist drops the truncated tail unread
 		}
-		if err := refuseCompressed(rest[:l], depth+1); err != nil {
+		if err := walkCommand(rest[:l], depth+1, users); err != nil {
 			return err
 		}
 		rest = rest[l:]
@@ -140,36 +154,47 @@ func refuseCompressed(msg []byte, depth int) error {
 // when the message is a compressMsg. label is the stream's label (the
 // authenticated data memberlist uses).
 func (f frameCheck) streamMessage(br *bufio.Reader, off int, label string) ([]byte, error) {
+	frame, _, err := f.streamMessageType(br, off, label)
+	return frame, err
+}
+
+// streamMessageType is streamMessage that also returns the message's
+// (decrypted) type; -1 when it is unknown.
+func (f frameCheck) streamMessageType(br *bufio.Reader, off int, label string) ([]byte, int, error) {
 	if f.keys == nil {
 		b, err := br.Peek(off + 1)
 		if err != nil {
-			return nil, fmt.Errorf("%w: header: %v", errStreamRefused, err)
+			return nil, -1, fmt.Errorf("%w: header: %v", errStreamRefused, err)
 		}
 		if b[off] == mlCompressMsg {
-			return nil, errCompressed
+			return nil, -1, errCompressed
 		}
-		return nil, nil // nothing consumed: memberlist reads it from br
+		return nil, int(b[off]), nil // nothing consumed: memberlist reads it from br
 	}
 	hdr, err := br.Peek(off + 5)
 	if err != nil {
-		return nil, fmt.Errorf("%w: header: %v", errStreamRefused, err)
+		return nil, -1, fmt.Errorf("%w: header: %v", errStreamRefused, err)
 	}
 	if hdr[off] != mlEncryptMsg {
-		return nil, fmt.Errorf("%w: plaintext stream (type %d) while encryption is on", errStreamRefused, hdr[off])
+		return nil, -1, fmt.Errorf("%w: plaintext stream (type %d) while encryption is on", errStreamRefused, hdr[off])
 	}
 	n := binary.BigEndian.Uint32(hdr[off+1 : off+5])
 	if n > MaxStreamBytes {
-		return nil, fmt.Errorf("%w: declares %d bytes (limit %d)", errStreamRefused, n, MaxStreamBytes)
+		return nil, -1, fmt.Errorf("%w: declares %d bytes (limit %d)", errStreamRefused, n, MaxStreamBytes)
 	}
 	frame := make([]byte, off+5+int(n))
 	if _, err := io.ReadFull(br, frame); err != nil {
-		return nil, fmt.Errorf("%w: body: %v", errStreamRefused, err)
+		return nil, -1, fmt.Errorf("%w: body: %v", errStreamRefused, err)
 	}
 	aad := append(bytes.Clone(frame[off:off+5]), label...)
-	if plain := f.open(frame[off+5:], aad); len(plain) > 0 && plain[0] == mlCompressMsg {
-		return nil, errCompressed
+	plain := f.open(frame[off+5:], aad)
+	if len(plain) == 0 {
+		return frame, -1, nil
 	}
-	return frame, nil
+	if plain[0] == mlCompressMsg {
+		return nil, -1, errCompressed
+	}
+	return frame, int(plain[0]), nil
 }
 
 // checkedConn is a dialed stream (push/pull, TCP ping): the answer memberlist

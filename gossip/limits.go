@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"sync"
+	"time"
 
 	"golang.org/x/time/rate"
 )
@@ -25,7 +26,10 @@ func newSenderLimits(perSec float64, burst int) *senderLimits {
 }
 
 // allow takes one token of sender's bucket.
-func (s *senderLimits) allow(sender string) bool {
+func (s *senderLimits) allow(sender string) bool { return s.allowN(sender, 1) }
+
+// allowN takes n tokens of sender's bucket.
+func (s *senderLimits) allowN(sender string, n int) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	l, ok := s.limiters[sender]
@@ -36,7 +40,7 @@ func (s *senderLimits) allow(sender string) bool {
 		l = rate.NewLimiter(s.limit, s.burst)
 		s.limiters[sender] = l
 	}
-	return l.Allow()
+	return l.AllowN(time.Now(), n)
 }
 
 // tokens returns the tokens left in sender's bucket (a full bucket for a
