@@ -242,8 +242,8 @@ func startE2E(ctx context.Context) (*e2eEnv, error) {
 		return nil, err
 	}
 	// Pod-IP ownership: the workload gives cluster A's pods IPs from all of
-	// 10.0.0.0/8 (10.1.x, 10.50.x, 10.100.x), so A's trusted pod CIDR says so.
-	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.0.0.0/8")
+	// 10.1.x, 10.50.x and 10.100.x, so A's trusted pod CIDRs say so.
+	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.50.0.0/16", env.Clusters[0].Name+"=10.100.0.0/16") // no overlap with B and C: overlapping trusted ranges are refused
 	for _, c := range env.Clusters {
 		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: cidrs})
 		if err != nil {
