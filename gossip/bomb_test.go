@@ -60,7 +60,9 @@ func seal(t *testing.T, key, plain, aad []byte) []byte {
 	return gcm.Seal(append([]byte{1}, nonce...), nonce, plain, aad)
 }
 
-func labelHeader(label string) []byte { return append([]byte{mlHasLabelMsg, byte(len(label))}, label...) }
+func labelHeader(label string) []byte {
+	return append([]byte{mlHasLabelMsg, byte(len(label))}, label...)
+}
 
 // streamMessage is an encrypted stream message: [encryptMsg] [len] envelope.
 func bombStream(t *testing.T, key, plain []byte, label string) []byte {

@@ -51,8 +51,8 @@ type guardTransport struct {
 	// rate is the per-source rate limit of coastguard messages (nil:
 	// none), keyed on the source IP, which a sender cannot choose as it
 	// chooses the sender name inside its messages (issue 29, item 6).
-	rate *senderLimits
-	onDrop        func(reason, from string, err error)
+	rate   *senderLimits
+	onDrop func(reason, from string, err error)
 
 	once       sync.Once
 	out        chan net.Conn

@@ -320,7 +320,6 @@ func (inv *Inventory) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-
 // MCNPLister lists MCNPs from the informer cache (unstructured).
 func (inv *Inventory) MCNPLister() cache.GenericLister { return inv.mcnps }
 
