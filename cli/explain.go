@@ -105,7 +105,7 @@ func explain(l *live, ns, name string) (*Explanation, error) {
 		case !res.Selected:
 			ce.Why = whyNotSelected(l, c, pol)
 		case res.SkippedNoNamespace:
-			ce.Why = fmt.Sprintf("selected, but cluster %s has no namespace %s: nothing to enforce", c, ns)
+			ce.Why = fmt.Sprintf("NamespaceMissing: selected, but cluster %s has no namespace %s: nothing is enforced there (not counted as enforced)", c, ns)
 		case res.Error != "":
 			ce.Enforced = true
 			ce.Why = "selected; the policy is invalid, so it only isolates the selected pods: " + res.Error
@@ -141,6 +141,9 @@ func selectorText(s *metav1.LabelSelector, origin string) string {
 func whyNotSelected(l *live, c string, p enforce.Policy) string {
 	if p.Spec.ClusterSelector == nil {
 		return fmt.Sprintf("not selected: no clusterSelector, so only the origin cluster %s enforces it", p.Origin)
+	}
+	if !l.inv.ClusterLabelsKnown(c) {
+		return fmt.Sprintf("not selected: the labels of %s are unknown, so it matches only a clusterSelector naming its ID", c)
 	}
 	var lbls []string
 	for _, cc := range l.clusters[c] {

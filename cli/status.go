@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
 // ClusterRow is one cluster as one cluster sees it.
@@ -227,6 +228,8 @@ func (o *Options) status(ctx context.Context) (*Status, error) {
 					s = "error: " + c.Error
 				case c.ObservedGeneration < p.Generation:
 					s = "pending"
+				case strings.HasPrefix(c.Degraded, kube.ReasonNamespaceMissing):
+					s = "namespace missing (not enforced)"
 				case c.Degraded != "":
 					s = "degraded: " + c.Degraded
 				}

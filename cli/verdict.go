@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
 // Endpoint is CLUSTER/NS/POD.
@@ -171,15 +172,13 @@ func verdict(l *live, src, dst Endpoint, port int, proto corev1.Protocol) (*Verd
 	}
 	same := src.Cluster == dst.Cluster
 	portName := ""
-	for _, c := range dp.Spec.Containers {
-		for _, cp := range c.Ports {
-			pr := cp.Protocol
-			if pr == "" {
-				pr = corev1.ProtocolTCP
-			}
-			if int(cp.ContainerPort) == port && pr == proto {
-				portName = cp.Name
-			}
+	for _, cp := range kube.ServingPorts(dp) { // containers and sidecars
+		pr := cp.Protocol
+		if pr == "" {
+			pr = corev1.ProtocolTCP
+		}
+		if int(cp.ContainerPort) == port && pr == proto {
+			portName = cp.Name
 		}
 	}
 	v := &Verdict{From: src.String(), To: dst.String(), Port: fmt.Sprintf("%d/%s", port, proto)}

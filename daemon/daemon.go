@@ -42,6 +42,7 @@ type Daemon struct {
 
 	// the parts (see docs/ARCHITECTURE.md, "The daemon")
 	w       *writer
+	reports *reporter // the enforcer's report publisher
 	enf     *enforcer
 	enforce *kube.Debouncer[string] // fires enf
 	st      *statusLoop

@@ -39,6 +39,7 @@ func (f *fakeReportSink) Publish(r []reportWrite, all bool) {
 // leader applies and reports; a decommissioned cluster applies nothing.
 func TestEnforcerLeaderStandbyDecommissioned(t *testing.T) {
 	w := newWorld(t, "b", "a", "b")
+	w.labelled("a", "b")
 	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		ClusterSelector: &metav1.LabelSelector{}, PodSelector: metav1.LabelSelector{}}, 3))

@@ -18,6 +18,7 @@ import (
 // wait for it forever.
 func TestRecomputeReportsGenerationChange(t *testing.T) {
 	w := newWorld(t, "b", "a", "b")
+	w.labelled("a", "b")
 	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("a", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("a", crdt.KindPod, "shop/web", &crdt.PodValue{Labels: map[string]string{"app": "web"}, IPs: []string{"10.1.0.1"}, Phase: "Running"})

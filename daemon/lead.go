@@ -47,19 +47,9 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 		defer wg.Done()
 		newCollector(d.opts.ClusterID, d.opts.TombstoneGCAfter, d.rep, d.node, d.log).Run(ctx)
 	}()
-	go func() {
-		defer wg.Done()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-d.w.FullSyncRequests():
-				if err := d.inv.FullSync(); err != nil && ctx.Err() == nil {
-					d.log.Warn("full sync after epoch bump failed", "err", err)
-				}
-			}
-		}
-	}()
+	// re-publish every own entry at this term's epoch, then seal the prior
+	// epochs; again after every epoch bump (takeover.go)
+	go func() { defer wg.Done(); d.takeoverLoop(ctx) }()
 	d.enforce.Mark(allPolicies) // re-apply everything and reconcile reports
 	d.st.MarkAll()
 	if err := d.inv.RunWriter(ctx); err != nil && ctx.Err() == nil && !errors.Is(err, kube.ErrNotLeader) {

@@ -172,7 +172,7 @@ func live(e *crdt.Entry) bool { return e != nil && !e.Deleted }
 func (m *Mirror) ensureCluster(origin string) {
 	if _, ok := m.clusters[origin]; !ok {
 		m.clusters[origin] = nil
-		m.inv.SetCluster(enforce.Cluster{ID: origin})
+		m.inv.SetCluster(enforce.Cluster{ID: origin, LabelsUnknown: true})
 	}
 }
 
@@ -219,7 +219,9 @@ func (m *Mirror) applyValid(ch crdt.Change) (*enforce.Change, error) {
 // applyCluster mirrors a cluster entry (labels, CIDRs, Globalnet).
 func (m *Mirror) applyCluster(ch crdt.Change, isLive bool) (*enforce.Change, error) {
 	k := ch.Key
-	c := enforce.Cluster{ID: k.Origin}
+	// a deleted cluster entry leaves the labels unknown (not empty): the
+	// cluster then matches only clusterSelectors naming its ID
+	c := enforce.Cluster{ID: k.Origin, LabelsUnknown: !isLive}
 	if isLive {
 		var v crdt.ClusterValue
 		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {

@@ -47,6 +47,16 @@ func newWorld(t *testing.T, self string, clusters ...string) *world {
 	return w
 }
 
+// labelled publishes the cluster entries (ID label only) of the given
+// clusters: until its entry arrives a cluster's labels are unknown and it
+// matches only clusterSelectors naming its ID.
+func (w *world) labelled(clusters ...string) {
+	w.t.Helper()
+	for _, c := range clusters {
+		w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{})
+	}
+}
+
 func (w *world) write(origin string, kind crdt.Kind, name string, v any) {
 	w.t.Helper()
 	var b []byte
@@ -152,6 +162,7 @@ func TestIncrementalMatchesFullTranslation(t *testing.T) {
 
 func TestRetirementRemovesClusterAndItsPolicies(t *testing.T) {
 	w := newWorld(t, "a", "a", "b")
+	w.labelled("a", "b")
 	w.write("a", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("b", crdt.KindPod, "shop/web", &crdt.PodValue{Labels: map[string]string{"app": "web"}, IPs: []string{"10.2.0.1"}, Phase: "Running"})

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"errors"
+	"fmt"
 	"log/slog"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -112,4 +114,24 @@ func (s replicaReports) Live() []string {
 		})
 	})
 	return keys
+}
+
+// Republish rewrites every own live report with its current value: a new
+// version at the writer's current epoch, so that sealing the prior epochs
+// after a takeover does not retire it.
+func (r *reporter) Republish() error {
+	if !r.active() {
+		return errNotActing
+	}
+	var errs []error
+	for _, k := range r.store.Live() {
+		e, ok := r.store.Report(k)
+		if !ok || e.Deleted {
+			continue
+		}
+		if err := r.write(crdt.KindReport, k, e.Value, false); err != nil {
+			errs = append(errs, fmt.Errorf("report %s: %w", k, err))
+		}
+	}
+	return errors.Join(errs...)
 }

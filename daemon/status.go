@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -81,6 +82,7 @@ func (s *statusLoop) aggregate(k string) (st v1.MultiClusterNetworkPolicyStatus,
 	// the clusterSelector evaluated by the translator's own code, so
 	// status cannot disagree with what is enforced
 	enforcing, err := enforce.EnforcingClusters(inv, ref)
+	unknown := labelsUnknown(inv, p, enforcing)
 	s.view.mu.Unlock()
 	if !exists {
 		return st, "", "", false
@@ -93,6 +95,23 @@ func (s *statusLoop) aggregate(k string) (st v1.MultiClusterNetworkPolicyStatus,
 		return st, "", "", false // not in the local cache (yet, or deleted)
 	}
 	st = kube.Aggregate(kube.AggregateInput{Generation: p.Generation, Reports: reports,
-		Enforcing: enforcing, Previous: prev.Conditions, Now: time.Now()})
+		Enforcing: enforcing, LabelsUnknown: unknown, Previous: prev.Conditions, Now: time.Now()})
 	return st, ref.Namespace, ref.Name, true
+}
+
+// labelsUnknown lists the clusters of the inventory whose labels are
+// unknown and that a policy's clusterSelector does not select (they match
+// only a selector naming their ID): the status names them. Nil for a
+// policy without clusterSelector (its origin only).
+func labelsUnknown(inv *enforce.Inventory, p enforce.Policy, enforcing []string) []string {
+	if p.Spec.ClusterSelector == nil {
+		return nil
+	}
+	var out []string
+	for _, c := range inv.Clusters() {
+		if !inv.ClusterLabelsKnown(c) && !slices.Contains(enforcing, c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }

@@ -111,7 +111,8 @@ func (d *Daemon) startGossip() error {
 		return fmt.Errorf("gossip: %w", err)
 	}
 	d.w = newWriter(rep, d.node, &d.decommissioned, d.log)
-	d.enf.reports = newReporter(replicaReports{rep, o.ClusterID}, d.w.Write, d.acting, d.log)
+	d.reports = newReporter(replicaReports{rep, o.ClusterID}, d.w.Write, d.acting, d.log)
+	d.enf.reports = d.reports
 	d.log.Info("gossip started", "addr", d.node.Addr(), "members", len(d.node.Members()))
 	return nil
 }

@@ -128,14 +128,13 @@ func (inv *Inventory) collectAffected(enforcing, remote string, match func(*comp
 // not "") policies of namespace ns with a same-namespace remote peer.
 func (inv *Inventory) collectAffectedFrom(enforcing, remote, ns string, match func(*compiledPolicy, *compiledPeer) bool) []PolicyRef {
 	var out []PolicyRef
-	remoteLabels := inv.clusterLabels(remote)
 	check := func(ref PolicyRef) {
 		cp := inv.policies[ref]
 		if cp == nil || cp.err != nil || !cp.enforcedAt(inv, enforcing) || !inv.HasNamespace(enforcing, ref.Namespace) {
 			return
 		}
 		if cp.anyPeer(func(p *compiledPeer) bool {
-			return p.ipBlock == nil && p.clusterSel != nil && p.clusterSel.Matches(remoteLabels) && match(cp, p)
+			return p.ipBlock == nil && p.clusterSel != nil && inv.clusterMatches(p.clusterSel, remote) && match(cp, p)
 		}) {
 			out = append(out, ref)
 		}

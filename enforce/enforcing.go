@@ -13,12 +13,13 @@ import (
 // selects reports whether a policy of origin with the compiled
 // spec.clusterSelector sel is enforced in cluster c: sel nil (absent)
 // means the origin only, {} every cluster, else the clusters whose labels
-// match (always including cluster.clusterset.k8s.io=<ID>).
+// match (always including cluster.clusterset.k8s.io=<ID>); a cluster whose
+// labels are unknown only when sel names its ID (clusterMatches).
 func (inv *Inventory) selects(sel labels.Selector, origin, c string) bool {
 	if sel == nil {
 		return c == origin
 	}
-	return sel.Matches(inv.clusterLabels(c))
+	return inv.clusterMatches(sel, c)
 }
 
 // EnforcingClusters lists, sorted, the clusters of the inventory a

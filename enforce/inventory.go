@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 )
@@ -37,6 +38,11 @@ type Cluster struct {
 	// Labels from ClusterProperty objects. The inventory always sets
 	// cluster.clusterset.k8s.io=<ID>, overriding any other value.
 	Labels map[string]string
+	// LabelsUnknown: the cluster's labels have not arrived (or its cluster
+	// entry was deleted); only its ID label is known. Such a cluster
+	// matches only a clusterSelector that names its ID (see
+	// clusterMatches), never {} nor a NotIn/DoesNotExist selector.
+	LabelsUnknown bool
 
 	// PodCIDRs are the cluster's advertised pod CIDRs (Submariner's
 	// Cluster object); used by the sanity checks (overlaps, pods outside).
@@ -164,12 +170,15 @@ type Inventory struct {
 }
 
 type clusterState struct {
-	inv        *Inventory
-	id         string
-	known      bool // SetCluster was called (vs implied by a pod/namespace)
-	cluster    Cluster
-	labels     labels.Set
-	namespaces map[string]*namespaceState
+	inv   *Inventory
+	id    string
+	known bool // SetCluster was called (vs implied by a pod/namespace)
+	// labelsKnown: SetCluster was called with labels that are known
+	// (Cluster.LabelsUnknown false).
+	labelsKnown bool
+	cluster     Cluster
+	labels      labels.Set
+	namespaces  map[string]*namespaceState
 	// services are the cluster's exported Services, by namespace and name
 	// (services.go).
 	services map[string]map[string]*serviceState
@@ -321,6 +330,7 @@ func (c *clusterState) dropIfEmpty(name string) {
 func (inv *Inventory) SetCluster(c Cluster) {
 	cs := inv.cluster(c.ID, true)
 	cs.known = true
+	cs.labelsKnown = !c.LabelsUnknown
 	cs.cluster = c
 	cs.cluster.Labels = maps.Clone(c.Labels)
 	cs.cluster.PodCIDRs = slices.Clone(c.PodCIDRs)
@@ -552,12 +562,53 @@ func (inv *Inventory) HasNamespace(cluster, name string) bool {
 }
 
 // clusterLabels returns the labels of a cluster, including clusters the
-// inventory has never heard of (only their ID label then).
-func (inv *Inventory) clusterLabels(id string) labels.Set {
+// inventory has never heard of (only their ID label then), and whether
+// they are known (SetCluster with known labels).
+func (inv *Inventory) clusterLabels(id string) (labels.Set, bool) {
 	if c := inv.clusters[id]; c != nil {
-		return c.labels
+		return c.labels, c.labelsKnown
 	}
-	return labels.Set{ClusterIDLabel: id}
+	return labels.Set{ClusterIDLabel: id}, false
+}
+
+// ClusterLabelsKnown reports whether the labels of cluster id are known.
+func (inv *Inventory) ClusterLabelsKnown(id string) bool {
+	_, ok := inv.clusterLabels(id)
+	return ok
+}
+
+// clusterMatches reports whether a (non-nil) clusterSelector selects
+// cluster id. A cluster whose labels are unknown matches nothing, in the
+// positive or the negative sense, except a selector that names its ID: one
+// with an In/= requirement on cluster.clusterset.k8s.io listing id (and
+// that apimachinery matches against the ID label alone).
+func (inv *Inventory) clusterMatches(sel labels.Selector, id string) bool {
+	set, known := inv.clusterLabels(id)
+	if known {
+		return sel.Matches(set)
+	}
+	return namesClusterID(sel, id) && sel.Matches(labels.Set{ClusterIDLabel: id})
+}
+
+// namesClusterID reports whether sel has a requirement that pins the
+// cluster ID label to a set of values including id.
+func namesClusterID(sel labels.Selector, id string) bool {
+	reqs, selectable := sel.Requirements()
+	if !selectable {
+		return false
+	}
+	for _, r := range reqs {
+		if r.Key() != ClusterIDLabel {
+			continue
+		}
+		switch r.Operator() {
+		case selection.In, selection.Equals, selection.DoubleEquals:
+			if r.Values().Has(id) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // selector compiles a label selector; nil stays nil (meaning "absent").

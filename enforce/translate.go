@@ -268,12 +268,12 @@ func (p *compiledPeer) peerClusters(inv *Inventory, enforcing string, fn func(st
 		if id == enforcing {
 			seenEnforcing = true
 		}
-		if p.clusterSel.Matches(inv.clusterLabels(id)) {
+		if inv.clusterMatches(p.clusterSel, id) {
 			fn(id)
 		}
 	}
 	// The enforcing cluster is a member even before the inventory knows it.
-	if !seenEnforcing && p.clusterSel.Matches(inv.clusterLabels(enforcing)) {
+	if !seenEnforcing && inv.clusterMatches(p.clusterSel, enforcing) {
 		fn(enforcing)
 	}
 }

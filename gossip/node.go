@@ -370,6 +370,16 @@ func (n *Node) announce(origin string, lazy bool) {
 
 const maxQueued = 8192
 
+// PublishRetire disseminates a retirement the local replica has already
+// applied (for example the writer's seal of its prior epochs after a
+// takeover). Anti-entropy carries the watermark to anyone who misses it.
+func (n *Node) PublishRetire(r crdt.Retire) {
+	if r.UpTo == 0 {
+		return
+	}
+	n.broadcastRetire(r)
+}
+
 func (n *Node) broadcastRetire(r crdt.Retire) {
 	msg := encodeRetires(n.cfg.NodeName, []crdt.Retire{r})
 	n.queue.QueueBroadcast(&namedBroadcast{name: "r/" + r.Origin, msg: msg})

@@ -420,7 +420,16 @@ func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err er
 // become tombstones). It resets the no-op cache to the result. RunWriter
 // calls it at the start of every term and every FullSyncPeriod; call it
 // directly only while RunWriter is not running.
-func (inv *Inventory) FullSync() error {
+func (inv *Inventory) FullSync() error { return inv.fullSync(false) }
+
+// Republish is FullSync that also rewrites every desired entry whose
+// replicated value is already equal, so that after it every own live
+// inventory entry carries a version of the writer's current epoch. A new
+// leader calls it before sealing the prior epochs (what the old leader
+// wrote and this replica never saw is then retired everywhere).
+func (inv *Inventory) Republish() error { return inv.fullSync(true) }
+
+func (inv *Inventory) fullSync(all bool) error {
 	if !inv.HasSynced() {
 		return errors.New("inventory: caches not synced")
 	}
@@ -439,6 +448,9 @@ func (inv *Inventory) FullSync() error {
 	}
 	inv.metrics.fullSyncs.Inc()
 	writes := Diff(InventoryKinds, desired, persisted)
+	if all {
+		writes = republishWrites(desired, writes)
+	}
 	written := Snapshot{}
 	for k, m := range persisted {
 		for n, v := range m {
@@ -480,6 +492,18 @@ func (inv *Inventory) FullSync() error {
 	inv.mu.Unlock()
 	inv.log.Info("full sync", "writes", len(writes), "errors", len(errs))
 	return errors.Join(errs...)
+}
+
+// republishWrites is every desired entry as a set, plus the tombstones of
+// diff (the persisted entries no longer desired).
+func republishWrites(desired Snapshot, diff []Write) []Write {
+	out := Diff(InventoryKinds, desired, Snapshot{})
+	for _, w := range diff {
+		if w.Deleted {
+			out = append(out, w)
+		}
+	}
+	return out
 }
 
 func (inv *Inventory) countWrite(kind crdt.Kind, deleted bool) {

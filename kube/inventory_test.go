@@ -407,3 +407,27 @@ func TestInventoryFullSyncAfterWatchFailure(t *testing.T) {
 	inv.onWatchError(ctx, r, errors.New("watch broken"))
 	require.Eventually(t, func() bool { return testutil.ToFloat64(inv.metrics.fullSyncs) == 2 }, 10*time.Second, 5*time.Millisecond)
 }
+
+// Republish (a new leader's takeover) rewrites every desired entry, also
+// those whose replicated value is already equal, and still tombstones what
+// is no longer desired; FullSync writes only the difference.
+func TestInventoryRepublishRewritesEverything(t *testing.T) {
+	rep := newMemReplica()
+	rep.own.Set(crdt.KindPod, "shop/gone", []byte("stale"))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}}
+	r := newInvRig(t, rep, []runtime.Object{ns}, nil, false)
+	require.NoError(t, r.inv.FullSync())
+	_, ok := rep.get(crdt.KindPod, "shop/gone")
+	require.False(t, ok)
+	n := rep.count()
+	require.NoError(t, r.inv.FullSync())
+	require.Equal(t, n, rep.count(), "FullSync: nothing changed, nothing written")
+
+	rep.own.Set(crdt.KindPod, "shop/gone-too", []byte("stale"))
+	require.NoError(t, r.inv.Republish())
+	rewritten := map[string]bool{}
+	for _, w := range rep.writes[n:] {
+		rewritten[w.Kind.String()+"/"+w.Name] = !w.Deleted
+	}
+	require.Equal(t, map[string]bool{"cluster/": true, "namespace/shop": true, "pod/shop/gone-too": false}, rewritten)
+}

@@ -34,8 +34,11 @@ const (
 	ReasonPending            = "Pending"
 	ReasonEnforcementFailed  = "EnforcementFailed"
 	ReasonNoClustersSelected = "NoClustersSelected"
-	ReasonNotDegraded        = "AsExpected"
-	ReasonMultipleDegraded   = "MultipleReasons"
+	// ReasonNamespaceMissing: some enforcing cluster has no namespace of
+	// the policy's name, so it enforces nothing (not counted as enforced).
+	ReasonNamespaceMissing = "NamespaceMissing"
+	ReasonNotDegraded      = "AsExpected"
+	ReasonMultipleDegraded = "MultipleReasons"
 )
 
 // ReportName is the KindReport entry name an enforcing cluster uses for
@@ -61,6 +64,11 @@ type AggregateInput struct {
 	Reports map[string]crdt.ReportValue
 	// Enforcing lists the clusters the MCNP's clusterSelector selects.
 	Enforcing []string
+	// LabelsUnknown lists the clusters whose labels are unknown (not
+	// arrived, or their cluster entry deleted) and that the
+	// clusterSelector therefore does not select; the Enforced message
+	// names them.
+	LabelsUnknown []string
 	// Previous conditions keep their lastTransitionTime when unchanged.
 	Previous []metav1.Condition
 	// Now stamps conditions that change.
@@ -69,102 +77,151 @@ type AggregateInput struct {
 
 // Aggregate computes an MCNP's status from the enforcing clusters'
 // reports. A cluster counts as enforced when its report has observed the
-// current generation without error (a cluster lacking the MCNP's namespace
-// has nothing to enforce and counts as enforced). Reports from clusters not
-// in Enforcing are ignored.
+// current generation without error and the cluster has the MCNP's
+// namespace. A cluster lacking the namespace enforces nothing: it is not
+// counted (ENFORCED k/n excludes it), its row says NamespaceMissing, and
+// Ready/Enforced are False with reason NamespaceMissing naming it (unless
+// a failure or a pending cluster is the stronger reason). Reports from
+// clusters not in Enforcing are ignored.
 func Aggregate(in AggregateInput) v1.MultiClusterNetworkPolicyStatus {
 	clusters := append([]string(nil), in.Enforcing...)
 	sort.Strings(clusters)
 	clusters = dedupSorted(clusters)
 
 	st := v1.MultiClusterNetworkPolicyStatus{ObservedGeneration: in.Generation}
-	var enforced int
-	var pending, failed, degraded []string
-	degradedReasons := map[string]bool{}
+	var t tally
 	for _, c := range clusters {
-		r, ok := in.Reports[c]
-		row := v1.ClusterEnforcementStatus{Cluster: c}
-		switch {
-		case !ok:
-			pending = append(pending, c)
-		default:
-			row.ObservedGeneration = r.ObservedGeneration
-			row.NetworkPolicies = r.NetworkPolicies
-			row.RemotePeers = r.RemotePeers
-			row.Error = r.Error
-			row.Degraded = r.Degraded
-			switch {
-			case r.ObservedGeneration < in.Generation:
-				pending = append(pending, c)
-			case r.Error != "":
-				failed = append(failed, c+": "+r.Error)
-			default:
-				enforced++
-				if r.Degraded != "" {
-					degraded = append(degraded, c+": "+r.Degraded)
-					// "Reason: details" -> Reason
-					reason, _, _ := strings.Cut(r.Degraded, ":")
-					degradedReasons[reason] = true
-				}
-			}
-		}
-		st.Clusters = append(st.Clusters, row)
+		st.Clusters = append(st.Clusters, t.add(c, in.Reports, in.Generation))
 	}
 	n := len(clusters)
-	st.EnforcedSummary = fmt.Sprintf("%d/%d", enforced, n)
+	st.EnforcedSummary = fmt.Sprintf("%d/%d", t.enforced, n)
+	enf := t.enforcedCondition(n, in.Generation)
+	if len(in.LabelsUnknown) > 0 {
+		unknown := append([]string(nil), in.LabelsUnknown...)
+		sort.Strings(unknown)
+		enf.Message += "; not selected while their labels are unknown: " + strings.Join(dedupSorted(unknown), ", ")
+	}
+	ready := enf
+	ready.Type = v1.ConditionReady
+	st.Conditions = mergeConditions(in.Previous, in.Now, ready, enf, t.degradedCondition(in.Generation))
+	return st
+}
 
-	enf := metav1.Condition{Type: v1.ConditionEnforced, ObservedGeneration: in.Generation}
+// tally sorts the enforcing clusters by the state of their reports.
+type tally struct {
+	enforced                           int
+	pending, failed, missing, degraded []string
+	degradedReasons                    map[string]bool
+}
+
+// add classifies cluster c and returns its status row.
+func (t *tally) add(c string, reports map[string]crdt.ReportValue, gen int64) v1.ClusterEnforcementStatus {
+	r, ok := reports[c]
+	row := v1.ClusterEnforcementStatus{Cluster: c}
+	if !ok {
+		t.pending = append(t.pending, c)
+		return row
+	}
+	row.ObservedGeneration = r.ObservedGeneration
+	row.NetworkPolicies = r.NetworkPolicies
+	row.RemotePeers = r.RemotePeers
+	row.Error = r.Error
+	row.Degraded = r.Degraded
+	switch {
+	case r.ObservedGeneration < gen:
+		t.pending = append(t.pending, c)
+	case r.Error != "":
+		t.failed = append(t.failed, c+": "+r.Error)
+	case r.SkippedNoNamespace:
+		t.missing = append(t.missing, c)
+		row.Degraded = ReasonNamespaceMissing + ": the namespace does not exist in this cluster; nothing is enforced there"
+		t.addDegraded(c, ReasonNamespaceMissing)
+	default:
+		t.enforced++
+		if r.Degraded != "" {
+			t.addDegraded(c, r.Degraded)
+		}
+	}
+	return row
+}
+
+func (t *tally) addDegraded(c, text string) {
+	t.degraded = append(t.degraded, c+": "+text)
+	if t.degradedReasons == nil {
+		t.degradedReasons = map[string]bool{}
+	}
+	// "Reason: details" -> Reason
+	reason, _, _ := strings.Cut(text, ":")
+	t.degradedReasons[reason] = true
+}
+
+// enforcedCondition is the Enforced condition (Ready has the same state).
+func (t *tally) enforcedCondition(n int, gen int64) metav1.Condition {
+	enf := metav1.Condition{Type: v1.ConditionEnforced, ObservedGeneration: gen}
+	missing := ""
+	if len(t.missing) > 0 {
+		missing = "; namespace missing in: " + strings.Join(t.missing, ", ")
+	}
 	switch {
 	case n == 0:
 		enf.Status, enf.Reason, enf.Message = metav1.ConditionFalse, ReasonNoClustersSelected, "the clusterSelector selects no cluster"
-	case len(failed) > 0:
+	case len(t.failed) > 0:
 		enf.Status, enf.Reason = metav1.ConditionFalse, ReasonEnforcementFailed
-		enf.Message = fmt.Sprintf("enforced in %d of %d clusters; failed: %s", enforced, n, strings.Join(failed, "; "))
-		if len(pending) > 0 {
-			enf.Message += "; pending: " + strings.Join(pending, ", ")
+		enf.Message = fmt.Sprintf("enforced in %d of %d clusters; failed: %s", t.enforced, n, strings.Join(t.failed, "; "))
+		if len(t.pending) > 0 {
+			enf.Message += "; pending: " + strings.Join(t.pending, ", ")
 		}
-	case len(pending) > 0:
+		enf.Message += missing
+	case len(t.pending) > 0:
 		enf.Status, enf.Reason = metav1.ConditionFalse, ReasonPending
-		enf.Message = fmt.Sprintf("enforced in %d of %d clusters; waiting for: %s", enforced, n, strings.Join(pending, ", "))
+		enf.Message = fmt.Sprintf("enforced in %d of %d clusters; waiting for: %s", t.enforced, n, strings.Join(t.pending, ", ")) + missing
+	case len(t.missing) > 0:
+		enf.Status, enf.Reason = metav1.ConditionFalse, ReasonNamespaceMissing
+		enf.Message = fmt.Sprintf("enforced in %d of %d clusters", t.enforced, n) + missing
 	default:
 		enf.Status, enf.Reason = metav1.ConditionTrue, ReasonAllEnforced
 		enf.Message = fmt.Sprintf("enforced in all %d clusters", n)
 	}
+	return enf
+}
 
-	ready := enf
-	ready.Type = v1.ConditionReady
-
-	deg := metav1.Condition{Type: v1.ConditionDegraded, ObservedGeneration: in.Generation}
-	if len(degraded) == 0 {
+func (t *tally) degradedCondition(gen int64) metav1.Condition {
+	deg := metav1.Condition{Type: v1.ConditionDegraded, ObservedGeneration: gen}
+	if len(t.degraded) == 0 {
 		deg.Status, deg.Reason, deg.Message = metav1.ConditionFalse, ReasonNotDegraded, "no cluster reports degraded enforcement"
-	} else {
-		deg.Status = metav1.ConditionTrue
-		deg.Reason = ReasonMultipleDegraded
-		if len(degradedReasons) == 1 {
-			for r := range degradedReasons {
-				deg.Reason = conditionReason(r)
-			}
-		}
-		deg.Message = strings.Join(degraded, "; ")
+		return deg
 	}
+	deg.Status = metav1.ConditionTrue
+	deg.Reason = ReasonMultipleDegraded
+	if len(t.degradedReasons) == 1 {
+		for r := range t.degradedReasons {
+			deg.Reason = conditionReason(r)
+		}
+	}
+	deg.Message = strings.Join(t.degraded, "; ")
+	return deg
+}
 
+// mergeConditions sets the three conditions over the previous ones
+// (keeping lastTransitionTime when unchanged) and keeps only our types, in
+// a stable order.
+func mergeConditions(previous []metav1.Condition, now time.Time, set ...metav1.Condition) []metav1.Condition {
 	conds := make([]metav1.Condition, 0, 3)
-	for _, c := range in.Previous {
+	for _, c := range previous {
 		conds = append(conds, *c.DeepCopy())
 	}
-	now := metav1.NewTime(in.Now)
-	for _, c := range []metav1.Condition{ready, enf, deg} {
-		c.LastTransitionTime = now
+	stamp := metav1.NewTime(now)
+	for _, c := range set {
+		c.LastTransitionTime = stamp
 		meta.SetStatusCondition(&conds, c)
 	}
-	// keep only our three condition types, in a stable order
-	st.Conditions = make([]metav1.Condition, 0, 3)
+	out := make([]metav1.Condition, 0, 3)
 	for _, t := range []string{v1.ConditionReady, v1.ConditionEnforced, v1.ConditionDegraded} {
 		if c := meta.FindStatusCondition(conds, t); c != nil {
-			st.Conditions = append(st.Conditions, *c)
+			out = append(out, *c)
 		}
 	}
-	return st
+	return out
 }
 
 // conditionReason turns a free-form degraded reason into a valid condition

@@ -96,10 +96,31 @@ func TestAggregate(t *testing.T) {
 			enfReason: ReasonNoClustersSelected, degReason: ReasonNotDegraded,
 		},
 		{
-			name:    "reports from unselected clusters are ignored; missing namespace counts as enforced",
+			name:    "reports from unselected clusters are ignored; a missing namespace is not enforced",
 			in:      AggregateInput{Generation: 2, Enforcing: []string{"c1", "c1"}, Reports: map[string]crdt.ReportValue{"c1": {ObservedGeneration: 2, SkippedNoNamespace: true}, "c9": {ObservedGeneration: 2, Error: "x"}}},
+			summary: "0/1", ready: metav1.ConditionFalse, enforced: metav1.ConditionFalse, degr: metav1.ConditionTrue,
+			enfReason: ReasonNamespaceMissing, degReason: ReasonNamespaceMissing, msgContains: "namespace missing in: c1",
+		},
+		{
+			name: "namespace missing in one of three clusters",
+			in: AggregateInput{Generation: 1, Enforcing: []string{"c1", "c2", "c3"}, Reports: map[string]crdt.ReportValue{
+				"c1": ok(1), "c2": {ObservedGeneration: 1, SkippedNoNamespace: true}, "c3": ok(1)}},
+			summary: "2/3", ready: metav1.ConditionFalse, enforced: metav1.ConditionFalse, degr: metav1.ConditionTrue,
+			enfReason: ReasonNamespaceMissing, degReason: ReasonNamespaceMissing, msgContains: "enforced in 2 of 3 clusters; namespace missing in: c2",
+		},
+		{
+			name: "pending wins over a missing namespace, which is still named",
+			in: AggregateInput{Generation: 2, Enforcing: []string{"c1", "c2"}, Reports: map[string]crdt.ReportValue{
+				"c1": ok(1), "c2": {ObservedGeneration: 2, SkippedNoNamespace: true}}},
+			summary: "0/2", ready: metav1.ConditionFalse, enforced: metav1.ConditionFalse, degr: metav1.ConditionTrue,
+			enfReason: ReasonPending, degReason: ReasonNamespaceMissing, msgContains: "waiting for: c1; namespace missing in: c2",
+		},
+		{
+			name: "clusters with unknown labels are named",
+			in: AggregateInput{Generation: 1, Enforcing: []string{"c1"}, LabelsUnknown: []string{"c3", "c2"}, Reports: map[string]crdt.ReportValue{
+				"c1": ok(1)}},
 			summary: "1/1", ready: metav1.ConditionTrue, enforced: metav1.ConditionTrue, degr: metav1.ConditionFalse,
-			enfReason: ReasonAllEnforced, degReason: ReasonNotDegraded,
+			enfReason: ReasonAllEnforced, degReason: ReasonNotDegraded, msgContains: "not selected while their labels are unknown: c2, c3",
 		},
 	}
 	for _, tc := range cases {
@@ -309,4 +330,15 @@ func BenchmarkAggregate(b *testing.B) {
 
 func errConflict() error {
 	return apierrors.NewConflict(schema.GroupResource{Group: "networking.submariner.io", Resource: "multiclusternetworkpolicies"}, "allow", errors.New("object modified"))
+}
+
+// The row of a cluster lacking the namespace says so; it is not enforced.
+func TestAggregateNamespaceMissingRow(t *testing.T) {
+	st := Aggregate(AggregateInput{Generation: 1, Enforcing: []string{"c1", "c2"}, Now: time.Unix(0, 0),
+		Reports: map[string]crdt.ReportValue{"c1": {ObservedGeneration: 1, NetworkPolicies: 1}, "c2": {ObservedGeneration: 1, SkippedNoNamespace: true}}})
+	require.Len(t, st.Clusters, 2)
+	require.Empty(t, st.Clusters[0].Degraded)
+	require.True(t, strings.HasPrefix(st.Clusters[1].Degraded, ReasonNamespaceMissing+":"), st.Clusters[1].Degraded)
+	require.Equal(t, "1/2", st.EnforcedSummary)
+	require.False(t, meta.IsStatusConditionTrue(st.Conditions, v1.ConditionReady))
 }

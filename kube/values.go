@@ -81,6 +81,36 @@ func stripPod(p *corev1.Pod) *corev1.Pod {
 		}
 		out.Spec.Containers = append(out.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
 	}
+	for _, c := range p.Spec.InitContainers {
+		if len(c.Ports) == 0 || !restartable(&c) {
+			continue
+		}
+		out.Spec.InitContainers = append(out.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports, RestartPolicy: c.RestartPolicy})
+	}
+	return out
+}
+
+// restartable reports whether an init container is a sidecar (restartable
+// init container, restartPolicy: Always).
+func restartable(c *corev1.Container) bool {
+	return c.RestartPolicy != nil && *c.RestartPolicy == corev1.ContainerRestartPolicyAlways
+}
+
+// ServingPorts lists the container ports named ports resolve against, as
+// upstream Kubernetes resolves them (podutil.FindPort): those of
+// spec.containers, then those of restartable init containers (sidecars).
+// Ordinary init containers have finished before the pod serves and are
+// left out.
+func ServingPorts(p *corev1.Pod) []corev1.ContainerPort {
+	var out []corev1.ContainerPort
+	for _, c := range p.Spec.Containers {
+		out = append(out, c.Ports...)
+	}
+	for i := range p.Spec.InitContainers {
+		if c := &p.Spec.InitContainers[i]; restartable(c) {
+			out = append(out, c.Ports...)
+		}
+	}
 	return out
 }
 
@@ -108,14 +138,12 @@ func PodToValue(p *corev1.Pod) (crdt.PodValue, error) {
 			return v, fmt.Errorf("status.podIPs: %q is not an IP address", ip)
 		}
 	}
-	for _, c := range p.Spec.Containers {
-		for _, port := range c.Ports {
-			proto := string(port.Protocol)
-			if proto == string(corev1.ProtocolTCP) {
-				proto = "" // TCP is the default; keep values small
-			}
-			v.Ports = append(v.Ports, crdt.NamedPort{Name: port.Name, Port: port.ContainerPort, Protocol: proto})
+	for _, port := range ServingPorts(p) {
+		proto := string(port.Protocol)
+		if proto == string(corev1.ProtocolTCP) {
+			proto = "" // TCP is the default; keep values small
 		}
+		v.Ports = append(v.Ports, crdt.NamedPort{Name: port.Name, Port: port.ContainerPort, Protocol: proto})
 	}
 	return v, nil
 }

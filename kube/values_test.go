@@ -220,3 +220,26 @@ func TestStripManagedFields(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "not an object", s)
 }
+
+// Named ports of restartable init containers (native sidecars) are
+// replicated, after those of spec.containers, as upstream resolves them;
+// ordinary init containers' ports are not (they have exited by then).
+func TestSidecarNamedPortsReplicated(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	p := fullPod()
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "setup", Image: "i", Ports: []corev1.ContainerPort{{Name: "setup", ContainerPort: 7000, Protocol: corev1.ProtocolTCP}}},
+		{Name: "mesh", Image: "i", RestartPolicy: &always, Ports: []corev1.ContainerPort{{Name: "metrics", ContainerPort: 9090, Protocol: corev1.ProtocolTCP}}},
+		{Name: "logs", Image: "i", RestartPolicy: &always},
+	}
+	want := []crdt.NamedPort{{Name: "http", Port: 8080}, {Port: 53, Protocol: "UDP"}, {Name: "metrics", Port: 9090}}
+	assert.Equal(t, want, mustPodValue(t, p).Ports)
+
+	out, err := TransformPod(p)
+	require.NoError(t, err)
+	s := out.(*corev1.Pod)
+	require.Len(t, s.Spec.InitContainers, 1, "only sidecars with ports are kept")
+	assert.Equal(t, "mesh", s.Spec.InitContainers[0].Name)
+	assert.Empty(t, s.Spec.InitContainers[0].Image)
+	assert.Equal(t, want, mustPodValue(t, s).Ports, "the stripped pod converts to the same value")
+}

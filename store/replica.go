@@ -474,6 +474,26 @@ func (r *Replica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
 	return changes, aerr
 }
 
+// SealPriorEpochs retires every version of the own origin from epochs
+// before the current one (crdt.State.SealPriorEpochs), durably, and returns
+// the signed record to disseminate and its effects.
+func (r *Replica) SealPriorEpochs() (crdt.Retire, []crdt.Change, error) {
+	var rt crdt.Retire
+	var changes []crdt.Change
+	var serr error
+	err := r.mutate(false, func(st *crdt.State) effect {
+		rt, changes, serr = st.SealPriorEpochs()
+		if serr != nil && len(changes) == 0 {
+			return effect{}
+		}
+		return effect{changes: changes, origins: map[string]struct{}{r.self: {}}, writer: true}
+	})
+	if err != nil || (serr != nil && len(changes) == 0) {
+		return crdt.Retire{}, nil, cmpErr(err, serr)
+	}
+	return rt, changes, serr
+}
+
 // RetireRecord returns the record that retires origin at its current Max.
 func (r *Replica) RetireRecord(origin string) crdt.Retire {
 	r.mu.RLock()

@@ -8,7 +8,9 @@ import (
 // Condition types reported on a MultiClusterNetworkPolicy.
 const (
 	// ConditionReady is True when every enforcing cluster has applied the
-	// current generation without error.
+	// current generation without error. A cluster without the policy's
+	// namespace enforces nothing and keeps Ready False (reason
+	// NamespaceMissing, naming the clusters).
 	ConditionReady = "Ready"
 	// ConditionEnforced is True when at least one enforcing cluster applied
 	// the current generation.

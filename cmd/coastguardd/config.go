@@ -294,7 +294,7 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.MetricsAuth }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAuth) }},
 		{false, "empty-view-timeout", []string{"COASTGUARD_EMPTY_VIEW_TIMEOUT"}, "after start or a leadership takeover, generated NetworkPolicies are neither deleted nor shrunk until anti-entropy covered every known cluster, or this long at most (0: no bound)",
 			durSetter("empty-view-timeout", func(c *Config) *time.Duration { return &c.EmptyViewTimeout }), func(f *fileConfig) (string, bool) { return sp(f.EmptyViewTimeout) }},
-		{false, "protected-namespaces", []string{"COASTGUARD_PROTECTED_NAMESPACES"}, "comma-separated namespaces where MCNPs of other clusters are not enforced (default: kube-system and --namespace)",
+		{false, "protected-namespaces", []string{"COASTGUARD_PROTECTED_NAMESPACES"}, "comma-separated namespaces where MCNPs of other clusters are not enforced (default: kube-system, kube-public, kube-node-lease, the Submariner namespace and --namespace)",
 			func(c *Config, v string) error { c.ProtectedNamespaces = splitList(v); return nil },
 			func(f *fileConfig) (string, bool) {
 				if f.ProtectedNamespaces == nil {

@@ -117,3 +117,14 @@ func TestParseConfigClusterCIDRs(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"eu-1=10.1.0.0/16", "eu-2:global=242.2.0.0/16"}, cfg.ClusterCIDRs, "the flag wins over the env")
 }
+
+// Protected namespaces default to the system namespaces, Submariner's and
+// coastguard's own; an explicit list replaces them.
+func TestDefaultProtectedNamespaces(t *testing.T) {
+	g := guards(Config{Namespace: "coastguard-system"}, "submariner-operator")
+	require.Equal(t, []string{"coastguard-system", "kube-node-lease", "kube-public", "kube-system", "submariner-operator"}, g.ProtectedNamespaces)
+	g = guards(Config{Namespace: "kube-system"}, "")
+	require.Equal(t, []string{"kube-node-lease", "kube-public", "kube-system"}, g.ProtectedNamespaces)
+	g = guards(Config{Namespace: "coastguard-system", ProtectedNamespaces: []string{"team-a"}}, "submariner-operator")
+	require.Equal(t, []string{"team-a"}, g.ProtectedNamespaces)
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -191,7 +192,7 @@ func run(cfg Config, log *slog.Logger) error {
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
 		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
-		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg),
+		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),
 	})
 	if err != nil {
 		return err
@@ -231,13 +232,23 @@ func shutdownHTTP(srv *http.Server) {
 }
 
 // guards are the guard rails of the flags; protected namespaces default to
-// kube-system and coastguard's own namespace.
-func guards(cfg Config) daemon.Guards {
+// defaultProtectedNamespaces.
+func guards(cfg Config, submarinerNS string) daemon.Guards {
 	ns := cfg.ProtectedNamespaces
 	if len(ns) == 0 {
-		ns = []string{"kube-system", cfg.Namespace}
+		ns = defaultProtectedNamespaces(cfg.Namespace, submarinerNS)
 	}
 	return daemon.Guards{ProtectedNamespaces: ns, EnforceRemoteInProtected: cfg.EnforceRemoteInProtected,
 		MaxNetworkPoliciesPerMCNP: cfg.MaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: cfg.MaxIPBlocksPerNetworkPolicy,
 		MaxBytesPerMCNP: cfg.MaxBytesPerMCNP}
+}
+
+// defaultProtectedNamespaces are the namespaces where MCNPs of other
+// clusters are not enforced unless configured otherwise: the system
+// namespaces (kube-system, kube-public, kube-node-lease), Submariner's
+// namespace (gateways, Lighthouse DNS) and coastguard's own namespace.
+func defaultProtectedNamespaces(own, submarinerNS string) []string {
+	ns := []string{"kube-system", "kube-public", "kube-node-lease", submarinerNS, own}
+	slices.Sort(ns)
+	return slices.DeleteFunc(slices.Compact(ns), func(s string) bool { return s == "" })
 }
