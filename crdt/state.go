@@ -1013,13 +1013,25 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 // the new one never saw (zombies, tombstones) is then removed everywhere,
 // while live objects already carry current-epoch versions and survive.
 func (s *State) SealPriorEpochs() (Retire, []Change, error) {
+	return s.SealEpochsBelow(s.epoch)
+}
+
+// SealEpochsBelow retires every version of our own origin from epochs before
+// epoch, which must be at most the current one. A takeover seals below the
+// epoch it re-published at: had the writer epoch moved on in between, a seal
+// below the new epoch would also retire the live entries it had just
+// re-published, until they were written again.
+func (s *State) SealEpochsBelow(epoch uint32) (Retire, []Change, error) {
 	if s.self == "" {
 		return Retire{}, nil, ErrObserver
 	}
-	if s.epoch < 2 {
-		return Retire{}, nil, fmt.Errorf("crdt: no prior epoch to seal (epoch %d)", s.epoch)
+	if epoch < 2 {
+		return Retire{}, nil, fmt.Errorf("crdt: no prior epoch to seal (epoch %d)", epoch)
 	}
-	r := s.SignRetire(Retire{Origin: s.self, UpTo: MakeVersion(s.epoch, 0) - 1})
+	if epoch > s.epoch {
+		return Retire{}, nil, fmt.Errorf("crdt: cannot seal below epoch %d, beyond the writer's epoch %d", epoch, s.epoch)
+	}
+	r := s.SignRetire(Retire{Origin: s.self, UpTo: MakeVersion(epoch, 0) - 1})
 	ch, err := s.ApplyRetire(r)
 	return r, ch, err
 }

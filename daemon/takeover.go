@@ -12,6 +12,9 @@ import (
 // errNotActing: the daemon is not (or no longer) the acting leader.
 var errNotActing = errors.New("not the acting leader")
 
+// errEpochMoved: the writer epoch changed while a takeover ran; it runs again.
+var errEpochMoved = errors.New("takeover incomplete")
+
 // takeover makes a new writer epoch authoritative for the own origin. A
 // leader may take over from a replica that missed the previous leader's
 // last writes; writing only the difference against its own replica would
@@ -30,13 +33,14 @@ type takeover struct {
 	// re-published versions arrive: fail closed, but needless); an error
 	// (the term ended) stops the takeover.
 	settle  func() error
-	seal    func() (crdt.Retire, []crdt.Change, error)
+	seal    func(below uint32) (crdt.Retire, []crdt.Change, error)
 	publish func(crdt.Retire) // disseminate the seal
 }
 
 // run re-publishes, then seals. At epoch 1 there is nothing prior to seal.
 func (t takeover) run() error {
-	if t.epoch() < 2 {
+	epoch := t.epoch()
+	if epoch < 2 {
 		return nil
 	}
 	for _, f := range t.republish {
@@ -49,11 +53,20 @@ func (t takeover) run() error {
 			return err
 		}
 	}
-	r, _, err := t.seal()
+	// Seal below the epoch the entries were re-published at, never below a
+	// newer one: that would retire them too until written again (a replica
+	// refilled from its peers bumps its epoch when it learns of its own
+	// earlier writes, often during the settle wait).
+	r, _, err := t.seal(epoch)
 	if err != nil {
 		return fmt.Errorf("seal prior epochs: %w", err)
 	}
 	t.publish(r)
+	if now := t.epoch(); now != epoch {
+		// entries an earlier leader wrote at epochs in [epoch, now) are not
+		// sealed yet: re-publish at the new epoch and seal again
+		return fmt.Errorf("%w: the writer epoch moved from %d to %d during the takeover", errEpochMoved, epoch, now)
+	}
 	return nil
 }
 
@@ -76,7 +89,7 @@ func (d *Daemon) newTakeover(ctx context.Context) takeover {
 				return nil
 			}
 		},
-		seal:    d.rep.SealPriorEpochs,
+		seal:    d.rep.SealEpochsBelow,
 		publish: d.node.PublishRetire,
 	}
 }

@@ -62,7 +62,7 @@ func TestTakeoverRetiresWhatTheNewLeaderNeverSaw(t *testing.T) {
 	reports := newReporter(replicaReports{rep, "c1"}, ownWrite, func() bool { return true }, discard)
 	var sealed crdt.Retire
 	tk := takeover{epoch: rep.Epoch, republish: []func() error{inventory, reports.Republish},
-		seal: rep.SealPriorEpochs, publish: func(r crdt.Retire) { sealed = r }}
+		seal: rep.SealEpochsBelow, publish: func(r crdt.Retire) { sealed = r }}
 
 	livePod := func(st interface {
 		Get(crdt.Key) (crdt.Entry, bool)
@@ -92,7 +92,7 @@ func TestTakeoverRetiresWhatTheNewLeaderNeverSaw(t *testing.T) {
 func TestTakeoverAtFirstEpochDoesNothing(t *testing.T) {
 	calls := 0
 	tk := takeover{epoch: func() uint32 { return 1 }, republish: []func() error{func() error { calls++; return nil }},
-		seal: func() (crdt.Retire, []crdt.Change, error) { calls++; return crdt.Retire{}, nil, nil }, publish: func(crdt.Retire) { calls++ }}
+		seal: func(uint32) (crdt.Retire, []crdt.Change, error) { calls++; return crdt.Retire{}, nil, nil }, publish: func(crdt.Retire) { calls++ }}
 	require.NoError(t, tk.run())
 	require.Zero(t, calls)
 }
@@ -109,7 +109,7 @@ func TestTakeoverNeverSealsWithoutRepublication(t *testing.T) {
 		return takeover{epoch: func() uint32 { return 3 },
 			republish: []func() error{step("inventory", republish), step("reports", nil)},
 			settle:    step("settle", settle),
-			seal: func() (crdt.Retire, []crdt.Change, error) {
+			seal: func(uint32) (crdt.Retire, []crdt.Change, error) {
 				order = append(order, "seal")
 				return crdt.Retire{Origin: "c1", UpTo: crdt.MakeVersion(3, 0) - 1}, nil, nil
 			},
@@ -123,4 +123,61 @@ func TestTakeoverNeverSealsWithoutRepublication(t *testing.T) {
 	order = nil
 	require.Error(t, mk(nil, context.Canceled).run())
 	require.Equal(t, []string{"inventory", "reports", "settle"}, order)
+}
+
+// A replica refilled from its peers bumps its writer epoch when it learns
+// of its own earlier writes, often while a takeover waits for its
+// re-publication to settle. The seal then stays below the epoch the entries
+// were re-published at (sealing below the new epoch retired every live
+// entry until the next re-publication: a restarted leader deleted remote
+// policies whose namespace and cluster entries it had just re-published),
+// and the takeover reports that it must run again at the new epoch.
+func TestTakeoverSealsBelowTheRepublishedEpoch(t *testing.T) {
+	rep, err := store.OpenReplica(filepath.Join(t.TempDir(), "s.db"), "c1", store.Options{})
+	require.NoError(t, err)
+	defer rep.Close()
+	require.NoError(t, rep.SetMinEpoch(2))
+	elsewhere := crdt.NewState("c2")
+	ns, err := crdt.EncodeValue(&crdt.NamespaceValue{})
+	require.NoError(t, err)
+	inventory := func() error {
+		d, err := rep.Write(crdt.KindNamespace, "shop", ns, false)
+		if err == nil {
+			_, err = elsewhere.Apply(d)
+		}
+		return err
+	}
+	var sealed []crdt.Retire
+	bump := true
+	tk := takeover{epoch: rep.Epoch, republish: []func() error{inventory},
+		settle: func() error {
+			if bump { // the refill reveals an own write at epoch 2
+				bump = false
+				return rep.SetMinEpoch(3)
+			}
+			return nil
+		},
+		seal: rep.SealEpochsBelow,
+		publish: func(r crdt.Retire) {
+			sealed = append(sealed, r)
+			_, err := elsewhere.ApplyRetire(r)
+			require.NoError(t, err)
+		}}
+	live := func() bool {
+		e, ok := elsewhere.Get(crdt.Key{Origin: "c1", Kind: crdt.KindNamespace, Name: "shop"})
+		return ok && !e.Deleted
+	}
+
+	err = tk.run()
+	require.ErrorIs(t, err, errEpochMoved)
+	require.Equal(t, crdt.MakeVersion(2, 0)-1, sealed[0].UpTo, "sealed below the re-published epoch, not the new one")
+	require.True(t, live(), "the re-published namespace survives the seal")
+
+	require.NoError(t, tk.run(), "the second run completes at the new epoch")
+	require.Equal(t, crdt.MakeVersion(3, 0)-1, sealed[1].UpTo)
+	require.True(t, live())
+	rep.View(func(st *crdt.State) {
+		e, ok := st.Get(crdt.Key{Origin: "c1", Kind: crdt.KindNamespace, Name: "shop"})
+		require.True(t, ok && !e.Deleted && e.Version.Epoch() == 3)
+	})
 }

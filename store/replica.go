@@ -474,15 +474,15 @@ func (r *Replica) ApplyRetire(rt crdt.Retire) ([]crdt.Change, error) {
 	return changes, aerr
 }
 
-// SealPriorEpochs retires every version of the own origin from epochs
-// before the current one (crdt.State.SealPriorEpochs), durably, and returns
-// the signed record to disseminate and its effects.
-func (r *Replica) SealPriorEpochs() (crdt.Retire, []crdt.Change, error) {
+// SealEpochsBelow retires every version of the own origin from epochs
+// before epoch (crdt.State.SealEpochsBelow), durably, and returns the
+// signed record to disseminate and its effects.
+func (r *Replica) SealEpochsBelow(epoch uint32) (crdt.Retire, []crdt.Change, error) {
 	var rt crdt.Retire
 	var changes []crdt.Change
 	var serr error
 	err := r.mutate(false, func(st *crdt.State) effect {
-		rt, changes, serr = st.SealPriorEpochs()
+		rt, changes, serr = st.SealEpochsBelow(epoch)
 		if serr != nil && len(changes) == 0 {
 			return effect{}
 		}
