@@ -36,6 +36,11 @@ type Mirror struct {
 	// enforce.Change that applyPod returns are valid until the next apply.
 	pd  crdt.PodDecoder
 	pod crdt.PodValue
+	// lost: origins retired because they disappeared, and the names
+	// (namespace/name) of their policies kept from their last-known state
+	// (lost.go).
+	lost        map[string]*lostOrigin
+	lostChanged map[string]bool
 	// errors counts entries that failed to decode (poison values are
 	// skipped, never applied half-way).
 	DecodeErrors int
@@ -49,6 +54,7 @@ func NewMirror(self string) *Mirror {
 		clusters: map[string]map[string]string{},
 		counts:   map[string]int{},
 		reports:  map[string]map[string]crdt.ReportValue{},
+		lost:     map[string]*lostOrigin{},
 
 		validOrigin: map[string]bool{},
 	}
@@ -82,6 +88,9 @@ type Result struct {
 	StatusDirty []string
 	// All is set when every policy must be recomputed.
 	All bool
+	// LostChanged lists lost origins whose kept policies changed (replaced
+	// or deleted by the origin itself, back in the mesh).
+	LostChanged []string
 	// Errors are decode errors of individual entries (skipped).
 	Errors []error
 }
@@ -118,7 +127,11 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 			delete(m.counts, origin)
 			delete(m.clusters, origin)
 			delete(m.validOrigin, origin)
-			m.inv.RemoveCluster(origin)
+			if m.lost[origin] != nil {
+				m.inv.RemoveClusterKeepPolicies(origin)
+			} else {
+				m.inv.RemoveCluster(origin)
+			}
 			res.All = true
 		}
 	}
@@ -132,6 +145,7 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 	}
 	res.Affected = sortedKeys(affected)
 	res.StatusDirty = sortedKeys(status)
+	res.LostChanged = m.takeLostChanged()
 	return res
 }
 
@@ -301,6 +315,9 @@ func (m *Mirror) applyPolicy(ch crdt.Change, isLive bool) (*enforce.Change, erro
 		return nil, fmt.Errorf("%s: policy name is not namespace/name", k)
 	}
 	ech := &enforce.Change{Kind: enforce.ChangePolicy, Cluster: k.Origin, Namespace: ref.Namespace, Policy: ref}
+	if m.keepLost(k, ch) {
+		return nil, nil // retired with its lost origin: kept as last known
+	}
 	if isLive {
 		var v crdt.PolicyValue
 		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {

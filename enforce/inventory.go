@@ -347,6 +347,20 @@ func (inv *Inventory) SetCluster(c Cluster) {
 // RemoveCluster forgets a cluster: its labels, namespaces, pods and every
 // policy it originated.
 func (inv *Inventory) RemoveCluster(id string) {
+	inv.RemoveClusterKeepPolicies(id)
+	for ref := range inv.policies {
+		if ref.Origin == id {
+			inv.unindexPolicy(ref)
+			delete(inv.policies, ref)
+			inv.policyRefs = nil
+		}
+	}
+}
+
+// RemoveClusterKeepPolicies forgets a cluster's labels, namespaces and pods
+// but keeps the policies it originated (a lost origin's policies stay
+// enforced from their last-known state; docs/SEMANTICS.md).
+func (inv *Inventory) RemoveClusterKeepPolicies(id string) {
 	if c, ok := inv.clusters[id]; ok {
 		for _, ns := range c.namespaces {
 			for e := range ns.pods.all() {
@@ -356,13 +370,6 @@ func (inv *Inventory) RemoveCluster(id string) {
 		}
 		delete(inv.clusters, id)
 		inv.clusterIDs = nil
-	}
-	for ref := range inv.policies {
-		if ref.Origin == id {
-			inv.unindexPolicy(ref)
-			delete(inv.policies, ref)
-			inv.policyRefs = nil
-		}
 	}
 }
 
