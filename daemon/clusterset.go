@@ -61,6 +61,10 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 	for id := range live {
 		ids[id] = true
 	}
+	lost := d.lostNames()
+	for id := range lost {
+		ids[id] = true
+	}
 	values := d.clusterValues(ids)
 	problems := d.clusterProblems(members, dupStreak)
 	byCluster := map[string][]gossip.MemberInfo{}
@@ -70,7 +74,7 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 	out := make([]kube.ClusterObservation, 0, len(ids))
 	for id := range ids {
 		o := kube.ClusterObservation{ID: id, Local: id == d.opts.ClusterID, SanityProblems: problems[id],
-			SigningKeyFingerprint: d.keyFingerprint(id)}
+			SigningKeyFingerprint: d.keyFingerprint(id), LostPolicies: lost[id]}
 		if cs, ok := live[id]; ok {
 			o.Alive, o.AliveMembers, o.LastSeen = cs.Alive, cs.AliveMembers, cs.LastAlive
 		}

@@ -25,6 +25,7 @@ type Daemon struct {
 	opts Options
 	log  *slog.Logger
 	m    *metrics
+	lost lostOrigins // lost clusters whose policies are kept (lost.go)
 
 	sanity *sanity
 	podIPs *podIPReport

@@ -41,6 +41,9 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 	if len(res.StatusDirty) > 0 {
 		d.stat.Mark(res.StatusDirty...)
 	}
+	if len(res.LostChanged) > 0 {
+		d.lostChanged(res.LostChanged)
+	}
 	if ownRemoved && d.leader.Load() {
 		d.w.OwnRetired()
 	}

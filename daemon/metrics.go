@@ -16,6 +16,8 @@ type metrics struct {
 	generated       prometheus.Gauge
 	statusUpdates   prometheus.Counter
 	decodeErrors    prometheus.Counter
+	lostPolicies    *prometheus.GaugeVec
+	lostEvents      *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -41,9 +43,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "MCNP status updates written by this cluster's leader."}),
 		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "coastguard_entry_decode_errors_total",
 			Help: "Replicated entries skipped because their value could not be decoded."}),
+		lostPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coastguard_lost_origin_policies",
+			Help: "MCNPs of a lost cluster (retired because it disappeared) still enforced here from their last-known state, by origin."},
+			[]string{"origin"}),
+		lostEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coastguard_lost_origins_total",
+			Help: "Lost-origin transitions: lost (its policies kept), released (by the annotation), decommissioned, back (the origin rewrote them), store_error."},
+			[]string{"event"}),
+	}
+	for _, e := range []string{"lost", "released", "decommissioned", "back", "store_error"} {
+		m.lostEvents.WithLabelValues(e)
 	}
 	if err := metricsreg.All(reg, m.leader, m.enforceRuns, m.enforceErrors, m.enforceDuration, m.enforceLag,
-		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors); err != nil {
+		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors, m.lostPolicies, m.lostEvents); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -63,6 +63,10 @@ type Options struct {
 	EmptyViewTimeout time.Duration
 	// Guards are the guard rails (protected namespaces, caps).
 	Guards Guards
+	// ReleaseLostOrigins restores the behaviour before lost origins were
+	// kept (--lost-origin-policies=release): the policies of a cluster
+	// retired because it disappeared stop being enforced at once.
+	ReleaseLostOrigins bool
 
 	Registry *prometheus.Registry
 	Logger   *slog.Logger

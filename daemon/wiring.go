@@ -36,6 +36,8 @@ func (d *Daemon) openState() (*store.Replica, error) {
 	if info := rep.Info(); info.MovedAside != "" {
 		d.log.Warn("state file was corrupt; moved aside, resyncing from peers", "moved_to", info.MovedAside)
 	}
+	d.lost.recs = map[string]store.LostOrigin{}
+	d.restoreLost()
 	d.outputs.Recompute(d.mirror.Inventory(), nil, true)
 	d.mu.Unlock()
 	for _, e := range loadErrs {
@@ -106,7 +108,7 @@ func (d *Daemon) startGossip() error {
 			return err
 		}
 	}
-	d.node, err = gossip.New(gcfg, rep)
+	d.node, err = gossip.New(gcfg, lostGuard{Replica: rep, d: d})
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
@@ -191,6 +193,7 @@ func (d *Daemon) startLoops(ctx context.Context, cancel context.CancelFunc, k ku
 	goRun(func() { d.statsLoop(ctx) })
 	goRun(func() { d.sanityLoop(ctx, d.sanity, k.recorder) })
 	goRun(func() { d.keyEventLoop(ctx, k.recorder) }) // SigningKeyMismatch Events (trust.go)
+	goRun(func() { d.releaseLoop(ctx) })              // release annotations of lost clusters (lost.go)
 	if o.Submariner != nil {
 		d.startSubmariner(ctx)
 	}

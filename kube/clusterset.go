@@ -33,6 +33,10 @@ const (
 	ReasonNotRetired      = "NotRetired"
 	ReasonSanityOK        = "NoProblems"
 	ReasonSanityProblem   = "SanityProblem"
+	ReasonOriginLost      = "OriginLost"
+	ReasonNotLost         = "NotLost"
+	EventOriginLost       = "OriginLost"
+	EventLostReleased     = "LostOriginReleased"
 	EventClusterStale     = "ClusterStale"
 	EventClusterRetired   = "ClusterRetired"
 	EventClusterRejoined  = "ClusterRejoined"
@@ -65,6 +69,10 @@ type ClusterObservation struct {
 	SigningKeyFingerprint string
 	// SanityProblems are messages of the sanity checks concerning the cluster.
 	SanityProblems []string
+	// LostPolicies are the MCNPs (namespace/name) of this cluster, lost
+	// (retired without a decommission), still enforced here from their
+	// last-known state.
+	LostPolicies []string
 }
 
 // ClusterTransition is an Event-worthy change of a cluster's state.
@@ -146,9 +154,24 @@ func BuildClusterStatus(reporter string, o ClusterObservation, prev []metav1.Con
 	} else {
 		set(v1.ClusterConditionSanityOK, true, ReasonSanityOK, "")
 	}
+	lost := len(o.LostPolicies) > 0
+	if lost {
+		set(v1.ClusterConditionOriginLost, true, ReasonOriginLost, fmt.Sprintf(
+			"the cluster was retired without a decommission; %d of its MCNPs stay enforced here from their last-known state (%s); release them with `kubectl coastguard release-lost %s` (or decommission it)",
+			len(o.LostPolicies), strings.Join(o.LostPolicies, ", "), o.ID))
+	} else if known(v1.ClusterConditionOriginLost) {
+		set(v1.ClusterConditionOriginLost, false, ReasonNotLost, "")
+	}
 	st.Conditions = conds
 
 	var tr []ClusterTransition
+	if lost && !wasTrue(v1.ClusterConditionOriginLost) {
+		tr = append(tr, ClusterTransition{EventOriginLost, true, fmt.Sprintf("cluster %s is lost: %d of its MCNPs stay enforced here from their last-known state until released",
+			o.ID, len(o.LostPolicies))})
+	}
+	if !lost && wasTrue(v1.ClusterConditionOriginLost) {
+		tr = append(tr, ClusterTransition{EventLostReleased, false, fmt.Sprintf("the MCNPs of lost cluster %s are no longer enforced here (released, decommissioned or rewritten by the cluster)", o.ID)})
+	}
 	if stale && !wasTrue(v1.ClusterConditionStale) {
 		tr = append(tr, ClusterTransition{EventClusterStale, true, fmt.Sprintf("cluster %s turned stale: %s", o.ID,
 			meta.FindStatusCondition(conds, v1.ClusterConditionStale).Message)})

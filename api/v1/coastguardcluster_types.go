@@ -31,6 +31,10 @@ const (
 	// (duplicate cluster ID, overlapping pod CIDRs, pod IPs outside the
 	// advertised CIDRs) reports a problem involving the cluster.
 	ClusterConditionSanityOK = "SanityOK"
+	// ClusterConditionOriginLost is True while MCNPs of this cluster, which
+	// was retired because it disappeared (not decommissioned), are still
+	// enforced in the reporting cluster from their last-known state.
+	ClusterConditionOriginLost = "OriginLost"
 )
 
 // CoastguardCluster is one member of the cluster set as the cluster it is
@@ -116,7 +120,8 @@ type CoastguardClusterStatus struct {
 	// cluster signs its deltas.
 	// +optional
 	SigningKeyFingerprint string `json:"signingKeyFingerprint,omitempty"`
-	// conditions: Alive, Stale, Retired, SanityOK.
+	// conditions: Alive, Stale, Retired, SanityOK, and OriginLost once
+	// the cluster's policies were kept as a lost origin's.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -40,12 +40,15 @@ type Config struct {
 	ReconnectTimeout time.Duration `json:"reconnectTimeout"`
 	MetricsAddr      string        `json:"metricsAddr"`
 	GlobalnetPolicy  string        `json:"globalnetPolicy"`
-	LeaseDuration    time.Duration `json:"leaseDuration"`
-	TombstoneGCAfter time.Duration `json:"tombstoneGCAfter"`
-	LogLevel         string        `json:"logLevel"`
-	ClusterCIDRs     []string      `json:"clusterCIDRs"`
-	AdminAddr        string        `json:"adminAddr"`
-	MetricsAuth      string        `json:"metricsAuth"`
+	// LostOriginPolicies: keep (enforce a lost cluster's MCNPs from their
+	// last-known state until released) or release (the old behaviour).
+	LostOriginPolicies string        `json:"lostOriginPolicies"`
+	LeaseDuration      time.Duration `json:"leaseDuration"`
+	TombstoneGCAfter   time.Duration `json:"tombstoneGCAfter"`
+	LogLevel           string        `json:"logLevel"`
+	ClusterCIDRs       []string      `json:"clusterCIDRs"`
+	AdminAddr          string        `json:"adminAddr"`
+	MetricsAuth        string        `json:"metricsAuth"`
 	// Enforcement safety (issue 13).
 	EmptyViewTimeout            time.Duration `json:"emptyViewTimeout"`
 	ProtectedNamespaces         []string      `json:"protectedNamespaces"`
@@ -57,30 +60,31 @@ type Config struct {
 
 // fileConfig mirrors Config with durations as strings for YAML ("30s").
 type fileConfig struct {
-	ClusterID        *string   `json:"clusterID"`
-	Kubeconfig       *string   `json:"kubeconfig"`
-	NodeName         *string   `json:"nodeName"`
-	Namespace        *string   `json:"namespace"`
-	BindAddr         *string   `json:"bindAddr"`
-	AdvertiseAddr    *string   `json:"advertiseAddr"`
-	Seeds            *[]string `json:"seeds"`
-	GossipKeyFile    *string   `json:"gossipKeyFile"`
-	InsecureGossip   *bool     `json:"insecureGossip"`
-	SigningKeyFile   *string   `json:"signingKeyFile"`
-	TrustBundleFile  *string   `json:"trustBundleFile"`
-	GossipProfile    *string   `json:"gossipProfile"`
-	DataDir          *string   `json:"dataDir"`
-	Debounce         *string   `json:"debounce"`
-	MaxDelay         *string   `json:"maxDelay"`
-	ReconnectTimeout *string   `json:"reconnectTimeout"`
-	MetricsAddr      *string   `json:"metricsAddr"`
-	GlobalnetPolicy  *string   `json:"globalnetPolicy"`
-	LeaseDuration    *string   `json:"leaseDuration"`
-	TombstoneGCAfter *string   `json:"tombstoneGCAfter"`
-	LogLevel         *string   `json:"logLevel"`
-	ClusterCIDRs     *[]string `json:"clusterCIDRs"`
-	AdminAddr        *string   `json:"adminAddr"`
-	MetricsAuth      *string   `json:"metricsAuth"`
+	ClusterID          *string   `json:"clusterID"`
+	Kubeconfig         *string   `json:"kubeconfig"`
+	NodeName           *string   `json:"nodeName"`
+	Namespace          *string   `json:"namespace"`
+	BindAddr           *string   `json:"bindAddr"`
+	AdvertiseAddr      *string   `json:"advertiseAddr"`
+	Seeds              *[]string `json:"seeds"`
+	GossipKeyFile      *string   `json:"gossipKeyFile"`
+	InsecureGossip     *bool     `json:"insecureGossip"`
+	SigningKeyFile     *string   `json:"signingKeyFile"`
+	TrustBundleFile    *string   `json:"trustBundleFile"`
+	GossipProfile      *string   `json:"gossipProfile"`
+	DataDir            *string   `json:"dataDir"`
+	Debounce           *string   `json:"debounce"`
+	MaxDelay           *string   `json:"maxDelay"`
+	ReconnectTimeout   *string   `json:"reconnectTimeout"`
+	MetricsAddr        *string   `json:"metricsAddr"`
+	GlobalnetPolicy    *string   `json:"globalnetPolicy"`
+	LostOriginPolicies *string   `json:"lostOriginPolicies"`
+	LeaseDuration      *string   `json:"leaseDuration"`
+	TombstoneGCAfter   *string   `json:"tombstoneGCAfter"`
+	LogLevel           *string   `json:"logLevel"`
+	ClusterCIDRs       *[]string `json:"clusterCIDRs"`
+	AdminAddr          *string   `json:"adminAddr"`
+	MetricsAuth        *string   `json:"metricsAuth"`
 
 	EmptyViewTimeout            *string   `json:"emptyViewTimeout"`
 	ProtectedNamespaces         *[]string `json:"protectedNamespaces"`
@@ -92,20 +96,21 @@ type fileConfig struct {
 
 func defaultConfig() Config {
 	return Config{
-		Namespace:        "coastguard-system",
-		BindAddr:         "0.0.0.0:7946",
-		GossipProfile:    "wan",
-		DataDir:          "/var/lib/coastguard",
-		Debounce:         50 * time.Millisecond,
-		MaxDelay:         500 * time.Millisecond,
-		ReconnectTimeout: 24 * time.Hour,
-		MetricsAddr:      ":9090",
-		GlobalnetPolicy:  "coarse",
-		LeaseDuration:    15 * time.Second,
-		TombstoneGCAfter: time.Hour,
-		LogLevel:         "info",
-		AdminAddr:        "127.0.0.1:9091",
-		MetricsAuth:      "none",
+		Namespace:          "coastguard-system",
+		BindAddr:           "0.0.0.0:7946",
+		GossipProfile:      "wan",
+		DataDir:            "/var/lib/coastguard",
+		Debounce:           50 * time.Millisecond,
+		MaxDelay:           500 * time.Millisecond,
+		ReconnectTimeout:   24 * time.Hour,
+		MetricsAddr:        ":9090",
+		GlobalnetPolicy:    "coarse",
+		LostOriginPolicies: "keep",
+		LeaseDuration:      15 * time.Second,
+		TombstoneGCAfter:   time.Hour,
+		LogLevel:           "info",
+		AdminAddr:          "127.0.0.1:9091",
+		MetricsAuth:        "none",
 
 		EmptyViewTimeout:            2 * time.Minute,
 		MaxNetworkPoliciesPerMCNP:   64,
@@ -274,6 +279,8 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.MetricsAddr }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAddr) }},
 		{false, "globalnet-policy", []string{"COASTGUARD_GLOBALNET_POLICY"}, "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed)",
 			strSetter(func(c *Config) *string { return &c.GlobalnetPolicy }), func(f *fileConfig) (string, bool) { return sp(f.GlobalnetPolicy) }},
+		{false, "lost-origin-policies", []string{"COASTGUARD_LOST_ORIGIN_POLICIES"}, "keep (the MCNPs of a cluster retired because it disappeared stay enforced from their last-known state until released: kubectl coastguard release-lost, or its decommission) or release (stop enforcing them at once)",
+			strSetter(func(c *Config) *string { return &c.LostOriginPolicies }), func(f *fileConfig) (string, bool) { return sp(f.LostOriginPolicies) }},
 		{false, "lease-duration", []string{"COASTGUARD_LEASE_DURATION"}, "leader Lease duration",
 			durSetter("lease-duration", func(c *Config) *time.Duration { return &c.LeaseDuration }), func(f *fileConfig) (string, bool) { return sp(f.LeaseDuration) }},
 		{false, "tombstone-gc-after", []string{"COASTGUARD_TOMBSTONE_GC_AFTER"}, "own tombstones older than this are garbage-collected",
@@ -565,6 +572,11 @@ func (c Config) Validate() error {
 	case "none", "kubernetes":
 	default:
 		errs = append(errs, fmt.Errorf("metrics-auth %q: must be none or kubernetes", c.MetricsAuth))
+	}
+	switch c.LostOriginPolicies {
+	case "keep", "release":
+	default:
+		errs = append(errs, fmt.Errorf("lost-origin-policies %q: must be keep or release", c.LostOriginPolicies))
 	}
 	switch c.GlobalnetPolicy {
 	case "coarse", "drop":

@@ -191,7 +191,8 @@ func run(cfg Config, log *slog.Logger) error {
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
 		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
-		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
+		ReleaseLostOrigins: cfg.LostOriginPolicies == "release",
+		Registry:           reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),
 	})
 	if err != nil {

@@ -1,0 +1,269 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/store"
+)
+
+// AnnotationReleaseLostOrigin, set on the CoastguardCluster of a lost
+// cluster in this cluster (`kubectl coastguard release-lost`), releases the
+// policies kept from it: its value is an RFC 3339 time, and a loss that
+// began at or before it is released. The apiserver's audit log records who
+// set it. A later loss of the same cluster is not released by it.
+const AnnotationReleaseLostOrigin = "coastguard.submariner.io/release-lost-origin"
+
+// lostOrigins keeps what this daemon knows of lost clusters: the records
+// persisted in the store (and mirrored in the Mirror, which keeps their
+// policies in the enforce inventory).
+type lostOrigins struct {
+	mu   sync.Mutex
+	recs map[string]store.LostOrigin
+}
+
+// lostGuard is the replica as gossip sees it: a retirement decided by
+// membership (unsigned: the cluster disappeared) first records the
+// cluster's live policies as lost, so the mirror keeps enforcing them; a
+// signed retirement that leaves the cluster with no entry (its
+// decommission) releases them.
+type lostGuard struct {
+	*store.Replica
+	d *Daemon
+}
+
+// ApplyRetire implements the retirement path of gossip.Replica.
+func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
+	d := g.d
+	remote := r.Origin != d.opts.ClusterID
+	noted := false
+	if remote && r.Sig == nil && !d.opts.ReleaseLostOrigins {
+		noted = d.noteLost(r)
+	}
+	ch, err := g.Replica.ApplyRetire(r)
+	switch {
+	case err != nil && len(ch) == 0:
+		if noted { // refused: nothing was lost
+			d.dropLost(r.Origin, "")
+		}
+	case remote && r.Sig != nil && d.originEmpty(r.Origin):
+		d.dropLost(r.Origin, "decommissioned")
+	}
+	return ch, err
+}
+
+// originEmpty reports whether the replica holds no live entry of origin.
+func (d *Daemon) originEmpty(origin string) bool {
+	empty := true
+	d.rep.View(func(st *crdt.State) {
+		for _, s := range crdt.Kinds() {
+			st.Range(origin, s.Kind, func(e crdt.Entry) bool {
+				empty = e.Deleted
+				return empty
+			})
+			if !empty {
+				return
+			}
+		}
+	})
+	return empty
+}
+
+// noteLost records the live policies of origin at or below r.UpTo as lost,
+// before the retirement is applied, and reports whether it recorded any.
+func (d *Daemon) noteLost(r crdt.Retire) bool {
+	var kept []crdt.Entry
+	d.rep.View(func(st *crdt.State) {
+		st.Range(r.Origin, crdt.KindPolicy, func(e crdt.Entry) bool {
+			if !e.Deleted && e.Version <= r.UpTo {
+				e.Value, e.Sig = bytes.Clone(e.Value), bytes.Clone(e.Sig)
+				kept = append(kept, e)
+			}
+			return true
+		})
+	})
+	d.lost.mu.Lock()
+	defer d.lost.mu.Unlock()
+	rec, had := d.lost.recs[r.Origin]
+	if len(kept) == 0 && !had {
+		return false
+	}
+	names := map[string]bool{}
+	for _, e := range kept {
+		names[e.Name] = true
+	}
+	for _, e := range rec.Policies { // kept from an earlier loss
+		if !names[e.Name] {
+			kept = append(kept, e)
+		}
+	}
+	if !had {
+		rec.Since = time.Now().UnixNano()
+	}
+	rec.Origin, rec.UpTo, rec.Policies = r.Origin, max(rec.UpTo, r.UpTo), kept
+	d.persistLost(rec)
+	d.lost.recs[r.Origin] = rec
+	d.mu.Lock()
+	d.mirror.MarkLost(r.Origin, rec.UpTo)
+	d.mu.Unlock()
+	d.m.lostPolicies.WithLabelValues(r.Origin).Set(float64(len(kept)))
+	d.m.lostEvents.WithLabelValues("lost").Inc()
+	d.log.Warn("cluster lost (retired without a decommission): its MCNPs stay enforced here from their last-known state until released",
+		"remote_cluster", r.Origin, "policies", len(kept), "release", "kubectl coastguard release-lost "+r.Origin)
+	return true
+}
+
+// dropLost stops keeping origin's policies (released, decommissioned,
+// rewritten by the origin, or a refused retirement when event is "") and
+// re-enforces the policies concerned.
+func (d *Daemon) dropLost(origin, event string) {
+	d.lost.mu.Lock()
+	_, had := d.lost.recs[origin]
+	delete(d.lost.recs, origin)
+	d.lost.mu.Unlock()
+	d.mu.Lock()
+	keys := d.mirror.ReleaseLost(origin)
+	d.mu.Unlock()
+	if !had && len(keys) == 0 {
+		return
+	}
+	if st := d.rep.Store(); st != nil {
+		if err := st.DeleteLost(origin); err != nil {
+			d.m.lostEvents.WithLabelValues("store_error").Inc()
+			d.log.Error("cannot delete the lost-origin record; it will be kept again after a restart", "remote_cluster", origin, "err", err)
+		}
+	}
+	d.m.lostPolicies.DeleteLabelValues(origin)
+	if len(keys) > 0 && d.enforce != nil {
+		d.enforce.Mark(keys...)
+	}
+	if event != "" {
+		d.m.lostEvents.WithLabelValues(event).Inc()
+		d.log.Warn("lost cluster's MCNPs no longer enforced here", "remote_cluster", origin, "why", event, "policies", len(keys))
+	}
+}
+
+// lostChanged follows the mirror after a batch: a lost origin back in the
+// mesh replaced or deleted some kept policies itself; once none is left,
+// it is no longer lost.
+func (d *Daemon) lostChanged(origins []string) {
+	for _, origin := range origins {
+		d.mu.Lock()
+		names := d.mirror.LostPolicies()[origin]
+		d.mu.Unlock()
+		if len(names) == 0 {
+			d.dropLost(origin, "back")
+			continue
+		}
+		keep := map[string]bool{}
+		for _, n := range names {
+			keep[n] = true
+		}
+		d.lost.mu.Lock()
+		rec := d.lost.recs[origin]
+		var left []crdt.Entry
+		for _, e := range rec.Policies {
+			if keep[e.Name] {
+				left = append(left, e)
+			}
+		}
+		rec.Policies = left
+		d.lost.recs[origin] = rec
+		d.persistLost(rec)
+		d.lost.mu.Unlock()
+		d.m.lostPolicies.WithLabelValues(origin).Set(float64(len(left)))
+	}
+}
+
+func (d *Daemon) persistLost(rec store.LostOrigin) {
+	st := d.rep.Store()
+	if st == nil {
+		return
+	}
+	if err := st.PutLost(rec); err != nil {
+		d.m.lostEvents.WithLabelValues("store_error").Inc()
+		d.log.Error("cannot persist the lost-origin record; its policies are kept only until this daemon restarts",
+			"remote_cluster", rec.Origin, "err", err)
+	}
+}
+
+// restoreLost puts the kept policies of lost origins back after the state
+// was loaded (d.mu held; before any other goroutine runs, so d.lost needs
+// no lock here: elsewhere the order is d.lost.mu, then d.mu).
+func (d *Daemon) restoreLost() {
+	st := d.rep.Store()
+	if st == nil {
+		return
+	}
+	recs, err := st.LostOrigins()
+	if err != nil {
+		d.m.lostEvents.WithLabelValues("store_error").Inc()
+		d.log.Error("lost-origin records could not all be read; those are no longer enforced", "err", err)
+	}
+	for origin, rec := range recs {
+		_, errs := d.mirror.RestoreLost(origin, rec.UpTo, rec.Policies)
+		for _, e := range errs {
+			d.log.Warn("skipping a kept policy of a lost cluster", "remote_cluster", origin, "err", e)
+		}
+		n := len(d.mirror.LostPolicies()[origin])
+		if n == 0 { // the cluster is back and holds them all again
+			d.mirror.ReleaseLost(origin)
+			if err := st.DeleteLost(origin); err != nil {
+				d.log.Error("cannot delete the lost-origin record", "remote_cluster", origin, "err", err)
+			}
+			continue
+		}
+		d.lost.recs[origin] = rec
+		d.m.lostPolicies.WithLabelValues(origin).Set(float64(n))
+		d.log.Warn("lost cluster's MCNPs restored from the store: still enforced here until released", "remote_cluster", origin, "policies", n)
+	}
+}
+
+// lostNames returns the kept policies per lost origin (for status).
+func (d *Daemon) lostNames() map[string][]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mirror.LostPolicies()
+}
+
+// releaseLoop applies release annotations on CoastguardCluster objects, in
+// every daemon of this cluster (leader and standby keep their own records).
+// It reads the API only while something is kept.
+func (d *Daemon) releaseLoop(ctx context.Context) {
+	if d.opts.Dynamic == nil {
+		return
+	}
+	every(ctx, ClusterSetInterval, func(time.Time) {
+		d.lost.mu.Lock()
+		since := make(map[string]int64, len(d.lost.recs))
+		for o, r := range d.lost.recs {
+			since[o] = r.Since
+		}
+		d.lost.mu.Unlock()
+		for origin, s := range since {
+			u, err := d.opts.Dynamic.Resource(v1.CoastguardClusterGVR).Get(ctx, origin, metav1.GetOptions{})
+			if err != nil {
+				continue // not written yet (or not found): nothing to release
+			}
+			at, ok := u.GetAnnotations()[AnnotationReleaseLostOrigin]
+			if !ok {
+				continue
+			}
+			t, err := time.Parse(time.RFC3339, at)
+			if err != nil {
+				d.log.Warn("ignoring a malformed release annotation (want an RFC 3339 time)", "remote_cluster", origin,
+					"annotation", AnnotationReleaseLostOrigin, "value", at)
+				continue
+			}
+			if !t.Before(time.Unix(0, s).Truncate(time.Second)) {
+				d.dropLost(origin, "released")
+			}
+		}
+	})
+}
