@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/kube"
@@ -30,6 +31,10 @@ type ClusterRow struct {
 	Lag             string `json:"lag"` // entries behind the cluster's own view, or "epoch behind"/"unknown"
 	SoftwareVersion string `json:"softwareVersion,omitempty"`
 	LastSeen        string `json:"lastSeen,omitempty"`
+	// OriginLost: the cluster was lost (retired without a decommission)
+	// and some of its MCNPs stay enforced in the viewing cluster.
+	OriginLost        bool   `json:"originLost,omitempty"`
+	OriginLostMessage string `json:"originLostMessage,omitempty"`
 }
 
 // View is one cluster's CoastguardCluster objects.
@@ -164,6 +169,10 @@ func (o *Options) status(ctx context.Context) (*Status, error) {
 				SanityOK: !meta.IsStatusConditionFalse(c.Status.Conditions, v1.ClusterConditionSanityOK)}
 			if sc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionSanityOK); sc != nil && sc.Status == "False" {
 				r.SanityMessage = sc.Message
+			}
+			if lc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionOriginLost); lc != nil && lc.Status == metav1.ConditionTrue {
+				r.OriginLost, r.OriginLostMessage = true, lc.Message
+				st.Problems = append(st.Problems, fmt.Sprintf("%s keeps enforcing MCNPs of lost cluster %s: %s", m.ID, c.Name, lc.Message))
 			}
 			if c.Status.LastSeen != nil {
 				r.LastSeen = c.Status.LastSeen.UTC().Format(time.RFC3339)

@@ -13,13 +13,6 @@ import (
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
-// AnnotationReleaseLostOrigin, set on the CoastguardCluster of a lost
-// cluster in this cluster (`kubectl coastguard release-lost`), releases the
-// policies kept from it: its value is an RFC 3339 time, and a loss that
-// began at or before it is released. The apiserver's audit log records who
-// set it. A later loss of the same cluster is not released by it.
-const AnnotationReleaseLostOrigin = "coastguard.submariner.io/release-lost-origin"
-
 // lostOrigins keeps what this daemon knows of lost clusters: the records
 // persisted in the store (and mirrored in the Mirror, which keeps their
 // policies in the enforce inventory).
@@ -251,14 +244,14 @@ func (d *Daemon) releaseLoop(ctx context.Context) {
 			if err != nil {
 				continue // not written yet (or not found): nothing to release
 			}
-			at, ok := u.GetAnnotations()[AnnotationReleaseLostOrigin]
+			at, ok := u.GetAnnotations()[v1.AnnotationReleaseLostOrigin]
 			if !ok {
 				continue
 			}
 			t, err := time.Parse(time.RFC3339, at)
 			if err != nil {
 				d.log.Warn("ignoring a malformed release annotation (want an RFC 3339 time)", "remote_cluster", origin,
-					"annotation", AnnotationReleaseLostOrigin, "value", at)
+					"annotation", v1.AnnotationReleaseLostOrigin, "value", at)
 				continue
 			}
 			if !t.Before(time.Unix(0, s).Truncate(time.Second)) {

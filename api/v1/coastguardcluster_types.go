@@ -35,6 +35,12 @@ const (
 	// was retired because it disappeared (not decommissioned), are still
 	// enforced in the reporting cluster from their last-known state.
 	ClusterConditionOriginLost = "OriginLost"
+	// AnnotationReleaseLostOrigin, set on the CoastguardCluster of a lost
+	// cluster (kubectl coastguard release-lost), releases the MCNPs kept
+	// from it in the annotated cluster: its value is an RFC 3339 time, and
+	// a loss that began at or before it is released. The apiserver's audit
+	// log records who set it; a later loss is not released by it.
+	AnnotationReleaseLostOrigin = "coastguard.submariner.io/release-lost-origin"
 )
 
 // CoastguardCluster is one member of the cluster set as the cluster it is
