@@ -107,7 +107,10 @@ func TestScenarioDecommission(t *testing.T) {
 
 // TestScenarioClusterLost: C's daemon is SIGKILLed and never comes back. With
 // a 10s reconnect timeout its entries go stale (still enforced), then are
-// retired: its pod IPs and the policies from its MCNPs vanish in A and B.
+// retired: its pod IPs vanish in A and B, but the policy from C's MCNP stays
+// enforced there from its last-known state (a lost origin fails closed),
+// with OriginLost on C's CoastguardCluster, until `kubectl coastguard
+// release-lost` releases it.
 func TestScenarioClusterLost(t *testing.T) {
 	const reconnect = 10 * time.Second
 	env, _, ds := startMesh(t, 3, meshOpts{Args: []string{"--reconnect-timeout=" + reconnect.String()}})
@@ -154,15 +157,52 @@ func TestScenarioClusterLost(t *testing.T) {
 		waitNPs(t, ctx, cl, originSel(a.Name), reconnect+30*time.Second, func(bl []string, nps []networkingv1.NetworkPolicy) bool {
 			return len(nps) == 1 && equal(bl, want)
 		}, "C's pods retired from A's policy")
-		waitNPs(t, ctx, cl, originSel(c.Name), 15*time.Second, func(_ []string, nps []networkingv1.NetworkPolicy) bool {
-			return len(nps) == 0
-		}, "policy from C's MCNP retired")
+		// C's MCNP stays, narrowed to the pods still known
+		waitNPs(t, ctx, cl, originSel(c.Name), 15*time.Second, func(bl []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) == 1 && equal(bl, want)
+		}, "policy from lost C's MCNP kept, without C's pods")
 	}
 	retired := time.Since(killed)
 	t.Logf("cluster lost: C retired everywhere %s after SIGKILL (reconnect timeout %s)", retired.Round(time.Millisecond), reconnect)
 	require.GreaterOrEqual(t, retired, reconnect, "retired before the reconnect timeout")
+	for i, cl := range []*harness.Cluster{a, b} {
+		waitOriginLost(t, ctx, cl, c.Name, true)
+		fams, err := ds[i].Metrics(ctx)
+		require.NoError(t, err)
+		v, _ := harness.MetricValue(fams, "coastguard_lost_origin_policies", map[string]string{"origin": c.Name})
+		require.EqualValues(t, 1, v, "%s: one MCNP of lost %s kept", cl.Name, c.Name)
+	}
+
+	// the explicit, audited release, from one kubeconfig for the whole set
+	bin, err := harness.Build("./cmd/kubectl-coastguard")
+	require.NoError(t, err)
+	out, err := exec.CommandContext(ctx, bin, "release-lost", c.Name, "--kubeconfig", mergedKubeconfig(t, env)).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), a.Name+" ("+a.Name+"): released")
+	require.Contains(t, string(out), c.Name+" ("+c.Name+"): not lost here")
+	for _, cl := range []*harness.Cluster{a, b} {
+		waitNPs(t, ctx, cl, originSel(c.Name), 30*time.Second, func(_ []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) == 0
+		}, "policy from lost C's MCNP released")
+		waitOriginLost(t, ctx, cl, c.Name, false)
+	}
 	// C's own apiserver keeps what C generated: nobody deletes it remotely
 	nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
 	require.NoError(t, err)
 	require.Len(t, nps, 2, "C's local NetworkPolicies stay as last enforced")
+}
+
+// waitOriginLost waits for cl's CoastguardCluster of lost to report
+// OriginLost as want.
+func waitOriginLost(t *testing.T, ctx context.Context, cl *harness.Cluster, lost string, want bool) {
+	t.Helper()
+	status := "False"
+	if want {
+		status = "True"
+	}
+	var got string
+	require.NoError(t, harness.Eventually(ctx, 30*time.Second, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		got, _, _ = cl.Kubectl(ctx, "get", "coastguardcluster", lost, "-o", `jsonpath={.status.conditions[?(@.type=="OriginLost")].status}`)
+		return got == status, nil
+	}), "%s: OriginLost of %s is %q, want %s", cl.Name, lost, got, status)
 }
