@@ -1,0 +1,126 @@
+package daemon
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/store"
+)
+
+// lostDaemon is a daemon of cluster a with just what the lost-origin path
+// needs: a durable replica feeding a mirror, and metrics.
+func lostDaemon(t *testing.T, path string) *Daemon {
+	t.Helper()
+	m, err := newMetrics(prometheus.NewRegistry())
+	require.NoError(t, err)
+	d := &Daemon{opts: Options{ClusterID: "a"}, log: discard, m: m,
+		view: view{mirror: NewMirror("a"), outputs: NewOutputs("a")}}
+	d.mu.Lock()
+	rep, loadErrs, err := LoadState(path, "a", store.Options{}, d.mirror)
+	require.NoError(t, err)
+	require.Empty(t, loadErrs)
+	t.Cleanup(func() { _ = rep.Close() })
+	d.rep = rep
+	d.lost.recs = map[string]store.LostOrigin{}
+	d.restoreLost()
+	d.mu.Unlock()
+	rep.Subscribe(func(ch []crdt.Change) {
+		d.mu.Lock()
+		res := d.mirror.Apply(ch)
+		d.mu.Unlock()
+		d.lostChanged(res.LostChanged)
+	})
+	return d
+}
+
+const (
+	timeout = 5 * time.Second
+	tick    = 10 * time.Millisecond
+)
+
+func (d *Daemon) kept() map[string][]string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.mirror.LostPolicies()
+}
+
+func (d *Daemon) hasPolicy(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.mirror.Inventory().Policy(enforce.PolicyRef{Origin: "b", Namespace: "shop", Name: name})
+	return ok
+}
+
+// A retirement decided by membership keeps b's policy (durably, across a
+// restart); b's own signed retirement of everything (its decommission)
+// releases it.
+func TestLostGuard(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.db")
+	d := lostDaemon(t, path)
+	b := crdt.NewState("b")
+	require.NoError(t, b.SetEpoch(1))
+	spec, err := crdt.EncodeValue(policyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
+	require.NoError(t, err)
+	for _, name := range []string{"shop/deny", "shop/gone"} {
+		dl, _, err := b.Write(crdt.KindPolicy, name, spec, false, 0)
+		require.NoError(t, err)
+		_, err = d.rep.Apply(dl)
+		require.NoError(t, err)
+	}
+	dl, _, err := b.Write(crdt.KindPolicy, "shop/gone", nil, true, 0) // deleted before the loss
+	require.NoError(t, err)
+	_, err = d.rep.Apply(dl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return d.hasPolicy("deny") }, timeout, tick)
+
+	g := lostGuard{Replica: d.rep, d: d}
+	_, err = g.ApplyRetire(crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max}) // unsigned: membership
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick)
+	require.True(t, d.hasPolicy("deny"), "the lost origin's policy stays")
+	require.False(t, d.hasPolicy("gone"))
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostPolicies.WithLabelValues("b")))
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("lost")))
+
+	// after a restart, the record brings it back
+	require.NoError(t, d.rep.Close())
+	d2 := lostDaemon(t, path)
+	require.True(t, d2.hasPolicy("deny"), "restored from the store")
+	require.Equal(t, map[string][]string{"b": {"shop/deny"}}, d2.kept())
+
+	// the release drops it, and the record with it
+	d2.dropLost("b", "released")
+	require.False(t, d2.hasPolicy("deny"))
+	recs, err := d2.rep.Store().LostOrigins()
+	require.NoError(t, err)
+	require.Empty(t, recs)
+}
+
+// A decommission (b signs the retirement of everything it wrote) is not a
+// loss: nothing is kept.
+func TestLostGuardDecommissionIsNotALoss(t *testing.T) {
+	d := lostDaemon(t, filepath.Join(t.TempDir(), "s.db"))
+	b := crdt.NewState("b")
+	require.NoError(t, b.SetEpoch(1))
+	spec, err := crdt.EncodeValue(policyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
+	require.NoError(t, err)
+	dl, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
+	require.NoError(t, err)
+	_, err = d.rep.Apply(dl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return d.hasPolicy("deny") }, timeout, tick)
+	r := crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max, Sig: []byte("signed")} // unverified here: the replica has no verifier
+	_, err = lostGuard{Replica: d.rep, d: d}.ApplyRetire(r)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return !d.hasPolicy("deny") }, timeout, tick)
+	require.Empty(t, d.kept())
+}
