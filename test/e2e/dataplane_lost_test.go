@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"os/exec"
 	"testing"
 	"time"
@@ -21,16 +20,9 @@ import (
 // from the policy), cluster2's web pod keeps it; only the explicit
 // release-lost lifts the isolation.
 func TestPacketsLostOrigin(t *testing.T) {
-	scenario(t, 3)
-	env := dataplaneEnv(t, 3, harness.Options{})
+	env, ctx := packetsEnv(t, 3, 5*time.Minute)
 	dp := env.Dataplane()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
 	c1, c2, c3 := env.Clusters[0], env.Clusters[1], env.Clusters[2]
-	for _, c := range env.Clusters {
-		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
-	}
 	_, err := c1.RunPod(ctx, "shop", "db-0", "10.1.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432))
 	require.NoError(t, err)
 	_, err = c2.RunPod(ctx, "shop", "web-0", "10.2.0.10", web)
@@ -40,7 +32,7 @@ func TestPacketsLostOrigin(t *testing.T) {
 	_, err = c3.RunPod(ctx, "shop", "web-1", "10.3.0.10", web)
 	require.NoError(t, err)
 	ds := startDaemons(t, ctx, env, harness.DaemonOptions{Args: []string{"--reconnect-timeout=10s"}})
-	applyYAML(t, ctx, c3, []byte(dbFromWeb))
+	applyYAML(t, ctx, c3, dbFromWeb("db-from-web", ""))
 	allowed := map[string]bool{"web-0": true, "web-1": true}
 	want := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool {
 		return to.Name != "db-0" || allowed[from.Name]
@@ -59,15 +51,3 @@ func TestPacketsLostOrigin(t *testing.T) {
 	want = func(harness.PodEndpoint, harness.PodEndpoint, corev1.ContainerPort) bool { return true }
 	waitMatrix(t, ctx, dp, want, 60*time.Second, "released: nothing isolates the db any more")
 }
-
-const dbFromWeb = `apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: db-from-web, namespace: shop}
-spec:
-  clusterSelector: {}
-  podSelector: {matchLabels: {role: db}}
-  ingress:
-  - from:
-    - clusterSelector: {}
-      podSelector: {matchLabels: {app: web}}
-`

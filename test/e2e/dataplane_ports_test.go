@@ -3,7 +3,6 @@
 package e2e
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -20,16 +19,9 @@ import (
 // alone), and egress isolation of the client pods, each on packets across
 // two clusters.
 func TestPacketsNamedPortsAndUserPolicies(t *testing.T) {
-	scenario(t, 2)
-	env := dataplaneEnv(t, 2, harness.Options{})
+	env, ctx := packetsEnv(t, 2, 5*time.Minute)
 	dp := env.Dataplane()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
 	c1, c2 := env.Clusters[0], env.Clusters[1]
-	for _, c := range env.Clusters {
-		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
-	}
 	db := map[string]string{"role": "db"}
 	_, err := c1.RunPod(ctx, "shop", "db-a", "10.1.0.10", db, tcpPort("pg", 5432), tcpPort("admin", 7000))
 	require.NoError(t, err)
@@ -43,7 +35,7 @@ func TestPacketsNamedPortsAndUserPolicies(t *testing.T) {
 
 	isDB := func(p harness.PodEndpoint) bool { return p.Name == "db-a" || p.Name == "db-b" }
 	// the named port "pg": 5432 on db-a, 6432 on db-b
-	applyYAML(t, ctx, c1, []byte(dbNamedPort))
+	applyYAML(t, ctx, c1, dbFromWeb("db-pg", "[{protocol: TCP, port: pg}]"))
 	want := func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
 		if !isDB(to) {
 			return true
@@ -75,19 +67,6 @@ func TestPacketsNamedPortsAndUserPolicies(t *testing.T) {
 	}
 	waitMatrix(t, ctx, dp, want, 60*time.Second, "egress of web-0 limited to the named port of the dbs")
 }
-
-const dbNamedPort = `apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: db-pg, namespace: shop}
-spec:
-  clusterSelector: {}
-  podSelector: {matchLabels: {role: db}}
-  ingress:
-  - from:
-    - clusterSelector: {}
-      podSelector: {matchLabels: {app: web}}
-    ports: [{protocol: TCP, port: pg}]
-`
 
 const userAdminPolicy = `apiVersion: networking.k8s.io/v1
 kind: NetworkPolicy

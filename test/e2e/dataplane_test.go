@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
@@ -260,9 +259,13 @@ spec:
 	waitCondition(t, ctx, a, "web-egress", "Degraded", "False", "AsExpected")
 }
 
-const dbRange = `apiVersion: networking.submariner.io/v1
+// dbFromWeb is an MCNP that isolates the role=db pods of every cluster
+// except from app=web pods of every cluster, on ports (a YAML flow
+// sequence, "" for every port).
+func dbFromWeb(name, ports string) []byte {
+	y := `apiVersion: networking.submariner.io/v1
 kind: MultiClusterNetworkPolicy
-metadata: {name: db-range, namespace: shop}
+metadata: {name: ` + name + `, namespace: shop}
 spec:
   clusterSelector: {}
   podSelector: {matchLabels: {role: db}}
@@ -270,8 +273,27 @@ spec:
   - from:
     - clusterSelector: {}
       podSelector: {matchLabels: {app: web}}
-    ports: [{protocol: TCP, port: 5432, endPort: 5433}]
 `
+	if ports != "" {
+		y += "    ports: " + ports + "\n"
+	}
+	return []byte(y)
+}
+
+// packetsEnv starts n clusters on the dataplane with the CRDs and a shop
+// namespace in each, and a context bounded by timeout.
+func packetsEnv(t *testing.T, n int, timeout time.Duration) (*harness.Env, context.Context) {
+	t.Helper()
+	scenario(t, n)
+	env := dataplaneEnv(t, n, harness.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
+	for _, c := range env.Clusters {
+		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
+	}
+	return env, ctx
+}
 
 // TestPacketsPartitionAndEndPort: an MCNP created in cluster3 protects a
 // db in cluster1 with an endPort range. While cluster3 is cut off,
@@ -279,16 +301,9 @@ spec:
 // follows cluster2's pod changes; after the heal nothing changes. Then the
 // MCNP is changed in its origin, and cluster2 is decommissioned.
 func TestPacketsPartitionAndEndPort(t *testing.T) {
-	scenario(t, 3)
-	env := dataplaneEnv(t, 3, harness.Options{})
+	env, ctx := packetsEnv(t, 3, 5*time.Minute)
 	dp := env.Dataplane()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	require.NoError(t, env.InstallCRDs(ctx, crdDir(t)))
 	c1, c2, c3 := env.Clusters[0], env.Clusters[1], env.Clusters[2]
-	for _, c := range env.Clusters {
-		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
-	}
 	_, err := c1.RunPod(ctx, "shop", "db-0", "10.1.0.10", map[string]string{"role": "db"}, tcpPort("pg", 5432), tcpPort("pg2", 5433), tcpPort("admin", 5440))
 	require.NoError(t, err)
 	_, err = c2.RunPod(ctx, "shop", "web-0", "10.2.0.10", web)
@@ -298,7 +313,7 @@ func TestPacketsPartitionAndEndPort(t *testing.T) {
 	_, err = c3.RunPod(ctx, "shop", "web-1", "10.3.0.10", web)
 	require.NoError(t, err)
 	ds := startDaemons(t, ctx, env, harness.DaemonOptions{})
-	applyYAML(t, ctx, c3, []byte(dbRange))
+	applyYAML(t, ctx, c3, dbFromWeb("db-range", "[{protocol: TCP, port: 5432, endPort: 5433}]"))
 	labels := map[string]string{"web-0": "web", "other-0": "other", "web-1": "web"}
 	want := func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
 		if to.Name != "db-0" {
@@ -323,7 +338,7 @@ func TestPacketsPartitionAndEndPort(t *testing.T) {
 	waitMatrix(t, ctx, dp, want, 60*time.Second, "healed: cluster3's new pod admitted too")
 
 	// The MCNP changes in its origin: only the admin port is admitted now.
-	applyYAML(t, ctx, c3, []byte(strings.Replace(dbRange, "{protocol: TCP, port: 5432, endPort: 5433}", "{protocol: TCP, port: 5440}", 1)))
+	applyYAML(t, ctx, c3, dbFromWeb("db-range", "[{protocol: TCP, port: 5440}]"))
 	want = func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
 		if to.Name != "db-0" {
 			return true
