@@ -3,8 +3,8 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,10 +30,11 @@ MCNPs it had originated stay enforced in every other cluster from their
 last-known state, so that their protection does not leave with it (its
 CoastguardCluster shows OriginLost=True, and kubectl coastguard status lists
 it). release-lost annotates that CoastguardCluster object, in each reachable
-cluster where it is lost, with ` + v1.AnnotationReleaseLostOrigin + `=<now>;
-the daemons there then stop enforcing those MCNPs. The apiserver's audit log
-records who released what. A later loss of the same cluster is not released
-by this annotation.`,
+cluster where it is lost, with ` + v1.AnnotationReleaseLostOrigin + `=<the
+epoch it was lost at, its status.epoch>; the daemons there then stop
+enforcing those MCNPs. The apiserver's audit log records who released what.
+A later loss of the same cluster (at a newer epoch) is not released by this
+annotation.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lost := args[0]
@@ -41,8 +42,6 @@ by this annotation.`,
 			if err != nil {
 				return err
 			}
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-				v1.AnnotationReleaseLostOrigin: time.Now().UTC().Format(time.RFC3339)}}})
 			var out []ReleaseResult
 			var failed []string
 			for _, r := range rs {
@@ -55,7 +54,7 @@ by this annotation.`,
 					continue // no coastguard there
 				default:
 					res.Cluster = r.Member.ID
-					res.Result = releaseIn(cmd, r.Member, lost, patch)
+					res.Result = releaseIn(cmd, r.Member, lost)
 					if res.Result != "released" && res.Result != "not lost here" {
 						failed = append(failed, r.Context)
 					}
@@ -79,7 +78,7 @@ by this annotation.`,
 
 // releaseIn annotates the lost cluster's CoastguardCluster in one cluster
 // when that cluster reports it lost.
-func releaseIn(cmd *cobra.Command, m *member, lost string, patch []byte) string {
+func releaseIn(cmd *cobra.Command, m *member, lost string) string {
 	ctx := cmd.Context()
 	ccs, err := listClusters(ctx, m)
 	if err != nil {
@@ -92,6 +91,8 @@ func releaseIn(cmd *cobra.Command, m *member, lost string, patch []byte) string 
 		if !meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionOriginLost) {
 			return "not lost here"
 		}
+		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			v1.AnnotationReleaseLostOrigin: strconv.FormatInt(c.Status.Epoch, 10)}}})
 		if _, err := m.Dynamic.Resource(v1.CoastguardClusterGVR).Patch(ctx, lost, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 			return fmt.Sprintf("annotating coastguardcluster %s: %v", lost, err)
 		}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"strconv"
 	"sync"
 	"time"
 
@@ -233,13 +234,16 @@ func (d *Daemon) releaseLoop(ctx context.Context) {
 		return
 	}
 	every(ctx, ClusterSetInterval, func(time.Time) {
+		// the epoch a lost cluster is known at here (its CoastguardCluster's
+		// status.epoch, which release-lost copies into the annotation)
+		digest := d.rep.Digest()
 		d.lost.mu.Lock()
-		since := make(map[string]int64, len(d.lost.recs))
-		for o, r := range d.lost.recs {
-			since[o] = r.Since
+		lostAt := make(map[string]uint32, len(d.lost.recs))
+		for o := range d.lost.recs {
+			lostAt[o] = digest[o].Max.Epoch()
 		}
 		d.lost.mu.Unlock()
-		for origin, s := range since {
+		for origin, epoch := range lostAt {
 			u, err := d.opts.Dynamic.Resource(v1.CoastguardClusterGVR).Get(ctx, origin, metav1.GetOptions{})
 			if err != nil {
 				continue // not written yet (or not found): nothing to release
@@ -248,13 +252,13 @@ func (d *Daemon) releaseLoop(ctx context.Context) {
 			if !ok {
 				continue
 			}
-			t, err := time.Parse(time.RFC3339, at)
+			released, err := strconv.ParseUint(at, 10, 32)
 			if err != nil {
-				d.log.Warn("ignoring a malformed release annotation (want an RFC 3339 time)", "remote_cluster", origin,
+				d.log.Warn("ignoring a malformed release annotation (want the epoch the cluster was lost at)", "remote_cluster", origin,
 					"annotation", v1.AnnotationReleaseLostOrigin, "value", at)
 				continue
 			}
-			if !t.Before(time.Unix(0, s).Truncate(time.Second)) {
+			if uint32(released) >= epoch {
 				d.dropLost(origin, "released")
 			}
 		}

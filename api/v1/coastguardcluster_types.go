@@ -37,9 +37,12 @@ const (
 	ClusterConditionOriginLost = "OriginLost"
 	// AnnotationReleaseLostOrigin, set on the CoastguardCluster of a lost
 	// cluster (kubectl coastguard release-lost), releases the MCNPs kept
-	// from it in the annotated cluster: its value is an RFC 3339 time, and
-	// a loss that began at or before it is released. The apiserver's audit
-	// log records who set it; a later loss is not released by it.
+	// from it in the annotated cluster: its value is the writer epoch the
+	// cluster was lost at (status.epoch), and a loss at that epoch or an
+	// earlier one is released. A later loss (after the cluster came back,
+	// at a newer epoch) is not. No clock is compared, so a skewed clock
+	// cannot keep a release from applying. The apiserver's audit log
+	// records who set it.
 	AnnotationReleaseLostOrigin = "coastguard.submariner.io/release-lost-origin"
 )
 
