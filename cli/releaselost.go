@@ -100,4 +100,3 @@ func releaseIn(cmd *cobra.Command, m *member, lost string) string {
 	}
 	return "not lost here"
 }
-
