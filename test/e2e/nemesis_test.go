@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -66,11 +67,6 @@ type nemesis struct {
 	rng *rand.Rand
 	bin string
 	old string // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
-	// toggles: the MCNP is deleted and re-created during the run. Off in
-	// make test's short run: long runs show a policy re-created during
-	// faults not enforced in one cluster for up to minutes (open finding,
-	// docs/RELIABILITY.md); make nemesis keeps it on.
-	toggles bool
 	start   time.Time
 
 	mu      sync.Mutex
@@ -160,21 +156,23 @@ func TestNemesis(t *testing.T) {
 	scenario(t, 3)
 	dur, seed := nemesisDuration(t), nemesisSeed(t)
 	t.Logf("nemesis: seed %d, duration %s (repeat: COASTGUARD_NEMESIS_SEED=%d)", seed, dur, seed)
-	if os.Getenv("COASTGUARD_NEMESIS_DURATION") == "" {
-		t.Logf("nemesis: short run without MCNP delete/re-create (an open finding, docs/RELIABILITY.md); make nemesis runs with it")
-	}
 	env := dataplaneEnv(t, 3, harness.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
 	defer cancel()
 	n := &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
-		toggles: os.Getenv("COASTGUARD_NEMESIS_DURATION") != "",
 		pods:    map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{},
 		nps: map[string]npState{}, active: map[string]int{}, lastFault: map[string]time.Time{}}
 	t.Cleanup(func() {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		hist := strings.Join(n.history, "\n") + "\n"
 		if t.Failed() {
-			n.mu.Lock()
-			t.Logf("nemesis history (seed %d):\n%s", seed, strings.Join(n.history, "\n"))
-			n.mu.Unlock()
+			t.Logf("nemesis history (seed %d):\n%s", seed, hist)
+		}
+		// every run's history, for explained leaks and later reading
+		path := repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", seed))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil && os.WriteFile(path, []byte(hist), 0o644) == nil {
+			t.Logf("nemesis history (seed %d): %s", seed, path)
 		}
 	})
 	n.setup(ctx)
@@ -234,7 +232,7 @@ func (n *nemesis) step(ctx context.Context) {
 		n.churnPod(ctx)
 	case r < 55:
 		n.flipLabel(ctx)
-	case r < 60 && n.toggles:
+	case r < 60:
 		n.toggleMCNP(ctx)
 	case r < 68:
 		n.partition(ctx)
