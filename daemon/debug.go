@@ -3,6 +3,7 @@ package daemon
 import (
 	"sort"
 
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 )
 
@@ -18,6 +19,8 @@ type State struct {
 	Policies   int                             `json:"policies"`
 	Generated  int                             `json:"generatedNetworkPolicies"`
 	PendingInv int                             `json:"pendingInventory"`
+	// Services are the exported Services replicated here, origin/ns/name.
+	Services []string `json:"services"`
 }
 
 // DebugState summarises the daemon for operators and the demo.
@@ -28,6 +31,17 @@ func (d *Daemon) DebugState() any {
 		for o, od := range d.rep.Digest() {
 			s.Origins[o] = od.Max.String()
 		}
+		d.rep.View(func(st *crdt.State) {
+			for o := range s.Origins {
+				st.Range(o, crdt.KindService, func(e crdt.Entry) bool {
+					if !e.Deleted {
+						s.Services = append(s.Services, o+"/"+e.Name)
+					}
+					return true
+				})
+			}
+		})
+		sort.Strings(s.Services)
 	}
 	if d.node != nil {
 		s.Members = d.node.Members()

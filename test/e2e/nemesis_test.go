@@ -22,6 +22,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
@@ -45,7 +46,8 @@ import (
 // with its store deleted) and restart, a full disk (RLIMIT_FSIZE) for a
 // daemon, kube-apiserver restarts, and with COASTGUARD_NEMESIS_OLD_REV a
 // daemon replaced by one built at that commit and back (a rollback and an
-// upgrade). Not injected yet: clock skew, Service export churn.
+// upgrade), and Services exported and unexported. Not injected: clock skew
+// (docs/RELIABILITY.md says why, and what a skewed clock could affect).
 //
 // Checker:
 //   - leaks: a connection from a never-web slot to a db succeeded while the
@@ -86,6 +88,7 @@ type nemesis struct {
 	active    map[string]int       // cluster -> faults touching it now
 	lastFault map[string]time.Time // cluster -> end of the last fault touching it
 	explained []string             // leaks with a cause outside coastguard's bound
+	exported  map[string]bool      // cluster -> its Service shop/db is exported
 }
 
 type nemPod struct {
@@ -161,7 +164,7 @@ func TestNemesis(t *testing.T) {
 	defer cancel()
 	n := &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
 		pods:    map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{},
-		nps: map[string]npState{}, active: map[string]int{}, lastFault: map[string]time.Time{}}
+		nps: map[string]npState{}, active: map[string]int{}, lastFault: map[string]time.Time{}, exported: map[string]bool{}}
 	t.Cleanup(func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -202,9 +205,16 @@ func (n *nemesis) setup(ctx context.Context) {
 		require.NoError(t, err)
 		t.Logf("nemesis: rolling upgrades between %s and this build", rev)
 	}
+	require.NoError(t, n.env.InstallCRDs(ctx, repoPath("test", "e2e", "testdata", "crds"))) // ServiceExport
 	for i, c := range n.env.Clusters {
 		require.NoError(t, c.EnsureNamespace(ctx, "shop", nil))
 		_, err := c.RunPod(ctx, "shop", "db-0", fmt.Sprintf("10.%d.0.10", i+1), map[string]string{"role": "db"}, tcpPort("pg", 5432))
+		require.NoError(t, err)
+		_, err = c.Client.CoreV1().Services("shop").Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "db"},
+			Spec: corev1.ServiceSpec{Selector: map[string]string{"role": "db"},
+				Ports: []corev1.ServicePort{{Name: "pg", Port: 15432, TargetPort: intstr.FromString("pg")}}},
+		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
 	for _, c := range n.env.Clusters {
@@ -223,13 +233,16 @@ func (n *nemesis) setup(ctx context.Context) {
 	applyYAML(t, ctx, n.env.Clusters[0], []byte(nemesisMCNP))
 	n.mcnpOn, n.mcnpAt = true, time.Now()
 	n.log("MCNP db-from-web created in %s", n.env.Clusters[0].Name)
+	n.toggleExportIn(ctx, n.env.Clusters[1]) // one Service exported from the start
 }
 
 // step does one random workload change or fault.
 func (n *nemesis) step(ctx context.Context) {
 	switch r := n.rng.IntN(100); {
-	case r < 45:
+	case r < 40:
 		n.churnPod(ctx)
+	case r < 45:
+		n.toggleExport(ctx)
 	case r < 55:
 		n.flipLabel(ctx)
 	case r < 60:
@@ -342,6 +355,62 @@ func (n *nemesis) toggleMCNP(ctx context.Context) {
 	}
 	n.mu.Unlock()
 	n.log("MCNP db-from-web present=%v", !on)
+}
+
+// toggleExport exports or unexports the Service shop/db of a random
+// cluster (its ServiceExport created or deleted).
+func (n *nemesis) toggleExport(ctx context.Context) {
+	n.toggleExportIn(ctx, n.env.Clusters[n.rng.IntN(len(n.env.Clusters))])
+}
+
+func (n *nemesis) toggleExportIn(ctx context.Context, c *harness.Cluster) {
+	n.mu.Lock()
+	on := n.exported[c.Name]
+	n.mu.Unlock()
+	if on {
+		if _, se, err := c.Kubectl(ctx, "-n", "shop", "delete", "serviceexport", "db"); err != nil {
+			n.log("unexport in %s failed: %v %s", c.Name, err, se)
+			return
+		}
+	} else if _, se, err := c.KubectlInput(ctx, []byte(nemesisExport), "apply", "-f", "-"); err != nil {
+		n.log("export in %s failed: %v %s", c.Name, err, se)
+		return
+	}
+	n.mu.Lock()
+	n.exported[c.Name] = !on
+	n.mu.Unlock()
+	n.log("Service %s/shop/db exported=%v", c.Name, !on)
+}
+
+const nemesisExport = `apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: db, namespace: shop}
+`
+
+// checkServices: after the heal, every daemon replicates exactly the
+// exported Services.
+func (n *nemesis) checkServices(ctx context.Context) {
+	n.mu.Lock()
+	var want []string
+	for c, on := range n.exported {
+		if on {
+			want = append(want, c+"/shop/db")
+		}
+	}
+	n.mu.Unlock()
+	sort.Strings(want)
+	for _, ds := range n.daemons {
+		for _, d := range ds {
+			var have []string
+			err := harness.Eventually(ctx, nemesisConvergence, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+				st, err := debugState(ctx, d)
+				have = st.Services
+				return err == nil && slices.Equal(have, want), nil
+			})
+			require.NoError(n.t, err, "%s replicates the exported Services %v, has %v", d.NodeName, want, have)
+		}
+	}
+	n.t.Logf("nemesis: every daemon replicates the %d exported Services", len(want))
 }
 
 func (n *nemesis) partition(ctx context.Context) {
@@ -645,6 +714,7 @@ func (n *nemesis) check(ctx context.Context) {
 		}
 	}
 	t.Logf("nemesis: every cluster converged %s after the final heal", time.Since(healed).Round(time.Millisecond))
+	n.checkServices(ctx)
 	model := func(from, to harness.PodEndpoint, _ corev1.ContainerPort) bool {
 		if to.Name != "db-0" || !n.mcnpOn {
 			return true

@@ -242,6 +242,7 @@ type daemonState struct {
 	} `json:"clusters"`
 	Origins  map[string]string `json:"origins"`
 	Policies int               `json:"policies"`
+	Services []string          `json:"services"`
 }
 
 func debugState(ctx context.Context, d *harness.Daemon) (daemonState, error) {
