@@ -63,13 +63,13 @@ import (
 //     generated policy must admit exactly the web pods that exist;
 //   - packets: the final probe matrix must match the model.
 type nemesis struct {
-	t   *testing.T
-	env *harness.Env
-	dp  *harness.Dataplane
-	rng *rand.Rand
-	bin string
-	old string // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
-	start   time.Time
+	t     *testing.T
+	env   *harness.Env
+	dp    *harness.Dataplane
+	rng   *rand.Rand
+	bin   string
+	old   string // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
+	start time.Time
 
 	mu      sync.Mutex
 	history []string
@@ -163,7 +163,7 @@ func TestNemesis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
 	defer cancel()
 	n := &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
-		pods:    map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{},
+		pods: map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{},
 		nps: map[string]npState{}, active: map[string]int{}, lastFault: map[string]time.Time{}, exported: map[string]bool{}}
 	t.Cleanup(func() {
 		n.mu.Lock()
