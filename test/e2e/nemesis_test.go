@@ -418,15 +418,20 @@ func (n *nemesis) partition(ctx context.Context) {
 	a := cs[n.rng.IntN(len(cs))]
 	var what string
 	var end func()
-	if n.rng.IntN(2) == 0 {
+	b := cs[(a.Index+1+n.rng.IntN(len(cs)-1))%len(cs)]
+	switch n.rng.IntN(3) {
+	case 0:
 		end = n.disturb(a.Name)
 		require.NoError(n.t, n.env.Isolate(a))
 		what = "isolated " + a.Name
-	} else {
-		b := cs[(a.Index+1+n.rng.IntN(len(cs)-1))%len(cs)]
+	case 1:
 		end = n.disturb(a.Name, b.Name)
 		require.NoError(n.t, n.env.Partition(a, b))
 		what = "cut " + a.Name + " <-> " + b.Name
+	default: // asymmetric: b still reaches a
+		end = n.disturb(a.Name, b.Name)
+		require.NoError(n.t, n.env.PartitionOneWay(a, b))
+		what = "cut one way " + a.Name + " -> " + b.Name
 	}
 	defer end()
 	hold := time.Duration(1+n.rng.IntN(6)) * time.Second
@@ -536,23 +541,49 @@ func (n *nemesis) killDaemon(ctx context.Context) {
 	}
 	defer n.disturb(c.Name)()
 	_ = d.Kill()
-	wipe := n.rng.IntN(4) == 0
-	if wipe {
+	store := "kept"
+	switch n.rng.IntN(8) {
+	case 0, 1:
 		_ = os.RemoveAll(d.DataDir)
 		_ = os.MkdirAll(d.DataDir, 0o700)
+		store = "deleted"
+		n.fault("store deleted")
+	case 2:
+		if err := corruptStore(filepath.Join(d.DataDir, "state.db"), n.rng); err == nil {
+			store = "corrupted"
+			n.fault("store corrupted")
+		}
 	}
 	down := time.Duration(n.rng.IntN(4000)) * time.Millisecond
 	n.fault("kill -9")
-	if wipe {
-		n.fault("store deleted")
-	}
-	n.log("kill -9 %s (store wiped=%v), down for %s", d.NodeName, wipe, down)
+	n.log("kill -9 %s (store %s), down for %s", d.NodeName, store, down)
 	n.keepWorking(ctx, down)
 	if err := d.Restart(); err != nil {
 		n.log("restart %s failed: %v", d.NodeName, err)
 		return
 	}
 	n.log("restarted %s", d.NodeName)
+}
+
+// corruptStore overwrites 4 KiB of a store file past its meta pages with
+// random bytes, as a torn or bit-rotten disk would: the daemon must move
+// the file aside and resync from its peers.
+func corruptStore(path string, rng *rand.Rand) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || st.Size() <= 3*4096 {
+		return fmt.Errorf("store %s too small to corrupt: %v", path, err)
+	}
+	junk := make([]byte, 4096)
+	for i := range junk {
+		junk[i] = byte(rng.Uint32())
+	}
+	_, err = f.WriteAt(junk, 2*4096+rng.Int64N(st.Size()-3*4096))
+	return err
 }
 
 func (n *nemesis) restartAPIServer(ctx context.Context) {

@@ -370,6 +370,16 @@ func (e *Env) Partition(a, b *Cluster) error {
 	return e.part.cut(a.GossipGID, a.GossipIP, b.GossipGID, b.GossipIP)
 }
 
+// PartitionOneWay drops the gossip traffic from cluster from to cluster to,
+// and only that direction (an asymmetric partition: to still reaches from),
+// until Heal.
+func (e *Env) PartitionOneWay(from, to *Cluster) error {
+	if from == to {
+		return fmt.Errorf("harness: cannot partition %s from itself", from.Name)
+	}
+	return e.part.add(dropRule(from.GossipGID, to.GossipIP))
+}
+
 // Isolate partitions c from every other cluster.
 func (e *Env) Isolate(c *Cluster) error {
 	for _, o := range e.Clusters {
