@@ -63,7 +63,7 @@ e2e: testbins
 ## apiserver restarts) over 3 clusters x 2 daemons on the packet dataplane
 ## while a workload runs, then a checker (leaks, lost updates, final packets).
 ## DURATION=10m and SEED= (default: a new one; every run prints its seed)
-## pick the run. make test runs a 45 s one with a fixed seed.
+## pick the run. make test runs a 2-minute one with a fixed seed.
 DURATION ?= 10m
 SEED     ?= random
 ## OLD_REV=<commit> adds rolling upgrades between coastguardd built at that

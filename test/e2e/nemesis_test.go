@@ -31,7 +31,7 @@ import (
 // standby) on the packet dataplane, a random workload and random faults for
 // a while, recorded as a history on one clock, then a checker.
 //
-// COASTGUARD_NEMESIS_DURATION (default 45s in make test; make nemesis: 10m)
+// COASTGUARD_NEMESIS_DURATION (default 2m in make test; make nemesis: 10m)
 // and COASTGUARD_NEMESIS_SEED (default: time) pick the run; the seed is
 // printed so a failing run can be repeated.
 //
@@ -123,7 +123,7 @@ func nemesisDuration(t *testing.T) time.Duration {
 		require.NoError(t, err, "COASTGUARD_NEMESIS_DURATION")
 		return d
 	}
-	return 45 * time.Second
+	return 2 * time.Minute
 }
 
 // nemesisSeed: unset means the fixed seed of make test's short run,
