@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -159,12 +160,9 @@ func TestNemesis(t *testing.T) {
 	scenario(t, 3)
 	dur, seed := nemesisDuration(t), nemesisSeed(t)
 	t.Logf("nemesis: seed %d, duration %s (repeat: COASTGUARD_NEMESIS_SEED=%d)", seed, dur, seed)
-	env := dataplaneEnv(t, 3, harness.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
 	defer cancel()
-	n := &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
-		pods: map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{},
-		nps: map[string]npState{}, active: map[string]int{}, lastFault: map[string]time.Time{}, exported: map[string]bool{}}
+	n := newNemesis(t, seed)
 	t.Cleanup(func() {
 		n.mu.Lock()
 		defer n.mu.Unlock()
@@ -192,6 +190,13 @@ func TestNemesis(t *testing.T) {
 	wg.Wait()
 	n.heal(ctx)
 	n.check(ctx)
+}
+
+func newNemesis(t *testing.T, seed uint64) *nemesis {
+	env := dataplaneEnv(t, 3, harness.Options{})
+	return &nemesis{t: t, env: env, dp: env.Dataplane(), rng: rand.New(rand.NewPCG(seed, 34)), start: time.Now(),
+		pods: map[string]*nemPod{}, slots: map[string]string{}, daemons: map[string][]*harness.Daemon{}, faults: map[string]int{},
+		nps: map[string]npState{}, active: map[string]int{}, lastFault: map[string]time.Time{}, exported: map[string]bool{}}
 }
 
 func (n *nemesis) setup(ctx context.Context) {
@@ -718,14 +723,15 @@ func setMinus(a, b []string) []string {
 	return out
 }
 
-func (n *nemesis) check(ctx context.Context) {
-	t := n.t
-	healed := time.Now()
+// converged waits up to timeout for every cluster's generated policy to
+// admit exactly the live web pods of the other clusters (or to be absent
+// when the MCNP is), and otherwise explains each difference.
+func (n *nemesis) converged(ctx context.Context, timeout time.Duration) error {
 	for _, c := range n.env.Clusters {
 		want := n.expectedBlocks(c)
 		var have []string
 		count := 0
-		err := harness.Eventually(ctx, nemesisConvergence, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
+		err := harness.Eventually(ctx, timeout, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 			nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return false, err
@@ -741,8 +747,17 @@ func (n *nemesis) check(ctx context.Context) {
 			n.mu.Lock()
 			why := explainBlocks(c.Name, have, want, n.history)
 			n.mu.Unlock()
-			t.Fatalf("%s did not converge within %s of the heal (%d generated policies, MCNP present=%v):\n%s", c.Name, nemesisConvergence, count, n.mcnpOn, why)
+			return fmt.Errorf("%s did not converge within %s of the heal (%d generated policies, MCNP present=%v):\n%s", c.Name, timeout, count, n.mcnpOn, why)
 		}
+	}
+	return nil
+}
+
+func (n *nemesis) check(ctx context.Context) {
+	t := n.t
+	healed := time.Now()
+	if err := n.converged(ctx, nemesisConvergence); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("nemesis: every cluster converged %s after the final heal", time.Since(healed).Round(time.Millisecond))
 	n.checkServices(ctx)
@@ -785,4 +800,54 @@ func TestNemesisCheckerExplains(t *testing.T) {
 	require.Contains(t, got, "lost update (a live web pod's address is missing): 10.3.3.15/32")
 	require.Contains(t, got, "churn-9 Running with 10.3.3.15")
 	require.NotContains(t, got, "10.3.3.150", "addresses match whole, not by prefix")
+}
+
+// TestNemesisCheckerCatchesPlantedFaults plants the faults the checker
+// exists for, on a real run: a cluster whose daemons stopped with its
+// generated policy missing a live web pod (a lost update) and admitting an
+// address no pod has (a stale allow). The checker must fail and name both.
+func TestNemesisCheckerCatchesPlantedFaults(t *testing.T) {
+	scenario(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	n := newNemesis(t, 20261128)
+	n.setup(ctx)
+	n.keepWorking(ctx, 10*time.Second)
+	n.heal(ctx)
+	// a web pod in cluster1, whatever the workload did
+	_, err := n.env.Clusters[0].RunPod(ctx, "shop", "planted-web", "10.1.3.99", map[string]string{"app": "web"})
+	require.NoError(t, err)
+	n.mu.Lock()
+	n.pods[n.env.Clusters[0].Name+"/planted-web"] = &nemPod{cluster: n.env.Clusters[0], name: "planted-web", ip: "10.1.3.99", slot: 7, web: true}
+	n.mu.Unlock()
+	n.log("pod %s/planted-web Running with 10.1.3.99 web=true", n.env.Clusters[0].Name)
+	require.NoError(t, n.converged(ctx, nemesisConvergence), "the unplanted run converges")
+
+	c := n.env.Clusters[1]
+	for _, d := range n.daemons[c.Name] {
+		require.NoError(t, d.Stop())
+	}
+	nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
+	require.NoError(t, err)
+	require.Len(t, nps, 1)
+	np := nps[0]
+	var peers []networkingv1.NetworkPolicyPeer
+	for _, p := range np.Spec.Ingress[0].From {
+		if p.IPBlock == nil || p.IPBlock.CIDR != "10.1.3.99/32" {
+			peers = append(peers, p)
+		}
+	}
+	peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: "10.3.3.250/32"}})
+	np.Spec.Ingress[0].From = peers
+	_, err = c.Client.NetworkingV1().NetworkPolicies("shop").Update(ctx, &np, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	err = n.converged(ctx, 3*time.Second)
+	require.Error(t, err, "the checker fails on the planted faults")
+	msg := err.Error()
+	t.Logf("the checker's explanation:\n%s", msg)
+	require.Contains(t, msg, c.Name+" did not converge")
+	require.Contains(t, msg, "lost update (a live web pod's address is missing): 10.1.3.99/32")
+	require.Contains(t, msg, "planted-web Running with 10.1.3.99", "the history event of the pod is quoted")
+	require.Contains(t, msg, "stale allow (admitted, but no live web pod has it): 10.3.3.250/32")
 }
