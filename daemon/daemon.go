@@ -104,6 +104,10 @@ func New(opts Options) (*Daemon, error) {
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)
+	d.outputs.SetConsent(opts.Consent)
+	if opts.Consent != nil {
+		d.mirror.SetTrustedLabels(opts.Consent.ClusterLabels)
+	}
 	if err := d.initSafety(); err != nil {
 		return nil, err
 	}

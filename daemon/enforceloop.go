@@ -47,6 +47,7 @@ type enforceRound struct {
 	desired   []networkingv1.NetworkPolicy
 	reports   []reportWrite
 	npolicies int
+	refused   int // not admitted by this cluster's consent
 }
 
 // NoteStamp records the newest origin stamp of a change (enforcement lag).
@@ -72,6 +73,7 @@ func (e *enforcer) Fire(_ context.Context, keys []string) {
 	e.m.enforceDuration.Observe(time.Since(start).Seconds())
 	e.m.policies.Set(float64(r.npolicies))
 	e.m.generated.Set(float64(len(r.desired)))
+	e.m.notAdmitted.Set(float64(r.refused))
 	if !e.roles.leader.Load() {
 		return // standby: results stay warm for a quick failover
 	}
@@ -120,5 +122,6 @@ func (e *enforcer) compute(keys []string, failures map[string]string) enforceRou
 		}
 	}
 	r.npolicies = v.outputs.Len()
+	r.refused = v.outputs.NotAdmitted()
 	return r
 }

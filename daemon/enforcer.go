@@ -22,6 +22,7 @@ type Outputs struct {
 	// failures are the applier's per-policy problems (by policy key).
 	failures map[string]string
 	guards   Guards
+	consent  *Consent
 	results  map[string]enforce.Result
 	gens     map[string]int64 // policy generation each result was computed for
 }
@@ -60,6 +61,7 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 		old, had := o.results[k]
 		oldGen := o.gens[k]
 		res := ApplyGuards(o.self, ref, enforce.EvaluateBudget(o.self, inv, ref, o.guards.Budget()), o.guards)
+		res = ApplyConsent(o.self, ref, res, o.consent, inv)
 		p, exists := inv.Policy(ref)
 		if !exists {
 			delete(o.results, k)
@@ -151,6 +153,25 @@ func policyKeyOf(r enforce.Result) string {
 
 // SetGuards sets the guard rails applied to every result from now on.
 func (o *Outputs) SetGuards(g Guards) { o.guards = g }
+
+// SetConsent sets what this cluster admits from other clusters (nil:
+// everything) for every result from now on.
+func (o *Outputs) SetConsent(c *Consent) { o.consent = c }
+
+// NotAdmitted counts the policies this cluster's consent refuses.
+func (o *Outputs) NotAdmitted() int { return len(o.Refused()) }
+
+// Refused returns the policies this cluster's consent refuses (key ->
+// why).
+func (o *Outputs) Refused() map[string]string {
+	out := map[string]string{}
+	for k, r := range o.results {
+		if r.Degraded == ReasonNotAdmitted {
+			out[k] = strings.Join(r.DegradedDetails, "; ")
+		}
+	}
+	return out
+}
 
 // SetGateDegraded sets (ReasonPartialView) or clears ("") the empty-view
 // gate's reason; it reports whether it changed (then recompute all).

@@ -101,15 +101,21 @@ func overrun(res enforce.Result) enforce.Result {
 }
 
 func protected(ref enforce.PolicyRef, res enforce.Result) enforce.Result {
+	return refused(res, ReasonProtectedNamespace, fmt.Sprintf(
+		"namespace %s is protected here: MCNPs of other clusters (this one is from %s) are not enforced in it (--protected-namespaces, --enforce-remote-in-protected-namespaces)",
+		ref.Namespace, ref.Origin))
+}
+
+// refused is the result of a policy this cluster does not enforce at all:
+// nothing generated, Degraded with reason and detail.
+func refused(res enforce.Result, reason, detail string) enforce.Result {
 	out := res
 	out.NetworkPolicies = nil
 	out.RemotePeers = 0
 	out.Error = ""
 	out.SkippedNoNamespace = false
-	out.Degraded = ReasonProtectedNamespace
-	out.DegradedDetails = []string{fmt.Sprintf(
-		"namespace %s is protected here: MCNPs of other clusters (this one is from %s) are not enforced in it (--protected-namespaces, --enforce-remote-in-protected-namespaces)",
-		ref.Namespace, ref.Origin)}
+	out.Degraded = reason
+	out.DegradedDetails = []string{detail}
 	return out
 }
 

@@ -16,6 +16,7 @@ type metrics struct {
 	generated       prometheus.Gauge
 	statusUpdates   prometheus.Counter
 	decodeErrors    prometheus.Counter
+	notAdmitted     prometheus.Gauge
 	lostPolicies    *prometheus.GaugeVec
 	lostEvents      *prometheus.CounterVec
 }
@@ -43,6 +44,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "MCNP status updates written by this cluster's leader."}),
 		decodeErrors: prometheus.NewCounter(prometheus.CounterOpts{Name: "coastguard_entry_decode_errors_total",
 			Help: "Replicated entries skipped because their value could not be decoded."}),
+		notAdmitted: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coastguard_mcnp_not_admitted",
+			Help: "MCNPs of other clusters that select this cluster but that its consent (--consent-file) does not admit: nothing is generated for them here."}),
 		lostPolicies: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "coastguard_lost_origin_policies",
 			Help: "MCNPs of a lost cluster (retired because it disappeared) still enforced here from their last-known state, by origin."},
 			[]string{"origin"}),
@@ -54,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.lostEvents.WithLabelValues(e)
 	}
 	if err := metricsreg.All(reg, m.leader, m.enforceRuns, m.enforceErrors, m.enforceDuration, m.enforceLag,
-		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors, m.lostPolicies, m.lostEvents); err != nil {
+		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors, m.notAdmitted, m.lostPolicies, m.lostEvents); err != nil {
 		return nil, err
 	}
 	return m, nil

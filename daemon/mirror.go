@@ -39,7 +39,10 @@ type Mirror struct {
 	// lost: origins retired because they disappeared, and the names
 	// (namespace/name) of their policies kept from their last-known state
 	// (lost.go).
-	lost        map[string]*lostOrigin
+	lost map[string]*lostOrigin
+	// trusted: labels this cluster pins for other clusters (consent
+	// clusterLabels); they replace what those clusters claim.
+	trusted     map[string]map[string]string
 	lostChanged map[string]bool
 	// errors counts entries that failed to decode (poison values are
 	// skipped, never applied half-way).
@@ -58,6 +61,13 @@ func NewMirror(self string) *Mirror {
 
 		validOrigin: map[string]bool{},
 	}
+}
+
+// SetTrustedLabels pins the labels of other clusters (cluster ID ->
+// labels), replacing what they claim in their cluster entries. Call it
+// before the first change or load.
+func (m *Mirror) SetTrustedLabels(pinned map[string]map[string]string) {
+	m.trusted = pinned
 }
 
 // Inventory returns the mirrored inventory (not a copy).
@@ -185,8 +195,9 @@ func live(e *crdt.Entry) bool { return e != nil && !e.Deleted }
 // cluster entry arrives (its cluster.clusterset.k8s.io label is implied).
 func (m *Mirror) ensureCluster(origin string) {
 	if _, ok := m.clusters[origin]; !ok {
-		m.clusters[origin] = nil
-		m.inv.SetCluster(enforce.Cluster{ID: origin, LabelsUnknown: true})
+		t, pinned := m.trusted[origin]
+		m.clusters[origin] = t
+		m.inv.SetCluster(enforce.Cluster{ID: origin, Labels: t, LabelsUnknown: !pinned})
 	}
 }
 
@@ -247,6 +258,9 @@ func (m *Mirror) applyCluster(ch crdt.Change, isLive bool) (*enforce.Change, err
 		c.GlobalCIDRs = v.GlobalCIDRs
 		c.ClusterEgressIPs = v.ClusterEgressIPs
 		c.NamespaceEgressIPs = v.NamespaceEgressIPs
+	}
+	if t, ok := m.trusted[k.Origin]; ok { // pinned here: its own claim does not count
+		c.Labels, c.LabelsUnknown = t, false
 	}
 	if isLive || m.counts[k.Origin] > 0 {
 		m.clusters[k.Origin] = c.Labels

@@ -63,6 +63,9 @@ type Options struct {
 	EmptyViewTimeout time.Duration
 	// Guards are the guard rails (protected namespaces, caps).
 	Guards Guards
+	// Consent is what this cluster admits from other clusters
+	// (--consent-file); nil admits everything not protected.
+	Consent *Consent
 	// ReleaseLostOrigins restores the behaviour before lost origins were
 	// kept (--lost-origin-policies=release): the policies of a cluster
 	// retired because it disappeared stop being enforced at once.

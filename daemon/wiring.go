@@ -192,8 +192,9 @@ func (d *Daemon) startLoops(ctx context.Context, cancel context.CancelFunc, k ku
 	goRun(func() { d.stat.Run(ctx) })
 	goRun(func() { d.statsLoop(ctx) })
 	goRun(func() { d.sanityLoop(ctx, d.sanity, k.recorder) })
-	goRun(func() { d.keyEventLoop(ctx, k.recorder) }) // SigningKeyMismatch Events (trust.go)
-	goRun(func() { d.releaseLoop(ctx) })              // release annotations of lost clusters (lost.go)
+	goRun(func() { d.keyEventLoop(ctx, k.recorder) })     // SigningKeyMismatch Events (trust.go)
+	goRun(func() { d.consentEventLoop(ctx, k.recorder) }) // MCNPNotAdmitted Events (consent.go)
+	goRun(func() { d.releaseLoop(ctx) })                  // release annotations of lost clusters (lost.go)
 	if o.Submariner != nil {
 		d.startSubmariner(ctx)
 	}

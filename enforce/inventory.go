@@ -578,6 +578,27 @@ func (inv *Inventory) clusterLabels(id string) (labels.Set, bool) {
 	return labels.Set{ClusterIDLabel: id}, false
 }
 
+// ClusterLabels returns a copy of the labels of cluster id (its ID label
+// at least) and whether they are known.
+func (inv *Inventory) ClusterLabels(id string) (labels.Set, bool) {
+	set, known := inv.clusterLabels(id)
+	return labels.Merge(labels.Set{}, set), known
+}
+
+// NamespaceLabels returns a copy of the labels of namespace ns of cluster
+// id, and whether that Namespace exists.
+func (inv *Inventory) NamespaceLabels(id, ns string) (labels.Set, bool) {
+	c := inv.clusters[id]
+	if c == nil {
+		return nil, false
+	}
+	st := c.namespaces[ns]
+	if st == nil || !st.present {
+		return nil, false
+	}
+	return labels.Merge(labels.Set{}, st.labels), true
+}
+
 // ClusterLabelsKnown reports whether the labels of cluster id are known.
 func (inv *Inventory) ClusterLabelsKnown(id string) bool {
 	_, ok := inv.clusterLabels(id)

@@ -42,13 +42,15 @@ type Config struct {
 	GlobalnetPolicy  string        `json:"globalnetPolicy"`
 	// LostOriginPolicies: keep (enforce a lost cluster's MCNPs from their
 	// last-known state until released) or release (the old behaviour).
-	LostOriginPolicies string        `json:"lostOriginPolicies"`
-	LeaseDuration      time.Duration `json:"leaseDuration"`
-	TombstoneGCAfter   time.Duration `json:"tombstoneGCAfter"`
-	LogLevel           string        `json:"logLevel"`
-	ClusterCIDRs       []string      `json:"clusterCIDRs"`
-	AdminAddr          string        `json:"adminAddr"`
-	MetricsAuth        string        `json:"metricsAuth"`
+	LostOriginPolicies string `json:"lostOriginPolicies"`
+	// ConsentFile: what this cluster admits from other clusters (docs/SEMANTICS.md "Consent").
+	ConsentFile      string        `json:"consentFile"`
+	LeaseDuration    time.Duration `json:"leaseDuration"`
+	TombstoneGCAfter time.Duration `json:"tombstoneGCAfter"`
+	LogLevel         string        `json:"logLevel"`
+	ClusterCIDRs     []string      `json:"clusterCIDRs"`
+	AdminAddr        string        `json:"adminAddr"`
+	MetricsAuth      string        `json:"metricsAuth"`
 	// Enforcement safety (issue 13).
 	EmptyViewTimeout            time.Duration `json:"emptyViewTimeout"`
 	ProtectedNamespaces         []string      `json:"protectedNamespaces"`
@@ -79,6 +81,7 @@ type fileConfig struct {
 	MetricsAddr        *string   `json:"metricsAddr"`
 	GlobalnetPolicy    *string   `json:"globalnetPolicy"`
 	LostOriginPolicies *string   `json:"lostOriginPolicies"`
+	ConsentFile        *string   `json:"consentFile"`
 	LeaseDuration      *string   `json:"leaseDuration"`
 	TombstoneGCAfter   *string   `json:"tombstoneGCAfter"`
 	LogLevel           *string   `json:"logLevel"`
@@ -279,6 +282,8 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.MetricsAddr }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAddr) }},
 		{false, "globalnet-policy", []string{"COASTGUARD_GLOBALNET_POLICY"}, "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed)",
 			strSetter(func(c *Config) *string { return &c.GlobalnetPolicy }), func(f *fileConfig) (string, bool) { return sp(f.GlobalnetPolicy) }},
+		{false, "consent-file", []string{"COASTGUARD_CONSENT_FILE"}, "YAML file of what this cluster admits from other clusters' MCNPs: rules of origins and namespaces, forbidWidening, pinned clusterLabels (default: everything not protected is admitted; docs/SEMANTICS.md, Consent)",
+			strSetter(func(c *Config) *string { return &c.ConsentFile }), func(f *fileConfig) (string, bool) { return sp(f.ConsentFile) }},
 		{false, "lost-origin-policies", []string{"COASTGUARD_LOST_ORIGIN_POLICIES"}, "keep (the MCNPs of a cluster retired because it disappeared stay enforced from their last-known state until released: kubectl coastguard release-lost, or its decommission) or release (stop enforcing them at once)",
 			strSetter(func(c *Config) *string { return &c.LostOriginPolicies }), func(f *fileConfig) (string, bool) { return sp(f.LostOriginPolicies) }},
 		{false, "lease-duration", []string{"COASTGUARD_LEASE_DURATION"}, "leader Lease duration",

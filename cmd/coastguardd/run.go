@@ -127,6 +127,12 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 
+	var consent *daemon.Consent
+	if cfg.ConsentFile != "" {
+		if consent, err = daemon.LoadConsent(cfg.ConsentFile); err != nil {
+			return err
+		}
+	}
 	gp, err := enforce.ParseGlobalnetPolicy(cfg.GlobalnetPolicy)
 	if err != nil {
 		return err
@@ -191,8 +197,8 @@ func run(cfg Config, log *slog.Logger) error {
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
 		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
-		ReleaseLostOrigins: cfg.LostOriginPolicies == "release",
-		Registry:           reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
+		ReleaseLostOrigins: cfg.LostOriginPolicies == "release", Consent: consent,
+		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),
 	})
 	if err != nil {
