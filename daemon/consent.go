@@ -187,14 +187,14 @@ func ApplyConsent(self string, ref enforce.PolicyRef, res enforce.Result, c *Con
 	}
 	if admitted == "" {
 		return refused(res, ReasonNotAdmitted, fmt.Sprintf(
-			"no consent rule of this cluster admits MCNPs of cluster %s (labels %s) in namespace %s (--consent-file)",
+			ReasonNotAdmitted+": no consent rule of this cluster admits MCNPs of cluster %s (labels %s) in namespace %s (--consent-file)",
 			ref.Origin, origin, ref.Namespace))
 	}
 	if c.ForbidWidening {
 		if p, ok := inv.Policy(ref); ok {
 			if cidr := wideningBlock(p.Spec, inv.Networks()); cidr != "" {
 				return refused(res, ReasonNotAdmitted, fmt.Sprintf(
-					"ipBlock %s is outside the cluster set's CIDRs, and this cluster forbids widening by other clusters' MCNPs (consent forbidWidening; admitted by rule %s otherwise)",
+					ReasonNotAdmitted+": ipBlock %s is outside the cluster set's CIDRs, and this cluster forbids widening by other clusters' MCNPs (consent forbidWidening; admitted by rule %s otherwise)",
 					cidr, admitted))
 			}
 		}
