@@ -85,6 +85,11 @@ func newSvcWorld(perCluster int) (*svcWorld, error) {
 			return nil, err
 		}
 		w.writers = append(w.writers, s)
+		// its cluster entry: a cluster whose labels are unknown matches
+		// no clusterSelector but one naming it (docs/SEMANTICS.md)
+		if _, err := w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{}); err != nil {
+			return nil, err
+		}
 		for n := 0; n < svcNS; n++ {
 			if _, err := w.write(c, crdt.KindNamespace, nsName(n), &crdt.NamespaceValue{}); err != nil {
 				return nil, err
