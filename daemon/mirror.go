@@ -64,10 +64,10 @@ func NewMirror(self string) *Mirror {
 }
 
 // SetTrustedLabels pins the labels of other clusters (cluster ID ->
-// labels), replacing what they claim in their cluster entries. Call it
-// before the first change or load.
+// labels), replacing what they claim in their cluster entries
+// (enforce.Inventory.SetPinnedLabels).
 func (m *Mirror) SetTrustedLabels(pinned map[string]map[string]string) {
-	m.trusted = pinned
+	m.inv.SetPinnedLabels(pinned)
 }
 
 // Inventory returns the mirrored inventory (not a copy).
@@ -195,9 +195,8 @@ func live(e *crdt.Entry) bool { return e != nil && !e.Deleted }
 // cluster entry arrives (its cluster.clusterset.k8s.io label is implied).
 func (m *Mirror) ensureCluster(origin string) {
 	if _, ok := m.clusters[origin]; !ok {
-		t, pinned := m.trusted[origin]
-		m.clusters[origin] = t
-		m.inv.SetCluster(enforce.Cluster{ID: origin, Labels: t, LabelsUnknown: !pinned})
+		m.clusters[origin] = nil
+		m.inv.SetCluster(enforce.Cluster{ID: origin, LabelsUnknown: true})
 	}
 }
 
@@ -258,9 +257,6 @@ func (m *Mirror) applyCluster(ch crdt.Change, isLive bool) (*enforce.Change, err
 		c.GlobalCIDRs = v.GlobalCIDRs
 		c.ClusterEgressIPs = v.ClusterEgressIPs
 		c.NamespaceEgressIPs = v.NamespaceEgressIPs
-	}
-	if t, ok := m.trusted[k.Origin]; ok { // pinned here: its own claim does not count
-		c.Labels, c.LabelsUnknown = t, false
 	}
 	if isLive || m.counts[k.Origin] > 0 {
 		m.clusters[k.Origin] = c.Labels

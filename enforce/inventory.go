@@ -141,6 +141,9 @@ func (p *Policy) Ref() PolicyRef {
 // concurrent use.
 type Inventory struct {
 	clusters map[string]*clusterState
+	// pinned: labels the enforcing cluster trusts for other clusters
+	// (SetPinnedLabels); they replace what those clusters claim.
+	pinned   map[string]labels.Set
 	policies map[PolicyRef]*compiledPolicy
 	// Reverse index for Affected: policies with a peer that can select
 	// remote pods (explicit clusterSelector), by policy namespace when the
@@ -572,10 +575,32 @@ func (inv *Inventory) HasNamespace(cluster, name string) bool {
 // inventory has never heard of (only their ID label then), and whether
 // they are known (SetCluster with known labels).
 func (inv *Inventory) clusterLabels(id string) (labels.Set, bool) {
+	if p, ok := inv.pinned[id]; ok {
+		return p, true
+	}
 	if c := inv.clusters[id]; c != nil {
 		return c.labels, c.labelsKnown
 	}
 	return labels.Set{ClusterIDLabel: id}, false
+}
+
+// SetPinnedLabels pins the labels of other clusters (cluster ID ->
+// labels), as the enforcing cluster trusts them: a pinned cluster is seen
+// with exactly these labels (and its ID label) by every clusterSelector,
+// whatever its own cluster entry claims. nil pins nothing.
+func (inv *Inventory) SetPinnedLabels(pinned map[string]map[string]string) {
+	inv.pinned = nil
+	for id, ls := range pinned {
+		if inv.pinned == nil {
+			inv.pinned = map[string]labels.Set{}
+		}
+		set := labels.Set{}
+		for k, v := range ls {
+			set[k] = v
+		}
+		set[ClusterIDLabel] = id
+		inv.pinned[id] = set
+	}
 }
 
 // ClusterLabels returns a copy of the labels of cluster id (its ID label

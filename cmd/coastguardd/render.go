@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,6 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -45,7 +47,7 @@ everything with an error naming the file, document and object.
 `
 
 func newRenderCmd() *cobra.Command {
-	var in, out, gpFlag string
+	var in, out, gpFlag, consentFlag string
 	var cidrFlag []string
 	cmd := &cobra.Command{
 		Use:   "render --input DIR --output DIR",
@@ -61,12 +63,19 @@ func newRenderCmd() *cobra.Command {
 			if err != nil {
 				return usageError(cmd, "--cluster-cidrs: "+err.Error())
 			}
-			return failed(cmd, 1, renderWith(in, out, cmd.ErrOrStderr(), gp, cidrs))
+			var consent *daemon.Consent
+			if consentFlag != "" {
+				if consent, err = daemon.LoadConsent(consentFlag); err != nil {
+					return failed(cmd, 1, err)
+				}
+			}
+			return failed(cmd, 1, renderWith(in, out, cmd.ErrOrStderr(), gp, consent, cidrs))
 		},
 	}
 	cmd.Flags().StringVar(&in, "input", "", "input directory: one subdirectory per cluster (required)")
 	cmd.Flags().StringVar(&out, "output", "", "output directory (required)")
 	cmd.Flags().StringVar(&gpFlag, "globalnet-policy", "coarse", "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed); as coastguardd run")
+	cmd.Flags().StringVar(&consentFlag, "consent-file", "", "consent applied in every cluster (which other clusters' MCNPs each admits, pinned labels); as coastguardd run")
 	cmd.Flags().StringSliceVar(&cidrFlag, "cluster-cidrs", nil, "trusted CIDRs per cluster for every cluster, added to the Submariner Cluster objects; as coastguardd run")
 	// cobra reports a missing required flag as a usage error (exit 2).
 	_ = cmd.MarkFlagRequired("input")
@@ -77,7 +86,7 @@ func newRenderCmd() *cobra.Command {
 // render loads IN, translates for every cluster and writes OUT. Warnings and
 // a per-cluster summary go to log.
 func render(in, out string, log io.Writer) error {
-	return renderWith(in, out, log, enforce.GlobalnetCoarse)
+	return renderWith(in, out, log, enforce.GlobalnetCoarse, nil)
 }
 
 // logf writes one of render's warnings or summary lines to log. They are
@@ -87,14 +96,18 @@ func logf(log io.Writer, format string, a ...any) {
 	_, _ = fmt.Fprintf(log, format, a...)
 }
 
-// renderWith is render with a Globalnet policy (--globalnet-policy) and
-// operator-supplied trusted CIDRs (--cluster-cidrs) for every cluster.
-func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs ...enforce.Networks) error {
+// renderWith is render with a Globalnet policy (--globalnet-policy), a
+// consent (--consent-file, nil: none) and operator-supplied trusted CIDRs
+// (--cluster-cidrs) for every cluster.
+func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, consent *daemon.Consent, cidrs ...enforce.Networks) error {
 	inv, clusters, trusted, err := loadRenderInput(in, log)
 	if err != nil {
 		return err
 	}
 	inv.SetGlobalnetPolicy(gp)
+	if consent != nil {
+		inv.SetPinnedLabels(consent.ClusterLabels)
+	}
 	for _, f := range enforce.Findings(inv) {
 		logf(log, "warning: %s\n", f.Message)
 	}
@@ -106,7 +119,7 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs
 			logf(log, "warning: %s: %d address(es) of cluster %s never allowed (%s), e.g. %s\n", c, d.Count, d.Cluster, d.Reason, d.Example)
 		}
 		var buf bytes.Buffer
-		nps := enforce.Translate(c, inv)
+		nps := admitted(c, inv, consent, log)
 		if err := checkCollisions(c, nps); err != nil {
 			return err
 		}
@@ -137,6 +150,28 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, cidrs
 		}
 	}
 	return nil
+}
+
+// admitted is enforce.Translate for cluster c without the NetworkPolicies
+// of the other clusters' MCNPs that consent refuses there, as the daemon
+// leaves them out (daemon.ApplyConsent).
+func admitted(c string, inv *enforce.Inventory, consent *daemon.Consent, log io.Writer) []networkingv1.NetworkPolicy {
+	nps := enforce.Translate(c, inv)
+	if consent == nil {
+		return nps
+	}
+	refused := map[string]bool{}
+	for _, ref := range inv.Policies() {
+		res := daemon.ApplyConsent(c, ref, enforce.Evaluate(c, inv, ref), consent, inv)
+		if res.Degraded != daemon.ReasonNotAdmitted {
+			continue
+		}
+		logf(log, "%s: MultiClusterNetworkPolicy %s: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
+		for _, np := range enforce.TranslatePolicy(c, inv, ref) {
+			refused[np.Namespace+"/"+np.Name] = true
+		}
+	}
+	return slices.DeleteFunc(nps, func(np networkingv1.NetworkPolicy) bool { return refused[np.Namespace+"/"+np.Name] })
 }
 
 // checkCollisions refuses output in which two generated NetworkPolicies of a

@@ -36,14 +36,29 @@ import (
 // observer by anti-entropy deltas (crdt.DeltaSince), as over gossip; then
 // daemon.Mirror.Load and the enforcer's Outputs for every cluster.
 func TestRenderEqualsDaemon(t *testing.T) {
-	trees := map[string]string{
-		"examples":  "../../examples",
-		"globalnet": globalnetTree(t),
+	// Every cluster admits MCNPs of region=eu origins only, and pins eu-2
+	// to region=us whatever it claims: MCNPs of us-1 and eu-2 are refused
+	// in the others, and clusterSelectors see eu-2 as a us cluster.
+	consent := &daemon.Consent{
+		Rules: []daemon.ConsentRule{{Name: "eu", Origins: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}},
+			Namespaces: &metav1.LabelSelector{}}},
+		ClusterLabels: map[string]map[string]string{"eu-2": {"region": "us"}},
 	}
-	for name, in := range trees {
+	require.NoError(t, consent.Validate())
+	trees := map[string]struct {
+		in      string
+		consent *daemon.Consent
+	}{
+		"examples":         {in: "../../examples"},
+		"examples-consent": {in: "../../examples", consent: consent},
+		"globalnet":        {in: globalnetTree(t)},
+	}
+	outputs := map[string]string{}
+	for name, tc := range trees {
+		in := tc.in
 		t.Run(name, func(t *testing.T) {
 			out := t.TempDir()
-			require.NoError(t, render(in, out, io.Discard))
+			require.NoError(t, renderWith(in, out, io.Discard, enforce.GlobalnetCoarse, tc.consent))
 			clusters, objs, _, err := readRenderInput(in, io.Discard)
 			require.NoError(t, err)
 			require.NotEmpty(t, clusters)
@@ -60,12 +75,14 @@ func TestRenderEqualsDaemon(t *testing.T) {
 				want, err := os.ReadFile(filepath.Join(out, c, "networkpolicies.yaml"))
 				require.NoError(t, err)
 				rendered += len(want)
-				got := daemonOutput(t, st, c, watchers[c])
+				got := daemonOutput(t, st, c, watchers[c], tc.consent)
 				require.Equal(t, string(want), got, "cluster %s: render and the daemon disagree", c)
+				outputs[name] += got
 			}
 			require.NotZero(t, rendered, "the inputs must generate NetworkPolicies somewhere")
 		})
 	}
+	require.NotEqual(t, outputs["examples"], outputs["examples-consent"], "the consent refuses some MCNPs of the examples")
 }
 
 // daemonInventory runs cluster id's inventory and Submariner watcher
@@ -202,15 +219,19 @@ func gossipInto(t *testing.T, st *crdt.State, id string, snap kube.Snapshot) {
 // from the converged state, the trusted networks from its Submariner
 // watcher, the enforcer's outputs for every policy; rendered like render
 // writes them.
-func daemonOutput(t *testing.T, st *crdt.State, c string, w *kube.SubmarinerWatcher) string {
+func daemonOutput(t *testing.T, st *crdt.State, c string, w *kube.SubmarinerWatcher, consent *daemon.Consent) string {
 	t.Helper()
 	m := daemon.NewMirror(c)
+	outs := daemon.NewOutputs(c)
+	if consent != nil { // as daemon.New does
+		m.SetTrustedLabels(consent.ClusterLabels)
+		outs.SetConsent(consent)
+	}
 	require.Empty(t, m.Load(st))
 	m.Inventory().SetGlobalnetPolicy(enforce.GlobalnetCoarse)
 	nets, errs := daemon.NetworksFromSubmariner(w.Clusters())
 	require.Empty(t, errs)
 	m.SetNetworks(enforce.MergeNetworks(nets))
-	outs := daemon.NewOutputs(c)
 	outs.Recompute(m.Inventory(), nil, true)
 	nps := outs.Desired()
 	sort.SliceStable(nps, func(i, j int) bool { return npLess(&nps[i], &nps[j]) })

@@ -95,7 +95,7 @@ func TestRenderGlobalnet(t *testing.T) {
 
 	out2 := t.TempDir()
 	log.Reset()
-	require.NoError(t, renderWith(in, out2, &log, enforce.GlobalnetDrop))
+	require.NoError(t, renderWith(in, out2, &log, enforce.GlobalnetDrop, nil))
 	a, err = os.ReadFile(filepath.Join(out2, "a", "networkpolicies.yaml"))
 	require.NoError(t, err)
 	require.NotContains(t, string(a), "242.1.0.1/32", "drop: the coarse web pod is left out")

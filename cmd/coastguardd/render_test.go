@@ -108,7 +108,7 @@ items:
 	nets, err := enforce.ParseClusterCIDRs([]string{"a=fd00::/64", "c=10.9.0.0/16"})
 	require.NoError(t, err)
 	out = t.TempDir()
-	require.NoError(t, renderWith(in, out, &log, enforce.GlobalnetCoarse, nets))
+	require.NoError(t, renderWith(in, out, &log, enforce.GlobalnetCoarse, nil, nets))
 	b, err = os.ReadFile(filepath.Join(out, "b", "networkpolicies.yaml"))
 	require.NoError(t, err)
 	require.Contains(t, string(b), "cidr: fd00::1/128")
