@@ -39,10 +39,7 @@ type Mirror struct {
 	// lost: origins retired because they disappeared, and the names
 	// (namespace/name) of their policies kept from their last-known state
 	// (lost.go).
-	lost map[string]*lostOrigin
-	// trusted: labels this cluster pins for other clusters (consent
-	// clusterLabels); they replace what those clusters claim.
-	trusted     map[string]map[string]string
+	lost        map[string]*lostOrigin
 	lostChanged map[string]bool
 	// errors counts entries that failed to decode (poison values are
 	// skipped, never applied half-way).
