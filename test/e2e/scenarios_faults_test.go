@@ -273,15 +273,7 @@ func TestScenarioLeaderFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
-	var as []*harness.Daemon
-	for range 2 {
-		d, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin, Args: []string{"--lease-duration=" + lease.String()}})
-		require.NoError(t, err)
-		as = append(as, d)
-	}
-	for _, d := range as {
-		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
-	}
+	as := startPair(t, ctx, env, a, bin, lease)
 	require.NotEqual(t, as[0].DataDir, as[1].DataDir)
 	for _, cl := range env.Clusters {
 		require.NoError(t, cl.EnsureNamespace(ctx, "shop", nil))
@@ -359,4 +351,20 @@ func TestScenarioLeaderFailover(t *testing.T) {
 	require.Empty(t, flaps(wa.eventsSince(markA)), "A's policies flapped during the failover")
 	t.Logf("failover: %s leads at epoch %d (was %d) %s after SIGKILL of %s (lease %s); first new pod in B %s later",
 		standby.NodeName, ns.Epoch, ls.Epoch, took.Round(time.Millisecond), leader.NodeName, lease, first.Round(time.Millisecond))
+}
+
+// startPair starts two daemons (leader and standby) in cluster c with a
+// short Lease and waits until both are ready.
+func startPair(t *testing.T, ctx context.Context, env *harness.Env, c *harness.Cluster, bin string, lease time.Duration) []*harness.Daemon {
+	t.Helper()
+	var ds []*harness.Daemon
+	for range 2 {
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, Args: []string{"--lease-duration=" + lease.String()}})
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	for _, d := range ds {
+		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
+	}
+	return ds
 }

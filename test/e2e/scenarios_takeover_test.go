@@ -33,15 +33,7 @@ func TestScenarioLaggingTakeover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
-	var as []*harness.Daemon
-	for range 2 {
-		d, err := env.StartDaemon(a, harness.DaemonOptions{Binary: bin, Args: []string{"--lease-duration=" + lease.String()}})
-		require.NoError(t, err)
-		as = append(as, d)
-	}
-	for _, d := range as {
-		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
-	}
+	as := startPair(t, ctx, env, a, bin, lease)
 	for _, cl := range env.Clusters {
 		require.NoError(t, cl.EnsureNamespace(ctx, "shop", nil))
 	}
