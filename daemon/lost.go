@@ -36,14 +36,14 @@ type lostGuard struct {
 func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
 	d := g.d
 	remote := r.Origin != d.opts.ClusterID
-	noted := false
+	created := false
 	if remote && r.Sig == nil && !d.opts.ReleaseLostOrigins {
-		noted = d.noteLost(r)
+		created = d.noteLost(r)
 	}
 	ch, err := g.Replica.ApplyRetire(r)
 	switch {
 	case err != nil && len(ch) == 0:
-		if noted { // refused: nothing was lost
+		if created { // refused: nothing was lost (an earlier loss stays kept)
 			d.dropLost(r.Origin, "")
 		}
 	case remote && r.Sig != nil && d.originEmpty(r.Origin):
@@ -70,7 +70,8 @@ func (d *Daemon) originEmpty(origin string) bool {
 }
 
 // noteLost records the live policies of origin at or below r.UpTo as lost,
-// before the retirement is applied, and reports whether it recorded any.
+// before the retirement is applied (merged into the record of an earlier
+// loss, if any), and reports whether it created a new record.
 func (d *Daemon) noteLost(r crdt.Retire) bool {
 	var kept []crdt.Entry
 	d.rep.View(func(st *crdt.State) {
@@ -110,7 +111,7 @@ func (d *Daemon) noteLost(r crdt.Retire) bool {
 	d.m.lostEvents.WithLabelValues("lost").Inc()
 	d.log.Warn("cluster lost (retired without a decommission): its MCNPs stay enforced here from their last-known state until released",
 		"remote_cluster", r.Origin, "policies", len(kept), "release", "kubectl coastguard release-lost "+r.Origin)
-	return true
+	return !had
 }
 
 // dropLost stops keeping origin's policies (released, decommissioned,

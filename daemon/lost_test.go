@@ -90,6 +90,9 @@ func TestLostGuard(t *testing.T) {
 	require.False(t, d.hasPolicy("gone"))
 	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostPolicies.WithLabelValues("b")))
 	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("lost")))
+	_, err = g.ApplyRetire(crdt.Retire{Origin: "b", UpTo: 0}) // refused by the replica
+	require.Error(t, err)
+	require.True(t, d.hasPolicy("deny"), "a refused retirement keeps an earlier loss")
 
 	// after a restart, the record brings it back
 	require.NoError(t, d.rep.Close())
