@@ -35,6 +35,14 @@ var rules = []rule{
 		"api holds CRD types only"},
 	{"kube", []string{module + "/gossip", module + "/store", module + "/daemon"},
 		"kube adapts Kubernetes objects; wiring belongs to daemon"},
+	{"reach", []string{module + "/crdt", module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", module + "/cli", "k8s.io/client-go"},
+		"reach is the pure reachability engine over compiled rules"},
+	{"cli", []string{module + "/gossip", module + "/store", module + "/daemon"},
+		"the plugin reads clusters through their apiservers; it never runs a daemon's parts"},
+	{"internal/metricsreg", []string{module + "/api", module + "/crdt", module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", module + "/reach", module + "/cli"},
+		"one registration policy, below every package"},
+	{"internal/version", []string{module + "/api", module + "/crdt", module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", module + "/reach", module + "/cli"},
+		"the build's version, below every package"},
 }
 
 type listed struct {
