@@ -57,7 +57,7 @@ func TestPacketsNamedPortsAndUserPolicies(t *testing.T) {
 	require.Empty(t, np.Labels, "and does not label it")
 
 	// egress isolation of web-0 in its own cluster: only the dbs' "pg"
-	applyYAML(t, ctx, c2, []byte(webEgress))
+	applyYAML(t, ctx, c2, webEgress("{}", "{matchLabels: {role: db}}"))
 	base2 := want
 	want = func(from, to harness.PodEndpoint, port corev1.ContainerPort) bool {
 		if from.Name == "web-0" {
@@ -77,17 +77,4 @@ spec:
   - from:
     - ipBlock: {cidr: 10.2.0.11/32}
     ports: [{protocol: TCP, port: 7000}]
-`
-
-const webEgress = `apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: web-egress, namespace: shop}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  policyTypes: [Egress]
-  egress:
-  - to:
-    - clusterSelector: {}
-      podSelector: {matchLabels: {role: db}}
-    ports: [{protocol: TCP, port: pg}]
 `

@@ -201,20 +201,7 @@ spec:
 kind: ServiceExport
 metadata: {name: db, namespace: shop}
 `))
-	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: web-egress, namespace: shop}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  policyTypes: [Egress]
-  egress:
-  - to:
-    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
-      podSelector:
-        matchLabels: {role: db}
-        matchExpressions: [{key: replica, operator: DoesNotExist}]
-    ports: [{port: pg}]
-`))
+	applyYAML(t, ctx, a, webEgress(inCluster2, nonReplicaDB))
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, podErr := dp.Dial(ctx, a, "shop", "web-0", "10.2.0.10", 5432, corev1.ProtocolTCP)
 		ans, svcErr := dialSvc()
@@ -279,6 +266,30 @@ spec:
 	}
 	return []byte(y)
 }
+
+// webEgress is an MCNP isolating the egress of the applying cluster's
+// app=web pods to the pods one peer selects (clusterSelector and
+// podSelector in YAML flow form) on the named port pg.
+func webEgress(clusterSelector, podSelector string) []byte {
+	return []byte(`apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: web-egress, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - clusterSelector: ` + clusterSelector + `
+      podSelector: ` + podSelector + `
+    ports: [{protocol: TCP, port: pg}]
+`)
+}
+
+// Selectors for webEgress.
+const (
+	inCluster2   = "{matchLabels: {cluster.clusterset.k8s.io: cluster2}}"
+	nonReplicaDB = "{matchLabels: {role: db}, matchExpressions: [{key: replica, operator: DoesNotExist}]}"
+)
 
 // packetsEnv starts n clusters on the dataplane with the CRDs and a shop
 // namespace in each, and a context bounded by timeout.
@@ -443,18 +454,7 @@ metadata: {name: db, namespace: shop}
 		require.NoError(t, err)
 		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
 	}
-	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: web-egress, namespace: shop}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  policyTypes: [Egress]
-  egress:
-  - to:
-    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
-      podSelector: {matchLabels: {role: db}}
-    ports: [{port: pg}]
-`))
+	applyYAML(t, ctx, a, webEgress(inCluster2, "{matchLabels: {role: db}}"))
 	msg := waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "ServiceIPOutsideServiceCIDR")
 	require.Contains(t, msg, "cluster2/shop/db")
 	t.Logf("ClusterIP %s outside cluster2's service CIDR as cluster1 knows it (10.250.0.0/16): %s", clusterIP, msg)

@@ -66,20 +66,7 @@ metadata: {name: db, namespace: shop}
 	}), "without policies both headless backends answer")
 
 	startDaemons(t, ctx, env, harness.DaemonOptions{})
-	applyYAML(t, ctx, a, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: web-egress, namespace: shop}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  policyTypes: [Egress]
-  egress:
-  - to:
-    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster2}}
-      podSelector:
-        matchLabels: {role: db}
-        matchExpressions: [{key: replica, operator: DoesNotExist}]
-    ports: [{port: pg}]
-`))
+	applyYAML(t, ctx, a, webEgress(inCluster2, nonReplicaDB))
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		ans, e0 := dial("web-0", "10.2.0.10")
 		_, e1 := dial("web-0", "10.2.0.11")

@@ -40,18 +40,7 @@ func TestScenarioSidecarNamedPort(t *testing.T) {
 	_, err = a.SetPodStatus(ctx, "shop", "db-0", "10.1.0.5", corev1.PodRunning)
 	require.NoError(t, err)
 	runPod(t, ctx, b, "web-0", "10.2.0.5", web)
-	applyYAML(t, ctx, b, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: web-egress, namespace: shop}
-spec:
-  podSelector: {matchLabels: {app: web}}
-  policyTypes: [Egress]
-  egress:
-  - to:
-    - clusterSelector: {}
-      podSelector: {matchLabels: {role: db}}
-    ports: [{protocol: TCP, port: pg}]
-`))
+	applyYAML(t, ctx, b, webEgress("{}", "{matchLabels: {role: db}}"))
 	waitNPs(t, ctx, b, originSel(b.Name), 60*time.Second, func(_ []string, nps []networkingv1.NetworkPolicy) bool {
 		for _, np := range nps {
 			for _, r := range np.Spec.Egress {
