@@ -81,7 +81,9 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 		observeMembers(&o, byCluster[id])
 		if od, ok := digest[id]; ok {
 			o.Epoch, o.Seq = od.Max.Epoch(), od.Max.Seq()
-			o.Retired = od.Retired != 0
+			// retired: nothing of it remains above the retirement (a
+			// takeover's seal of prior epochs is not a retirement)
+			o.Retired = od.Retired != 0 && od.Retired >= od.Max
 		}
 		if v, ok := values[id]; ok {
 			o.PodCIDRs, o.GlobalCIDRs, o.Labels = v.PodCIDRs, v.GlobalCIDRs, v.Labels

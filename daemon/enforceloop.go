@@ -39,6 +39,10 @@ type enforcer struct {
 
 	maxStamp atomic.Int64  // newest origin stamp not yet enforced
 	lastRun  *atomic.Int64 // unix nanos of the last run (liveness)
+	// gateOpened: the next run releases the applier's hold (releaseHold)
+	// after handing over its desired set.
+	gateOpened  atomic.Bool
+	releaseHold func()
 }
 
 // enforceRound is what one run computed under the view lock.
@@ -60,8 +64,13 @@ func (e *enforcer) NoteStamp(newest int64) {
 	}
 }
 
+// releaseHoldAfterNextRun makes the next run release the applier's hold
+// (the empty-view gate opened) once it has handed over its desired set.
+func (e *enforcer) releaseHoldAfterNextRun() { e.gateOpened.Store(true) }
+
 // Fire recomputes the affected policies and applies the result.
 func (e *enforcer) Fire(_ context.Context, keys []string) {
+	release := e.gateOpened.Swap(false) // read before computing: this run's view is new enough
 	start := time.Now()
 	stamp := e.maxStamp.Swap(0)
 	e.lastRun.Store(start.UnixNano())
@@ -80,6 +89,9 @@ func (e *enforcer) Fire(_ context.Context, keys []string) {
 	if err := e.applier.SetDesired(r.desired); err != nil {
 		e.m.enforceErrors.Inc()
 		e.log.Error("some generated NetworkPolicies were refused; only their MCNPs are affected", "err", err)
+	}
+	if release && e.releaseHold != nil {
+		e.releaseHold()
 	}
 	if stamp > 0 {
 		if lag := time.Since(time.Unix(0, stamp)); lag >= 0 && lag < time.Hour {

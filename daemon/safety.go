@@ -163,12 +163,23 @@ func (d *Daemon) releaseGate(reason string) {
 	}
 	d.gateGauge.Set(0)
 	d.gateWant.Store(nil)
-	d.applier.SetHold(false)
 	d.mu.Lock()
-	changed := d.outputs.SetGateDegraded("")
+	d.outputs.SetGateDegraded("")
 	d.mu.Unlock()
-	if changed && d.enforce != nil {
-		d.enforce.Mark(allPolicies)
+	// The view was found covered on the store's state; the change feed
+	// and the enforcer may still lag behind it. Held deletes proceed only
+	// once the enforcer has recomputed from a mirror that holds every
+	// change committed before this point (an applier released at once
+	// would apply the stale desired set, deleting policies whose entries
+	// had just arrived).
+	if d.rep == nil || d.enforce == nil || d.enf == nil || reason == "decommission" {
+		// (a decommission deletes every generated policy on purpose)
+		d.applier.SetHold(false)
+	} else {
+		d.rep.Barrier(func() {
+			d.enf.releaseHoldAfterNextRun()
+			d.enforce.Mark(allPolicies)
+		})
 	}
 	d.log.Info("empty-view gate open: deletes and shrinks of generated NetworkPolicies allowed", "reason", reason)
 }

@@ -597,6 +597,19 @@ func (r *Replica) deliver(changes []crdt.Change) {
 	}
 }
 
+// Barrier calls fn on the change-feed goroutine once every change set of
+// the mutations made before the call has been delivered to the
+// subscribers (it rides an empty batch through the commit queue, which
+// commits in order). A decision taken on the replica's state (its digest)
+// can so wait until what the subscribers built from it has caught up.
+func (r *Replica) Barrier(fn func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// the result channel is buffered; a failed commit never runs fn (the
+	// store then refuses writes and the daemon stops)
+	_ = r.backend.Commit(&Batch{OnCommit: func() { r.notify.enqueue(notice{fn: fn}) }})
+}
+
 // Close flushes pending commits, delivers pending notifications and closes
 // the backend.
 func (r *Replica) Close() error {
@@ -610,9 +623,16 @@ func (r *Replica) Close() error {
 type notifier struct {
 	mu     sync.Mutex
 	cond   *sync.Cond
-	q      [][]crdt.Change
+	q      []notice
 	closed bool
 	done   chan struct{}
+}
+
+// notice is one item of the change feed: a change set, or a barrier's
+// function (Replica.Barrier).
+type notice struct {
+	changes []crdt.Change
+	fn      func()
 }
 
 func newNotifier(deliver func([]crdt.Change)) *notifier {
@@ -630,18 +650,24 @@ func newNotifier(deliver func([]crdt.Change)) *notifier {
 				return
 			}
 			next := n.q[0]
-			n.q[0] = nil
+			n.q[0] = notice{}
 			n.q = n.q[1:]
 			n.mu.Unlock()
-			deliver(next)
+			if next.fn != nil {
+				next.fn()
+			} else {
+				deliver(next.changes)
+			}
 		}
 	}()
 	return n
 }
 
-func (n *notifier) push(changes []crdt.Change) {
+func (n *notifier) push(changes []crdt.Change) { n.enqueue(notice{changes: changes}) }
+
+func (n *notifier) enqueue(it notice) {
 	n.mu.Lock()
-	n.q = append(n.q, changes)
+	n.q = append(n.q, it)
 	n.mu.Unlock()
 	n.cond.Signal()
 }

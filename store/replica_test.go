@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -355,4 +356,39 @@ func TestReplicaDeferredPageCheckRejectsDamage(t *testing.T) {
 	require.ErrorIs(t, info.Corrupt, ErrCorrupt)
 	require.FileExists(t, info.MovedAside)
 	require.Empty(t, rep.Digest())
+}
+
+// Barrier runs its function after the change sets of every earlier
+// mutation were delivered, in order, on the feed's goroutine.
+func TestReplicaBarrierAfterEarlierChanges(t *testing.T) {
+	rep, err := OpenReplica(filepath.Join(t.TempDir(), "s.db"), "a", Options{})
+	require.NoError(t, err)
+	defer rep.Close()
+	var mu sync.Mutex
+	var seen []string
+	rep.Subscribe(func(ch []crdt.Change) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range ch {
+			seen = append(seen, c.Key.Name)
+		}
+	})
+	v, err := crdt.EncodeValue(&crdt.NamespaceValue{})
+	require.NoError(t, err)
+	for i := 0; i < 50; i++ {
+		_, err := rep.Write(crdt.KindNamespace, fmt.Sprint("ns", i), v, false)
+		require.NoError(t, err)
+	}
+	done := make(chan int, 1)
+	rep.Barrier(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		done <- len(seen)
+	})
+	select {
+	case n := <-done:
+		require.Equal(t, 50, n, "every earlier change set was delivered before the barrier")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the barrier never ran")
+	}
 }
