@@ -147,7 +147,11 @@ func (d *Daemon) wireKube(cancel context.CancelFunc) (kubeParts, error) {
 			OnFailure: func(origin string) { d.enforce.Mark(origin) }})
 	if err == nil {
 		d.enf.applier = d.applier
-		d.enf.releaseHold = func() { d.applier.SetHold(false) }
+		d.enf.releaseHold = func() {
+			if !d.gateClosed.Load() { // not a later term's gate, closed meanwhile
+				d.applier.SetHold(false)
+			}
+		}
 		d.dec = &decommissioner{roles: &d.roles, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
 			dataDir: o.DataDir, stop: cancel, log: d.log, settle: 30 * time.Second, poll: 100 * time.Millisecond}
 		d.inv, err = kube.NewInventory(d.inventoryConfig())
