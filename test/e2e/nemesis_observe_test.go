@@ -66,6 +66,27 @@ func (n *nemesis) watchGeneratedNPs(ctx context.Context, origin string) {
 	}
 }
 
+// leaseRecovery is how long after a fault that can cost a cluster its
+// leader (a daemon killed or restarted, its apiserver restarted: Lease
+// renewals fail) the cluster may still be without one: the daemons'
+// default Lease duration, after which the standby or the restarted daemon
+// takes over.
+const leaseRecovery = 15 * time.Second
+
+// disturbLease is disturb for a fault that can cost the cluster its leader:
+// the fault counts as ending leaseRecovery after it is healed.
+func (n *nemesis) disturbLease(clusters ...string) func() {
+	end := n.disturb(clusters...)
+	return func() {
+		end()
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		for _, c := range clusters {
+			n.lastFault[c] = time.Now().Add(leaseRecovery)
+		}
+	}
+}
+
 // disturb marks the start of a fault touching clusters; the returned
 // function marks its end.
 func (n *nemesis) disturb(clusters ...string) func() {

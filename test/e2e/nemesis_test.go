@@ -484,7 +484,7 @@ func (n *nemesis) diskFull(ctx context.Context) {
 	if !d.Running() {
 		return
 	}
-	defer n.disturb(c.Name)()
+	defer n.disturbLease(c.Name)()
 	_ = d.Kill()
 	var old unix.Rlimit
 	require.NoError(n.t, unix.Getrlimit(unix.RLIMIT_FSIZE, &old))
@@ -517,7 +517,7 @@ func (n *nemesis) rollingUpgrade(ctx context.Context) {
 	if !d.Running() {
 		return
 	}
-	defer n.disturb(c.Name)()
+	defer n.disturbLease(c.Name)()
 	require.NoError(n.t, d.Stop())
 	n.mu.Lock()
 	n.seq++
@@ -544,7 +544,7 @@ func (n *nemesis) killDaemon(ctx context.Context) {
 	if !d.Running() {
 		return
 	}
-	defer n.disturb(c.Name)()
+	defer n.disturbLease(c.Name)()
 	_ = d.Kill()
 	store := "kept"
 	switch n.rng.IntN(8) {
@@ -593,7 +593,7 @@ func corruptStore(path string, rng *rand.Rand) error {
 
 func (n *nemesis) restartAPIServer(ctx context.Context) {
 	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
-	defer n.disturb(c.Name)()
+	defer n.disturbLease(c.Name)()
 	if err := c.APIServer.Stop(10 * time.Second); err != nil {
 		n.log("apiserver %s stop: %v", c.Name, err)
 	}
