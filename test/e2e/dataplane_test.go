@@ -172,18 +172,7 @@ func TestPacketsRemoteClusterIP(t *testing.T) {
 	startDaemons(t, ctx, env, harness.DaemonOptions{})
 	// An ingress MCNP in cluster2 admitting web pods of cluster1: the
 	// remote ClusterIP path is admitted, because the backend sees the pod IP.
-	applyYAML(t, ctx, b, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: db-from-web, namespace: shop}
-spec:
-  podSelector: {matchLabels: {role: db}}
-  policyTypes: [Ingress]
-  ingress:
-  - from:
-    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster1}}
-      podSelector: {matchLabels: {app: web}}
-    ports: [{port: pg}]
-`))
+	applyYAML(t, ctx, b, []byte(dbFromCluster1Web))
 	_, err = a.RunPod(ctx, "shop", "other-0", "10.1.0.11", map[string]string{"app": "other"})
 	require.NoError(t, err)
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
@@ -284,6 +273,21 @@ spec:
     ports: [{protocol: TCP, port: pg}]
 `)
 }
+
+// dbFromCluster1Web isolates the applying cluster's dbs except from
+// cluster1's web pods on the named port pg.
+const dbFromCluster1Web = `apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: db-from-web, namespace: shop}
+spec:
+  podSelector: {matchLabels: {role: db}}
+  policyTypes: [Ingress]
+  ingress:
+  - from:
+    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster1}}
+      podSelector: {matchLabels: {app: web}}
+    ports: [{port: pg}]
+`
 
 // Selectors for webEgress.
 const (

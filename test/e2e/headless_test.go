@@ -74,18 +74,7 @@ metadata: {name: db, namespace: shop}
 	}), "egress MCNP: the admitted headless backend answers, the other is denied")
 	waitCondition(t, ctx, a, "web-egress", "Degraded", "False", "AsExpected")
 
-	applyYAML(t, ctx, b, []byte(`apiVersion: networking.submariner.io/v1
-kind: MultiClusterNetworkPolicy
-metadata: {name: db-from-web, namespace: shop}
-spec:
-  podSelector: {matchLabels: {role: db}}
-  policyTypes: [Ingress]
-  ingress:
-  - from:
-    - clusterSelector: {matchLabels: {cluster.clusterset.k8s.io: cluster1}}
-      podSelector: {matchLabels: {app: web}}
-    ports: [{port: pg}]
-`))
+	applyYAML(t, ctx, b, []byte(dbFromCluster1Web))
 	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
 		_, allowed := dial("web-0", "10.2.0.10")
 		_, denied := dial("other-0", "10.2.0.10")
