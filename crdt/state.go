@@ -136,6 +136,10 @@ type originState struct {
 	seen    Version // highest version of this origin ever observed (writer safety)
 	hash    uint64  // sum of entryHash over stored records
 	gapHash uint64  // sum of entryHash over stored records above max
+	// strong is the collision-resistant set hash of the stored records
+	// (sethash.go), behind the completeness digests origins sign.
+	strong setHash
+	eh     elemHasher
 
 	byName [numKinds]map[string]*record
 	// opaque indexes the records of kinds this build does not know (a
@@ -310,6 +314,7 @@ func (o *originState) insert(r *record) {
 	if r.version > o.max {
 		o.gapHash += recHash(r)
 	}
+	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
 	o.count++
 	o.bytes += recBytes(r)
 }
@@ -329,6 +334,7 @@ func (o *originState) remove(r *record) {
 	if r.version > o.max {
 		o.gapHash -= recHash(r)
 	}
+	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, true)
 	o.count--
 	o.bytes -= recBytes(r)
 }
@@ -343,6 +349,7 @@ func (o *originState) replace(r *record, e *Entry) {
 	if r.version > o.max {
 		o.gapHash -= recHash(r)
 	}
+	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, true)
 	r.version = e.Version
 	r.deleted = e.Deleted
 	o.bytes -= recBytes(r)
@@ -357,6 +364,7 @@ func (o *originState) replace(r *record, e *Entry) {
 	if r.version > o.max {
 		o.gapHash += recHash(r)
 	}
+	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
 }
 
 // setMax raises the contiguous watermark, moving the records it passes out
