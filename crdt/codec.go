@@ -20,7 +20,11 @@ import (
 //	Digest: [1, [[origin, max, hash, gc, retired, top, reset, gapHash]...]] sorted by origin
 //	Retire: [1, origin, upTo] or, signed, [1, origin, upTo, sig, key]
 //	A signed delta has 13 elements: [..., [entry...], head, headSig, gcSig,
-//	retiredSig, key] and its entries 7: [..., stamp, sig] (sign.go).
+//	retiredSig, key] and its entries 7: [..., stamp, sig] (sign.go); 14
+//	with a key endorsement [..., endorse]; 19 with a state mark
+//	[..., endorse (nil when none), markHead, markGC, markRetired,
+//	markHash, markSig]. Builds before state marks refuse 19-element deltas (see
+//	docs/ARCHITECTURE.md, "Completeness": upgrade every cluster together).
 const (
 	WireFormat = 1
 
@@ -75,6 +79,9 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	if d.Endorse != nil {
 		n = 14
 	}
+	if !d.Mark.IsZero() {
+		signed, n = true, 19
+	}
 	err := firstErr(
 		enc.EncodeArrayLen(n),
 		enc.EncodeUint8(WireFormat),
@@ -123,8 +130,19 @@ func EncodeDelta(d Delta) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if n == 14 {
+	if n >= 14 {
 		if err := enc.EncodeBytes(d.Endorse); err != nil {
+			return nil, err
+		}
+	}
+	if n == 19 {
+		if err := firstErr(
+			enc.EncodeUint64(uint64(d.Mark.Head)),
+			enc.EncodeUint64(uint64(d.Mark.GC)),
+			enc.EncodeUint64(uint64(d.Mark.Retired)),
+			enc.EncodeBytes(d.Mark.Hash),
+			enc.EncodeBytes(d.Mark.Sig),
+		); err != nil {
 			return nil, err
 		}
 	}
@@ -353,9 +371,9 @@ func DecodeDelta(b []byte) (Delta, error) {
 		return Delta{}, fmt.Errorf("%w: delta of %d bytes exceeds %d", ErrInvalid, len(b), MaxDeltaBytes)
 	}
 	w := newWireDecoder(b)
-	dn := w.arrayLen(8, 14)
-	if w.err == nil && dn != 8 && dn != 13 && dn != 14 {
-		w.err = fmt.Errorf("delta of %d elements, want 8, 13 or 14", dn)
+	dn := w.arrayLen(8, 19)
+	if w.err == nil && dn != 8 && dn != 13 && dn != 14 && dn != 19 {
+		w.err = fmt.Errorf("delta of %d elements, want 8, 13, 14 or 19", dn)
 	}
 	w.format()
 	var d Delta
@@ -397,8 +415,15 @@ func DecodeDelta(b []byte) (Delta, error) {
 		d.RetiredSig = w.bin(SigSize)
 		d.Key = w.bin(KeySize)
 	}
-	if dn == 14 {
+	if dn >= 14 {
 		d.Endorse = w.bin(EndorseSize)
+	}
+	if dn == 19 {
+		d.Mark.Head = Version(w.u64())
+		d.Mark.GC = Version(w.u64())
+		d.Mark.Retired = Version(w.u64())
+		d.Mark.Hash = w.bin(StateHashSize)
+		d.Mark.Sig = w.bin(SigSize)
 	}
 	if err := w.finish(); err != nil {
 		return Delta{}, wireErr("delta", err)

@@ -46,6 +46,30 @@ func TestDeltaRoundTrip(t *testing.T) {
 	assert.ErrorContains(t, err, "wire format")
 }
 
+// A signed delta carrying a state mark round-trips; a mark of the wrong
+// shape is refused.
+func TestDeltaStateMarkRoundTrip(t *testing.T) {
+	d := signedSampleDelta(t)
+	require.Len(t, d.Mark.Hash, StateHashSize)
+	b, err := EncodeDelta(d)
+	require.NoError(t, err)
+	got, err := DecodeDelta(b)
+	require.NoError(t, err)
+	assert.Equal(t, d, got)
+	for i := 0; i < len(b); i++ {
+		_, err := DecodeDelta(b[:i])
+		assert.Error(t, err, "prefix %d", i)
+	}
+	bad := d
+	bad.Mark.Hash = bad.Mark.Hash[:8]
+	_, err = EncodeDelta(bad)
+	assert.ErrorIs(t, err, ErrInvalid)
+	bad = d
+	bad.Mark.GC = bad.Mark.Head + 1
+	_, err = EncodeDelta(bad)
+	assert.ErrorIs(t, err, ErrInvalid)
+}
+
 func TestDeltaDecodeRejectsInvalid(t *testing.T) {
 	enc := func(v any) []byte {
 		b, err := msgpack.Marshal(v)

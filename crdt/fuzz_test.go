@@ -34,7 +34,32 @@ func corpusDeltas(t testing.TB) [][]byte {
 		Entries: []Entry{{Key: Key{d.Origin, KindPod, "ns/z"}, Version: d.To + 3, Value: []byte{0x81, 0xa1, 'v', 1}}}}
 	add(g)
 	add(Delta{Origin: "x", From: 7, To: 7, GC: 5, Retired: 3})
+	add(signedSampleDelta(t)) // signatures, key and a state mark (19 elements)
 	return out
+}
+
+// signedSampleDelta is a delta of a signing writer: its entries carry
+// signatures and it carries the writer's state mark.
+func signedSampleDelta(t testing.TB) Delta {
+	w := NewState("cluster-s")
+	w.SetSigner(newEdSigner(1))
+	if err := w.SetEpoch(1); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"ns/a", "ns/b"} {
+		if _, _, err := w.Write(KindPod, name, []byte{0x80}, false, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := w.Write(KindPod, "ns/a", nil, true, 2); err != nil {
+		t.Fatal(err)
+	}
+	w.CollectGarbage(MakeVersion(1, 3))
+	ds := w.DeltaSince(Digest{}, 0)
+	if len(ds) != 1 || ds[0].Mark.IsZero() {
+		t.Fatalf("signed sample: %d deltas, mark %+v", len(ds), ds)
+	}
+	return ds[0]
 }
 
 func corpusDigests(t testing.TB) [][]byte {

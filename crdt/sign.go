@@ -59,6 +59,12 @@ const (
 	ReasonRetireRefused     = "retire_refused"
 	ReasonKeyMismatch       = "key_mismatch"
 	ReasonUnknownKey        = "unknown_key"
+	// ReasonCompletenessMismatch: a replica that received everything up to
+	// the head of its origin's signed state mark does not reproduce the
+	// signed state digest (a relay left a hole or resurrected a collected
+	// key). The watermark does not move; the replica asks again from its
+	// proven watermark (issue 29, item 1).
+	ReasonCompletenessMismatch = "completeness_mismatch"
 )
 
 // ErrUntrusted wraps every TrustError.
@@ -106,6 +112,7 @@ const (
 	domainEntry   = "coastguard/entry/v1\x00"
 	domainMark    = "coastguard/mark/v1\x00"
 	domainEndorse = "coastguard/endorse/v1\x00"
+	domainState   = "coastguard/state-mark/v1\x00"
 )
 
 // EndorseSize is the size of a key endorsement: the previous public key and
@@ -179,15 +186,81 @@ func MarkSigMessage(origin string, kind MarkKind, v Version) []byte {
 	return binary.BigEndian.AppendUint64(b, uint64(v))
 }
 
+// StateMark is an origin's signed statement of its whole state: at Head,
+// with tombstones up to GC collected and versions up to Retired retired
+// (a takeover's seal), its stored records have the completeness digest
+// Hash (StateDigest, sethash.go). A replica with a verifier moves its
+// watermark to Head only when its own records at or below Head, at the
+// same GC and retirement watermarks, have that digest (issue 29, item 1:
+// a signature per entry does not sign a delta's range).
+type StateMark struct {
+	Head    Version
+	GC      Version
+	Retired Version
+	Hash    []byte // StateHashSize bytes
+	Sig     []byte // over StateSigMessage
+}
+
+// IsZero reports whether m carries no mark.
+func (m *StateMark) IsZero() bool { return m.Head == 0 && m.Sig == nil && m.Hash == nil }
+
+// newer reports whether m is a later mark of its origin than o: heads, GC
+// and retirement watermarks only grow at the origin, so (Head, GC,
+// Retired) orders its marks.
+func (m *StateMark) newer(o *StateMark) bool {
+	if len(m.Sig) == 0 {
+		return false
+	}
+	if len(o.Sig) == 0 {
+		return true
+	}
+	switch {
+	case m.Head != o.Head:
+		return m.Head > o.Head
+	case m.GC != o.GC:
+		return m.GC > o.GC
+	}
+	return m.Retired > o.Retired
+}
+
+func (m *StateMark) validate(origin string) error {
+	if m.IsZero() && m.GC == 0 && m.Retired == 0 {
+		return nil
+	}
+	switch {
+	case m.Head == 0:
+		return invalidf("state mark of %s at version 0", origin)
+	case m.GC > m.Head:
+		return invalidf("state mark of %s: gc %s above head %s", origin, m.GC, m.Head)
+	case len(m.Hash) != StateHashSize:
+		return invalidf("state mark of %s: hash of %d bytes", origin, len(m.Hash))
+	case len(m.Sig) != SigSize:
+		return invalidf("state mark of %s: signature of %d bytes", origin, len(m.Sig))
+	}
+	return nil
+}
+
+// StateSigMessage is the message an origin signs for a state mark.
+func StateSigMessage(origin string, m *StateMark) []byte {
+	b := make([]byte, 0, len(domainState)+len(origin)+2+16+StateHashSize)
+	b = append(b, domainState...)
+	b = appendLenString(b, origin)
+	b = binary.BigEndian.AppendUint64(b, uint64(m.Head))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.GC))
+	b = binary.BigEndian.AppendUint64(b, uint64(m.Retired))
+	return append(b, m.Hash...)
+}
+
 // Proof is what a replica holds to justify an origin's watermarks to
 // others: the origin's highest signed head and the signatures of its GC
 // and retirement watermarks (RetiredSig is nil when the retirement was
-// decided by membership, see RetireAuthority).
+// decided by membership, see RetireAuthority), and its newest state mark.
 type Proof struct {
 	Head       Version
 	HeadSig    []byte
 	GCSig      []byte
 	RetiredSig []byte
+	Mark       StateMark
 }
 
 // SetSigner makes Write, CollectGarbage, SealPriorEpochs and own
@@ -219,8 +292,28 @@ func (s *State) RestoreProofs(p map[string]Proof) {
 			if pr.Head > o.seen {
 				o.seen = pr.Head
 			}
+			if pr.Mark.Head > o.seen {
+				o.seen = pr.Mark.Head
+			}
 		}
 	}
+}
+
+// signState signs a state mark of our own origin after its state changed
+// (a write, a GC, a retirement): at its highest version, over every record
+// it holds.
+func (s *State) signState(o *originState) {
+	if s.signer == nil || o.name != s.self {
+		return
+	}
+	head := max(o.max, o.top())
+	if head == 0 {
+		return
+	}
+	h := o.stateDigest(head)
+	m := StateMark{Head: head, GC: o.gc, Retired: o.retired, Hash: h[:]}
+	m.Sig = s.signer.Sign(StateSigMessage(o.name, &m))
+	o.proof.Mark = m
 }
 
 func (s *State) signMark(o *originState, kind MarkKind, v Version) []byte {
@@ -251,6 +344,7 @@ func (s *State) attachProof(o *originState, d *Delta) {
 	if d.Retired == o.retired {
 		d.RetiredSig = o.proof.RetiredSig
 	}
+	d.Mark = o.proof.Mark
 	switch {
 	case s.signer != nil && o.name == s.self:
 		d.Key = s.signer.PublicKey()
@@ -321,6 +415,15 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 		}
 		bound = max(bound, e.Version)
 	}
+	if d.Mark.newer(&p.Mark) {
+		// The origin's signed state at its head: a proof of the head
+		// itself, and what a watermark must reproduce to move (advance).
+		if err := v.Verify(d.Origin, d.Key, StateSigMessage(d.Origin, &d.Mark), d.Mark.Sig); err != nil {
+			return p, err
+		}
+		p.Mark = d.Mark
+		bound = max(bound, d.Mark.Head)
+	}
 	if d.GC > o.gc {
 		if len(d.GCSig) == 0 {
 			return p, trustErr(ReasonUnsigned, d.Origin, "GC watermark %s is not signed", d.GC)
@@ -386,6 +489,30 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 	return nil
 }
 
+// verifyRetireMark checks the state mark a retirement carries (a seal's)
+// and keeps it if it is newer than the one held.
+func (s *State) verifyRetireMark(o *originState, r *Retire) error {
+	if err := r.Mark.validate(r.Origin); err != nil {
+		return err
+	}
+	if !r.Mark.newer(&o.proof.Mark) || r.Origin == s.self {
+		return nil
+	}
+	if s.verifier != nil {
+		if s.predecessor(r.Origin, r.Key) {
+			return trustErr(ReasonKeyMismatch, r.Origin, "state mark signed by a rotated-out key: it may only endorse its successor")
+		}
+		if err := s.verifier.Verify(r.Origin, r.Key, StateSigMessage(r.Origin, &r.Mark), r.Mark.Sig); err != nil {
+			return err
+		}
+	}
+	o.proof.Mark = r.Mark
+	if r.Mark.Head > o.seen {
+		o.seen = r.Mark.Head
+	}
+	return nil
+}
+
 // predecessor reports whether key is origin's rotated-out key.
 func (s *State) predecessor(origin string, key []byte) bool {
 	rot, ok := s.verifier.(Rotator)
@@ -402,7 +529,7 @@ func (s *State) checkPredecessor(o *originState, d *Delta) error {
 	if !s.predecessor(d.Origin, d.Key) {
 		return nil
 	}
-	if d.Head > o.seen || d.GC > o.gc || (d.Retired > o.retired && len(d.RetiredSig) > 0) {
+	if d.Head > o.seen || d.GC > o.gc || (d.Retired > o.retired && len(d.RetiredSig) > 0) || d.Mark.newer(&o.proof.Mark) {
 		return trustErr(ReasonKeyMismatch, d.Origin, "watermark signed by a rotated-out key: it may only endorse its successor")
 	}
 	cur := o.seen.Epoch()

@@ -129,8 +129,12 @@ func recLess(a, b *record) bool {
 
 // originState is everything a replica holds of one origin.
 type originState struct {
-	name    string
-	max     Version // contiguous watermark
+	name string
+	max  Version // contiguous watermark
+	// pend is how far a replica with a verifier has received a contiguous
+	// stream beyond max (0: not beyond). It is not a watermark: max moves
+	// only to the head of a state mark the replica reproduces (advance).
+	pend    Version
 	gc      Version // tombstone GC watermark
 	retired Version // retirement watermark
 	seen    Version // highest version of this origin ever observed (writer safety)
@@ -614,6 +618,9 @@ func ValidateDelta(d *Delta) error {
 	if len(d.Endorse) != 0 && (len(d.Endorse) != EndorseSize || len(d.Key) != KeySize) {
 		return invalidf("delta %s: endorsement of %d bytes (want %d, with a key)", d.Origin, len(d.Endorse), EndorseSize)
 	}
+	if err := d.Mark.validate(d.Origin); err != nil {
+		return err
+	}
 	if len(d.Entries) > MaxDeltaEntries {
 		return invalidf("delta %s: %d entries (max %d)", d.Origin, len(d.Entries), MaxDeltaEntries)
 	}
@@ -758,9 +765,6 @@ func (s *State) write(kind Kind, name string, value []byte, deleted bool, stamp 
 	e := Entry{Key: Key{Origin: s.self, Kind: kind, Name: name}, Version: v, Deleted: deleted, Value: value, Stamp: stamp}
 	if s.signer != nil {
 		e.Sig = s.signer.Sign(EntrySigMessage(&e))
-		if v > o.proof.Head {
-			o.proof.Head, o.proof.HeadSig = v, s.signMark(o, MarkHead, v)
-		}
 	}
 	changes := o.mergeEntry(&e, nil)
 	if o.max == base {
@@ -768,6 +772,9 @@ func (s *State) write(kind Kind, name string, value []byte, deleted bool, stamp 
 		o.setMax(v)
 	}
 	o.seen = v
+	// The state mark at v proves v (as a head signature did) and lets
+	// receivers check that they hold exactly our state there.
+	s.signState(o)
 	d := Delta{
 		Origin:  s.self,
 		From:    base,
@@ -795,6 +802,7 @@ func (s *State) CollectGarbage(upTo Version) (Delta, []Change) {
 	changes := o.gcTo(upTo, nil)
 	if s.signer != nil && o.gc > 0 {
 		o.proof.GCSig = s.signMark(o, MarkGC, o.gc)
+		s.signState(o)
 	}
 	d := Delta{Origin: s.self, From: o.max, To: o.max, GC: o.gc, Retired: o.retired}
 	s.attachProof(o, &d)
@@ -839,17 +847,83 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	if d.To > o.seen {
 		o.seen = d.To
 	}
+	proven := s.verifier != nil
 	if d.Reset {
 		s.resetRefused = nil
 		changes = s.applyReset(o, &d, gcBefore, changes)
 		err := s.resetRefused
 		s.resetRefused = nil
-		s.dropPassedCheckpoint(o)
+		changes, aerr := s.advance(o, changes)
+		if err == nil {
+			err = aerr
+		}
+		s.afterApply(o, changes)
 		return changes, err
 	}
-	changes = o.applyNormal(&d, changes)
+	changes = o.applyNormal(&d, changes, proven)
+	changes, err = s.advance(o, changes)
 	o.endSessionIfCurrent()
+	s.afterApply(o, changes)
+	return changes, err
+}
+
+// afterApply is what every Apply ends with. A replica of our own cluster
+// that merges our origin's records never signs a state mark here: only the
+// writer's own actions (Write, CollectGarbage, a seal) sign its state, so a
+// lagging replica holding the key cannot vouch for a partial state.
+func (s *State) afterApply(o *originState, _ []Change) {
 	s.dropPassedCheckpoint(o)
+}
+
+// progress is how far o has received contiguously: its watermark, or
+// further when a verifier holds the watermark back until a state mark
+// proves it (pend).
+func (o *originState) progress() Version { return max(o.max, o.pend) }
+
+// advance moves o's watermark to the head of the newest state mark held
+// for it when this replica's own records at or below that head, at the
+// mark's GC watermark, reproduce the mark's signed digest (issue 29, item
+// 1). Only a replica with a verifier needs a mark: without one, deltas
+// move the watermark themselves, as their (trusted) senders claim.
+//
+// A replica that received a contiguous stream up to the head and still
+// does not reproduce the digest holds a hole (a relay claimed a range it
+// did not send) or a record the origin no longer has: the watermark stays,
+// the unproven progress is forgotten so that peers send again from the
+// proven watermark (applyNormal admits every record above it, so the hole
+// is filled), and the mismatch is reported as ReasonCompletenessMismatch.
+// A stale replica (behind GC) is repaired by a reset stream instead.
+func (s *State) advance(o *originState, changes []Change) ([]Change, error) {
+	m := &o.proof.Mark
+	if s.verifier == nil || len(m.Sig) == 0 || m.Head <= o.max || m.GC != o.gc || m.Retired != o.retired {
+		return changes, nil
+	}
+	h, n := o.stateAt(m.Head)
+	stale := o.stale()
+	if stale {
+		// A stale replica keeps its tombstones at or below GC until it is
+		// current again (collect); the origin has collected them.
+		o.tombs.Ascend(func(r *record) bool {
+			if r.version > o.gc || r.version > m.Head {
+				return false
+			}
+			h.add(&o.eh, r.kind, r.name, r.version, r.deleted, true)
+			n--
+			return true
+		})
+	}
+	if dg := h.digest(n); bytes.Equal(dg[:], m.Hash) {
+		o.setMax(m.Head)
+		if stale {
+			changes = o.collect(changes)
+		}
+		return changes, nil
+	}
+	if !stale && o.progress() >= m.Head {
+		o.pend = 0
+		return changes, trustErr(ReasonCompletenessMismatch, o.name,
+			"holding every version up to %s, the state does not reproduce the origin's signed digest; watermark stays at %s", m.Head, o.max)
+	}
 	return changes, nil
 }
 
@@ -862,7 +936,7 @@ func (o *originState) endSessionIfCurrent() {
 	}
 }
 
-func (o *originState) applyNormal(d *Delta, changes []Change) []Change {
+func (o *originState) applyNormal(d *Delta, changes []Change, proven bool) []Change {
 	for i := range d.Entries {
 		e := &d.Entries[i]
 		// At or below our watermark we already hold the latest of every
@@ -879,10 +953,21 @@ func (o *originState) applyNormal(d *Delta, changes []Change) []Change {
 		}
 		changes = o.mergeEntry(e, changes)
 	}
-	if !d.Gap && !o.stale() && o.max >= d.From && d.To > o.max {
-		o.setMax(d.To)
+	if !d.Gap && !o.stale() && o.progress() >= d.From && d.To > o.max {
+		o.extend(d.To, proven)
 	}
 	return changes
+}
+
+// extend records that a contiguous stream reached to: the watermark
+// itself without a verifier, else only the progress a state mark must
+// then prove (advance).
+func (o *originState) extend(to Version, proven bool) {
+	if !proven {
+		o.setMax(to)
+	} else if to > o.pend {
+		o.pend = to
+	}
 }
 
 // applyReset applies one chunk of a reset stream. Chunks are ordinary
@@ -908,7 +993,7 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	default:
 		// Not contiguous with a session we hold: the chunk is still a
 		// truthful slice, so merge it the ordinary way.
-		return o.applyNormal(d, changes)
+		return o.applyNormal(d, changes, s.verifier != nil)
 	}
 	for i := range d.Entries {
 		e := &d.Entries[i]
@@ -942,13 +1027,37 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 		r.mark = o.rsID
 	}
 	o.rsProgress = d.To
-	if !o.stale() && o.max >= d.From && d.To > o.max {
-		o.setMax(d.To)
+	proven := s.verifier != nil
+	if !o.stale() && o.progress() >= d.From && d.To > o.max {
+		o.extend(d.To, proven)
 	}
 	if !d.Final {
 		return changes
 	}
 	staleAtStart := o.rsStale
+	// With signatures on, the origin's signed state at To decides: when
+	// the records this stream confirmed reproduce its digest, they are
+	// the origin's whole state there and everything else at or below To
+	// is obsolete (a deleted and collected key included).
+	m := &o.proof.Mark
+	checkable := proven && m.Head == d.To && m.GC == o.gc && m.Retired == o.retired && len(m.Sig) > 0
+	vouched := false
+	if checkable {
+		var h setHash
+		n := 0
+		o.byVer.Ascend(func(r *record) bool {
+			if r.version > d.To {
+				return false
+			}
+			if r.mark == o.rsID {
+				h.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
+				n++
+			}
+			return true
+		})
+		dg := h.digest(n)
+		vouched = bytes.Equal(dg[:], m.Hash)
+	}
 	var victims []*record
 	kept := 0
 	o.byVer.Ascend(func(r *record) bool {
@@ -958,7 +1067,7 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 		if r.mark == o.rsID {
 			return true
 		}
-		if s.verifier == nil || (staleAtStart && r.version <= o.gc) {
+		if !proven || vouched || (staleAtStart && r.version <= o.gc) {
 			victims = append(victims, r)
 		} else {
 			// With signatures on, a relay could omit entries from a reset
@@ -969,16 +1078,20 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 		}
 		return true
 	})
-	if kept > 0 {
+	switch {
+	case kept > 0:
 		s.resetRefused = trustErr(ReasonUnprovenReset, o.name,
 			"reset stream omits %d entries that the origin's signed watermarks do not explain; kept them", kept)
+	case checkable && !vouched:
+		s.resetRefused = trustErr(ReasonCompletenessMismatch, o.name,
+			"reset stream up to %s does not reproduce the origin's signed state digest; watermark stays at %s", d.To, o.max)
 	}
 	for _, r := range victims {
 		old := o.entryPtr(r)
 		o.remove(r)
 		changes = append(changes, Change{Key: old.Key, Old: old})
 	}
-	if d.To > o.max {
+	if d.To > o.max && (!proven || vouched) {
 		o.setMax(d.To)
 	}
 	o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
@@ -1006,10 +1119,16 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	if err := s.verifyRetire(o, &r); err != nil {
 		return nil, err
 	}
+	if err := s.verifyRetireMark(o, &r); err != nil {
+		return nil, err
+	}
 	if !existed {
 		s.origins[r.Origin] = o
 	}
 	changes := o.retireTo(r.UpTo, nil)
+	// What the retirement dropped may be what kept a held state mark
+	// from matching (a takeover's seal).
+	changes, _ = s.advance(o, changes)
 	o.endSessionIfCurrent()
 	return changes, nil
 }
@@ -1041,6 +1160,14 @@ func (s *State) SealEpochsBelow(epoch uint32) (Retire, []Change, error) {
 	}
 	r := s.SignRetire(Retire{Origin: s.self, UpTo: MakeVersion(epoch, 0) - 1})
 	ch, err := s.ApplyRetire(r)
+	if err == nil {
+		// The seal dropped records: sign the state that remains, and send
+		// that mark with the seal (receivers holding the previous mark at
+		// the same head could otherwise not prove their watermark).
+		o := s.origin(s.self)
+		s.signState(o)
+		r.Mark = o.proof.Mark
+	}
 	return r, ch, err
 }
 
@@ -1120,8 +1247,13 @@ func (s *State) Origins() []string {
 
 func (o *originState) digest() OriginDigest {
 	d := OriginDigest{Max: o.max, Hash: o.hash, GC: o.gc, Retired: o.retired, Top: o.top(), GapHash: o.gapHash}
-	if o.rsID != 0 && o.stale() {
+	switch {
+	case o.rsID != 0 && o.stale():
 		d.Reset = o.rsProgress
+	case !o.stale() && o.pend > o.max:
+		// received contiguously up to pend, not yet proven: a sender
+		// resumes there (and only a complete stream proves anything)
+		d.Reset = o.pend
 	}
 	return d
 }
@@ -1176,13 +1308,14 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		// the writer re-publishes any live object that fell out. A
 		// non-stale receiver does not advertise progress, so this stream
 		// is sent whole (see DeltaSince).
-		from := Version(0)
-		if r.Reset > 0 && r.Reset <= o.max {
-			from = r.Reset
-		}
-		return syncMismatch, from
+		return syncMismatch, 0
 	}
 	if r.Max < o.max {
+		if r.Max >= r.GC && r.Reset > r.Max && r.Reset <= o.max {
+			// the remote received up to r.Reset already (unproven
+			// progress, see advance): resume there
+			return syncNormal, r.Reset
+		}
 		return syncNormal, r.Max
 	}
 	if top, floor := o.top(), max(o.max, r.Max); top > floor &&

@@ -136,6 +136,10 @@ type Retire struct {
 	// by membership (accepted only where membership agrees).
 	Sig []byte
 	Key []byte
+	// Mark is the origin's state mark signed right after its own
+	// retirement (a takeover's seal changes its state but neither its head
+	// nor its GC watermark); zero when none. See StateMark.
+	Mark StateMark
 }
 
 // Delta is a contiguous slice of one origin's history as held by the sender:
@@ -172,6 +176,11 @@ type Delta struct {
 	// EndorseMessage(Origin, Key) (EndorseSize bytes). A receiver that
 	// trusts the previous key re-pins Key (docs/SECURITY.md).
 	Endorse []byte
+	// Mark is the newest state mark of Origin the sender holds (zero when
+	// none): the origin's signed digest of its whole state at Mark.Head. A
+	// receiver with a verifier moves its watermark only to a mark's head
+	// whose digest its own state reproduces (sign.go, advance).
+	Mark StateMark
 }
 
 // Change is one effect of applying a delta or a local write, as seen by the

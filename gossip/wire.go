@@ -228,6 +228,20 @@ func encodeRetires(sender string, rs []crdt.Retire) []byte {
 		b.bytes(r.Sig)
 		b.bytes(r.Key)
 	}
+	// State mark section (optional; peers before it ignore it as trailing
+	// bytes): each retirement's state mark (a seal's), head 0 when none.
+	b.uvarint(uint64(len(rs)))
+	for _, r := range rs {
+		m := r.Mark
+		b.uvarint(uint64(m.Head))
+		if m.Head == 0 {
+			continue
+		}
+		b.uvarint(uint64(m.GC))
+		b.uvarint(uint64(m.Retired))
+		b.bytes(m.Hash)
+		b.bytes(m.Sig)
+	}
 	return b
 }
 
@@ -442,6 +456,25 @@ func (r *rbuf) retires() []crdt.Retire {
 		if key := r.raw(crdt.KeySize); len(key) > 0 {
 			rs[i].Key = bytes.Clone(key)
 		}
+	}
+	if r.err != nil || len(r.b) == 0 {
+		return rs // a sender before state marks
+	}
+	if k := r.count(maxRetireItems); r.err == nil && k != len(rs) {
+		r.fail(fmt.Errorf("%d retire state marks for %d retirements", k, len(rs)))
+	}
+	for i := range rs {
+		if r.err != nil {
+			break
+		}
+		m := &rs[i].Mark
+		if m.Head = crdt.Version(r.uvarint()); m.Head == 0 {
+			continue
+		}
+		m.GC = crdt.Version(r.uvarint())
+		m.Retired = crdt.Version(r.uvarint())
+		m.Hash = bytes.Clone(r.raw(crdt.StateHashSize))
+		m.Sig = bytes.Clone(r.raw(crdt.SigSize))
 	}
 	return rs
 }

@@ -132,8 +132,10 @@ func decodeRecord(key, b []byte, e *crdt.Entry) error {
 }
 
 // proof record layout (value of bucketProofs): head (8, big endian), then
-// a flags byte (bit 0 head sig, bit 1 GC sig, bit 2 retired sig) and the
-// present signatures in that order.
+// a flags byte (bit 0 head sig, bit 1 GC sig, bit 2 retired sig, bit 3
+// state mark) and the present signatures in that order, then the state
+// mark when present: head, GC, retired (8 each), hash (32), signature.
+// Records written before state marks (bit 3 never set) load unchanged.
 func encodeProof(p crdt.Proof) []byte {
 	b := binary.BigEndian.AppendUint64(nil, uint64(p.Head))
 	var flags byte
@@ -143,17 +145,31 @@ func encodeProof(p crdt.Proof) []byte {
 			flags |= 1 << i
 		}
 	}
+	m := p.Mark
+	hasMark := len(m.Sig) == crdt.SigSize && len(m.Hash) == crdt.StateHashSize
+	if hasMark {
+		flags |= 1 << 3
+	}
 	b = append(b, flags)
 	for _, s := range sigs {
 		if len(s) == crdt.SigSize {
 			b = append(b, s...)
 		}
 	}
+	if hasMark {
+		b = binary.BigEndian.AppendUint64(b, uint64(m.Head))
+		b = binary.BigEndian.AppendUint64(b, uint64(m.GC))
+		b = binary.BigEndian.AppendUint64(b, uint64(m.Retired))
+		b = append(b, m.Hash...)
+		b = append(b, m.Sig...)
+	}
 	return b
 }
 
+const markRecSize = 24 + crdt.StateHashSize + crdt.SigSize
+
 func decodeProof(b []byte) (crdt.Proof, error) {
-	if len(b) < 9 || b[8]&^7 != 0 {
+	if len(b) < 9 || b[8]&^15 != 0 {
 		return crdt.Proof{}, fmt.Errorf("store: malformed proof record (%d bytes)", len(b))
 	}
 	p := crdt.Proof{Head: crdt.Version(binary.BigEndian.Uint64(b[:8]))}
@@ -168,6 +184,19 @@ func decodeProof(b []byte) (crdt.Proof, error) {
 		}
 		*d = slices.Clone(rest[:crdt.SigSize])
 		rest = rest[crdt.SigSize:]
+	}
+	if flags&(1<<3) != 0 {
+		if len(rest) < markRecSize {
+			return crdt.Proof{}, fmt.Errorf("store: truncated proof record (%d bytes)", len(b))
+		}
+		p.Mark = crdt.StateMark{
+			Head:    crdt.Version(binary.BigEndian.Uint64(rest[0:8])),
+			GC:      crdt.Version(binary.BigEndian.Uint64(rest[8:16])),
+			Retired: crdt.Version(binary.BigEndian.Uint64(rest[16:24])),
+			Hash:    slices.Clone(rest[24 : 24+crdt.StateHashSize]),
+			Sig:     slices.Clone(rest[24+crdt.StateHashSize : markRecSize]),
+		}
+		rest = rest[markRecSize:]
 	}
 	if len(rest) != 0 {
 		return crdt.Proof{}, fmt.Errorf("store: proof record has %d trailing bytes", len(rest))

@@ -293,7 +293,7 @@ func (r *Replica) batch(eff *effect, dedupe bool, before crdt.Digest) *Batch {
 	}
 	b := &Batch{Changes: eff.changes, Digests: digests}
 	for o := range digests {
-		if p := r.state.Proof(o); p.Head != 0 || p.HeadSig != nil || p.GCSig != nil || p.RetiredSig != nil {
+		if p := r.state.Proof(o); p.Head != 0 || p.HeadSig != nil || p.GCSig != nil || p.RetiredSig != nil || p.Mark.Sig != nil {
 			if b.Proofs == nil {
 				b.Proofs = map[string]crdt.Proof{}
 			}
