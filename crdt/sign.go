@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -344,7 +345,12 @@ func (s *State) attachProof(o *originState, d *Delta) {
 	if d.Retired == o.retired {
 		d.RetiredSig = o.proof.RetiredSig
 	}
+	// The mark proving our watermark lets a receiver prove a stream that
+	// ends there; entries above it (a gap delta) go with the newest mark.
 	d.Mark = o.proof.Mark
+	if d.To > o.max && len(o.next.Sig) > 0 {
+		d.Mark = o.next
+	}
 	switch {
 	case s.signer != nil && o.name == s.self:
 		d.Key = s.signer.PublicKey()
@@ -361,23 +367,33 @@ func (s *State) attachProof(o *originState, d *Delta) {
 
 // verifyDelta checks, before anything changes, that every entry that could
 // change our state and every watermark that would move is backed by the
-// origin's signature. It returns the proof to keep.
-func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
+// origin's signature. It returns the proof to keep and the delta's state
+// mark when it is verified and could prove something (advance).
+func (s *State) verifyDelta(o *originState, d *Delta) (Proof, *StateMark, error) {
+	p, cand, err := s.verifyDeltaSigs(o, d)
+	if err != nil {
+		return o.proof, nil, err
+	}
+	return p, cand, nil
+}
+
+func (s *State) verifyDeltaSigs(o *originState, d *Delta) (Proof, *StateMark, error) {
 	p := o.proof
+	var cand *StateMark
 	if s.verifier == nil {
-		return p, nil
+		return p, nil, nil
 	}
 	v := s.verifier
 	if err := s.checkKey(d.Origin, d.Key, d.Endorse); err != nil {
-		return p, err
+		return p, nil, err
 	}
 	if err := s.checkPredecessor(o, d); err != nil {
-		return p, err
+		return p, nil, err
 	}
 	bound := o.seen
 	if d.Head > bound {
 		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkHead, d.Head), d.HeadSig); err != nil {
-			return p, err
+			return p, nil, err
 		}
 		bound = d.Head
 		p.Head, p.HeadSig = d.Head, d.HeadSig
@@ -406,30 +422,33 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 			continue // ignored by applyNormal
 		}
 		if len(e.Sig) == 0 {
-			return p, trustErr(ReasonUnsigned, d.Origin, "entry %s version %s carries no signature", e.Key, e.Version)
+			return p, nil, trustErr(ReasonUnsigned, d.Origin, "entry %s version %s carries no signature", e.Key, e.Version)
 		}
 		if vouched {
 			s.cpStats.SkippedVerifies++
 		} else if err := v.Verify(d.Origin, d.Key, EntrySigMessage(e), e.Sig); err != nil {
-			return p, err
+			return p, nil, err
 		}
 		bound = max(bound, e.Version)
 	}
 	if d.Mark.newer(&p.Mark) {
 		// The origin's signed state at its head: a proof of the head
 		// itself, and what a watermark must reproduce to move (advance).
-		if err := v.Verify(d.Origin, d.Key, StateSigMessage(d.Origin, &d.Mark), d.Mark.Sig); err != nil {
-			return p, err
+		if !sameMark(&d.Mark, &o.lastMark) && !sameMark(&d.Mark, &o.next) {
+			if err := v.Verify(d.Origin, d.Key, StateSigMessage(d.Origin, &d.Mark), d.Mark.Sig); err != nil {
+				return p, nil, err
+			}
 		}
-		p.Mark = d.Mark
+		m := d.Mark
+		cand = &m
 		bound = max(bound, d.Mark.Head)
 	}
 	if d.GC > o.gc {
 		if len(d.GCSig) == 0 {
-			return p, trustErr(ReasonUnsigned, d.Origin, "GC watermark %s is not signed", d.GC)
+			return p, nil, trustErr(ReasonUnsigned, d.Origin, "GC watermark %s is not signed", d.GC)
 		}
 		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkGC, d.GC), d.GCSig); err != nil {
-			return p, err
+			return p, nil, err
 		}
 		p.GCSig = d.GCSig
 		bound = max(bound, d.GC)
@@ -437,26 +456,26 @@ func (s *State) verifyDelta(o *originState, d *Delta) (Proof, error) {
 	if d.Retired > o.retired {
 		if len(d.RetiredSig) > 0 {
 			if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkRetire, d.Retired), d.RetiredSig); err != nil {
-				return p, err
+				return p, nil, err
 			}
 			if d.Retired > bound {
-				return p, trustErr(ReasonUnprovenWatermark, d.Origin, "signed retirement %s above the highest signed version %s", d.Retired, bound)
+				return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "signed retirement %s above the highest signed version %s", d.Retired, bound)
 			}
 			p.RetiredSig = d.RetiredSig
 		} else {
 			if s.authority == nil || !s.authority(d.Origin) {
-				return p, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
+				return p, nil, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
 			}
 			if d.Retired > bound {
-				return p, trustErr(ReasonUnprovenWatermark, d.Origin, "retirement %s above the highest signed version %s", d.Retired, bound)
+				return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "retirement %s above the highest signed version %s", d.Retired, bound)
 			}
 			p.RetiredSig = nil
 		}
 	}
 	if d.To > bound && d.To > o.max {
-		return p, trustErr(ReasonUnprovenWatermark, d.Origin, "watermark %s above the highest signed version %s", d.To, bound)
+		return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "watermark %s above the highest signed version %s", d.To, bound)
 	}
-	return p, nil
+	return p, cand, nil
 }
 
 // verifyRetire checks a retirement before ApplyRetire merges it.
@@ -490,27 +509,31 @@ func (s *State) verifyRetire(o *originState, r *Retire) error {
 }
 
 // verifyRetireMark checks the state mark a retirement carries (a seal's)
-// and keeps it if it is newer than the one held.
-func (s *State) verifyRetireMark(o *originState, r *Retire) error {
+// and returns it when it could prove something (advance). A verified mark
+// is the origin's own statement: its head counts as signed (o.seen).
+func (s *State) verifyRetireMark(o *originState, r *Retire) (*StateMark, error) {
 	if err := r.Mark.validate(r.Origin); err != nil {
-		return err
+		return nil, err
 	}
-	if !r.Mark.newer(&o.proof.Mark) || r.Origin == s.self {
-		return nil
+	if s.verifier == nil || !r.Mark.newer(&o.proof.Mark) || r.Origin == s.self {
+		return nil, nil
 	}
-	if s.verifier != nil {
-		if s.predecessor(r.Origin, r.Key) {
-			return trustErr(ReasonKeyMismatch, r.Origin, "state mark signed by a rotated-out key: it may only endorse its successor")
-		}
-		if err := s.verifier.Verify(r.Origin, r.Key, StateSigMessage(r.Origin, &r.Mark), r.Mark.Sig); err != nil {
-			return err
-		}
+	if s.predecessor(r.Origin, r.Key) {
+		return nil, trustErr(ReasonKeyMismatch, r.Origin, "state mark signed by a rotated-out key: it may only endorse its successor")
 	}
-	o.proof.Mark = r.Mark
+	if err := s.verifier.Verify(r.Origin, r.Key, StateSigMessage(r.Origin, &r.Mark), r.Mark.Sig); err != nil {
+		return nil, err
+	}
 	if r.Mark.Head > o.seen {
 		o.seen = r.Mark.Head
 	}
-	return nil
+	m := r.Mark
+	return &m, nil
+}
+
+func sameMark(a, b *StateMark) bool {
+	return a.Head == b.Head && a.GC == b.GC && a.Retired == b.Retired &&
+		bytes.Equal(a.Hash, b.Hash) && bytes.Equal(a.Sig, b.Sig)
 }
 
 // predecessor reports whether key is origin's rotated-out key.

@@ -164,6 +164,11 @@ type originState struct {
 	rsStale bool // the receiver was stale when the session started
 
 	proof Proof // the origin's signed watermarks (sign.go)
+	// next is the newest verified state mark above max that this replica
+	// does not reproduce yet (zero when none); lastMark the last mark
+	// verified, so the chunks of one stream verify it once.
+	next     StateMark
+	lastMark StateMark
 }
 
 func newOriginState(name string) *originState {
@@ -832,7 +837,7 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	if err := s.checkByteLimit(o, &d); err != nil {
 		return nil, err
 	}
-	proof, err := s.verifyDelta(o, &d)
+	proof, cand, err := s.verifyDelta(o, &d)
 	if err != nil {
 		return nil, err
 	}
@@ -840,6 +845,9 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		s.origins[d.Origin] = o
 	}
 	o.proof = proof
+	if cand != nil {
+		o.lastMark = *cand
+	}
 	gcBefore := o.gc
 	var changes []Change
 	changes = o.retireTo(d.Retired, changes)
@@ -850,10 +858,10 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	proven := s.verifier != nil
 	if d.Reset {
 		s.resetRefused = nil
-		changes = s.applyReset(o, &d, gcBefore, changes)
+		changes = s.applyReset(o, &d, gcBefore, cand, changes)
 		err := s.resetRefused
 		s.resetRefused = nil
-		changes, aerr := s.advance(o, changes)
+		changes, aerr := s.advance(o, cand, changes)
 		if err == nil {
 			err = aerr
 		}
@@ -861,7 +869,7 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		return changes, err
 	}
 	changes = o.applyNormal(&d, changes, proven)
-	changes, err = s.advance(o, changes)
+	changes, err = s.advance(o, cand, changes)
 	o.endSessionIfCurrent()
 	s.afterApply(o, changes)
 	return changes, err
@@ -893,11 +901,55 @@ func (o *originState) progress() Version { return max(o.max, o.pend) }
 // proven watermark (applyNormal admits every record above it, so the hole
 // is filled), and the mismatch is reported as ReasonCompletenessMismatch.
 // A stale replica (behind GC) is repaired by a reset stream instead.
-func (s *State) advance(o *originState, changes []Change) ([]Change, error) {
-	m := &o.proof.Mark
-	if s.verifier == nil || len(m.Sig) == 0 || m.Head <= o.max || m.GC != o.gc || m.Retired != o.retired {
+//
+// The marks tried are cand (the one the delta or retirement just brought,
+// verified) and next (the newest one held); a proven mark becomes the
+// Proof's Mark, which this replica then forwards with the streams it
+// serves up to its watermark.
+func (s *State) advance(o *originState, cand *StateMark, changes []Change) ([]Change, error) {
+	if s.verifier == nil {
 		return changes, nil
 	}
+	var err error
+	for _, m := range []*StateMark{cand, &o.next} {
+		if m == nil || !o.usable(m) {
+			continue
+		}
+		ok, mismatch := o.reproduces(m)
+		if ok {
+			mk := *m
+			o.proof.Mark = mk
+			o.setMax(mk.Head)
+			if !o.next.newer(&mk) {
+				o.next = StateMark{}
+			}
+			changes = o.collect(changes)
+			return changes, nil
+		}
+		if mismatch && err == nil {
+			o.pend = 0
+			err = trustErr(ReasonCompletenessMismatch, o.name,
+				"holding every version up to %s, the state does not reproduce the origin's signed digest; watermark stays at %s", m.Head, o.max)
+		}
+	}
+	if cand != nil && cand.newer(&o.next) && cand.Head > o.max {
+		o.next = *cand
+	}
+	return changes, err
+}
+
+// usable reports whether m could prove (or refresh the proof of) o's
+// watermark: a mark newer than the one proving it, at or above it, at the
+// same GC and retirement watermarks.
+func (o *originState) usable(m *StateMark) bool {
+	return len(m.Sig) > 0 && m.newer(&o.proof.Mark) && m.Head >= o.max && m.GC == o.gc && m.Retired == o.retired
+}
+
+// reproduces reports whether o's records at or below m.Head have m's
+// digest; mismatch is true when they do not although o received a
+// contiguous stream up to m.Head (a hole, or a record the origin no
+// longer has), false when o may just not have everything yet.
+func (o *originState) reproduces(m *StateMark) (ok, mismatch bool) {
 	h, n := o.stateAt(m.Head)
 	stale := o.stale()
 	if stale {
@@ -913,18 +965,20 @@ func (s *State) advance(o *originState, changes []Change) ([]Change, error) {
 		})
 	}
 	if dg := h.digest(n); bytes.Equal(dg[:], m.Hash) {
-		o.setMax(m.Head)
-		if stale {
-			changes = o.collect(changes)
+		return true, false
+	}
+	return false, !stale && m.Head > o.max && o.progress() >= m.Head
+}
+
+// markAt returns the verified mark o holds (cand first) whose head is v,
+// at o's GC and retirement watermarks, or nil.
+func (o *originState) markAt(v Version, cand *StateMark) *StateMark {
+	for _, m := range []*StateMark{cand, &o.next, &o.proof.Mark} {
+		if m != nil && len(m.Sig) > 0 && m.Head == v && m.GC == o.gc && m.Retired == o.retired {
+			return m
 		}
-		return changes, nil
 	}
-	if !stale && o.progress() >= m.Head {
-		o.pend = 0
-		return changes, trustErr(ReasonCompletenessMismatch, o.name,
-			"holding every version up to %s, the state does not reproduce the origin's signed digest; watermark stays at %s", m.Head, o.max)
-	}
-	return changes, nil
+	return nil
 }
 
 // endSessionIfCurrent abandons a reset session once we are no longer stale
@@ -976,7 +1030,7 @@ func (o *originState) extend(to Version, proven bool) {
 // stream confirms and, on the Final chunk of a stream it saw contiguously from
 // version 0, drops every entry <= To that the stream did not confirm. So no
 // live key is dropped before the stream ends, and nothing stale survives it.
-func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes []Change) []Change {
+func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *StateMark, changes []Change) []Change {
 	switch {
 	case d.From == 0 && d.GC >= gcBefore:
 		// A sender serves only origins it is not stale for, so its Max is
@@ -1039,8 +1093,8 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	// the records this stream confirmed reproduce its digest, they are
 	// the origin's whole state there and everything else at or below To
 	// is obsolete (a deleted and collected key included).
-	m := &o.proof.Mark
-	checkable := proven && m.Head == d.To && m.GC == o.gc && m.Retired == o.retired && len(m.Sig) > 0
+	m := o.markAt(d.To, cand)
+	checkable := proven && m != nil
 	vouched := false
 	if checkable {
 		var h setHash
@@ -1094,6 +1148,12 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, changes [
 	if d.To > o.max && (!proven || vouched) {
 		o.setMax(d.To)
 	}
+	if vouched {
+		o.proof.Mark = *m
+		if !o.next.newer(m) {
+			o.next = StateMark{}
+		}
+	}
 	o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
 	return o.collect(changes)
 }
@@ -1116,10 +1176,13 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 		}
 		o = newOriginState(r.Origin)
 	}
-	if err := s.verifyRetire(o, &r); err != nil {
+	// The mark a seal carries is verified first: its head is a version
+	// the origin signed, which bounds the retirement.
+	cand, err := s.verifyRetireMark(o, &r)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.verifyRetireMark(o, &r); err != nil {
+	if err := s.verifyRetire(o, &r); err != nil {
 		return nil, err
 	}
 	if !existed {
@@ -1128,7 +1191,7 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	changes := o.retireTo(r.UpTo, nil)
 	// What the retirement dropped may be what kept a held state mark
 	// from matching (a takeover's seal).
-	changes, _ = s.advance(o, changes)
+	changes, _ = s.advance(o, cand, changes)
 	o.endSessionIfCurrent()
 	return changes, nil
 }

@@ -3,6 +3,7 @@ package gossip
 import (
 	"fmt"
 
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -123,7 +124,8 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
-		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed} {
+		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed,
+		crdt.ReasonCompletenessMismatch} {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,

@@ -1,0 +1,165 @@
+package crdt
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Issue 29, item 1: a signature covers an entry, not a delta's (From, To]
+// range. A key holder relaying signed entries used to leave a permanent hole
+// (skip) or keep a deleted and collected key (resurrect). The origin now
+// signs a digest of its whole state with its head (StateMark), and a
+// replica moves its watermark only to a head whose digest it reproduces.
+
+// antiEntropy brings dst up to date from src through DeltaSince, as
+// anti-entropy does, for a few rounds.
+func antiEntropy(t *testing.T, src, dst *State) {
+	t.Helper()
+	for range 4 {
+		for _, d := range src.DeltaSince(dst.Digest(), 0) {
+			_, err := dst.Apply(d)
+			require.NoError(t, err)
+		}
+	}
+}
+
+// Skip: the relay forwards only the newest signed entry of c1, with From
+// set to the victim's watermark (and, variant, an empty unsigned delta
+// after an out-of-order arrival). The victim merges what is signed, but
+// its watermark stays below the hole, the mismatch is counted, and an
+// honest peer fills the hole: nothing is lost for good, and the victim
+// never re-forwards the hole as complete.
+func TestAttackSkipLeavesNoHole(t *testing.T) {
+	for _, variant := range []string{"newest-only", "empty-after-out-of-order"} {
+		t.Run(variant, func(t *testing.T) {
+			f := newTrustFixture(t, 3)
+			honest := NewState("c9")
+			honest.SetVerifier(f.pins, nil)
+			antiEntropy(t, f.victim, honest)
+			base := f.victim.Digest()["c1"].Max
+
+			// c1 writes a new MCNP, then a pod: the relay has both.
+			mcnp, _, err := f.writer.Write(KindPolicy, "ns/deny-db", []byte{0x80}, false, 10)
+			require.NoError(t, err)
+			pod, _, err := f.writer.Write(KindPod, "ns/late", []byte{0x80}, false, 11)
+			require.NoError(t, err)
+			for _, d := range []Delta{mcnp, pod} {
+				_, err := honest.Apply(d)
+				require.NoError(t, err)
+			}
+
+			var attack []Delta
+			switch variant {
+			case "newest-only":
+				skip := pod
+				skip.From = base // claims (base, pod] holds nothing else
+				attack = []Delta{skip}
+			case "empty-after-out-of-order":
+				attack = []Delta{pod, {Origin: "c1", From: base, To: pod.To}}
+			}
+			var lastErr error
+			for _, d := range attack {
+				_, lastErr = f.victim.Apply(d)
+			}
+			requireReason(t, lastErr, ReasonCompletenessMismatch)
+			got := f.victim.Digest()["c1"]
+			assert.Equal(t, base, got.Max, "the watermark stays below the hole")
+			_, ok := f.victim.Get(Key{"c1", KindPod, "ns/late"})
+			assert.True(t, ok, "signed entries still merge")
+			_, ok = f.victim.Get(Key{"c1", KindPolicy, "ns/deny-db"})
+			assert.False(t, ok)
+
+			// A third replica syncing from the victim is not told the
+			// range is complete either.
+			third := NewState("c7")
+			third.SetVerifier(f.pins, nil)
+			antiEntropy(t, f.victim, third)
+			assert.Equal(t, base, third.Digest()["c1"].Max)
+
+			// Repair: the honest peer sends from the proven watermark.
+			antiEntropy(t, honest, f.victim)
+			_, ok = f.victim.Get(Key{"c1", KindPolicy, "ns/deny-db"})
+			assert.True(t, ok, "the skipped MCNP arrived")
+			assert.Equal(t, f.writer.Digest()["c1"], f.victim.Digest()["c1"])
+			antiEntropy(t, f.victim, third)
+			assert.Equal(t, f.writer.Digest()["c1"], third.Digest()["c1"])
+		})
+	}
+}
+
+// Resurrect: a fresh replica is served first with a deleted and collected
+// allow-all MCNP (its old, genuinely signed version) plus a subset of the
+// live keys, as a complete reset stream under c1's real GC watermark and
+// state mark. The stream does not reproduce the mark: the watermark does
+// not move, the mismatch is counted, and the first honest reset drops the
+// deleted MCNP and brings the live deny MCNP.
+func TestAttackResurrectRepaired(t *testing.T) {
+	f := newTrustFixture(t, 3)
+	allow, _, err := f.writer.Write(KindPolicy, "ns/allow-all", []byte{0x80}, false, 10)
+	require.NoError(t, err)
+	del, _, err := f.writer.Write(KindPolicy, "ns/allow-all", nil, true, 11)
+	require.NoError(t, err)
+	deny, _, err := f.writer.Write(KindPolicy, "ns/deny-all", []byte{0x80}, false, 12)
+	require.NoError(t, err)
+	gc, _ := f.writer.CollectGarbage(del.To)
+	for _, d := range []Delta{allow, del, deny, gc} {
+		_, err := f.victim.Apply(d)
+		require.NoError(t, err)
+	}
+	_, ok := f.victim.Get(Key{"c1", KindPolicy, "ns/allow-all"})
+	require.False(t, ok, "tombstone collected at the honest relay")
+
+	head := f.writer.Proof("c1").Mark
+	require.Equal(t, deny.To, head.Head)
+	pa, ok := f.writer.Get(Key{"c1", KindPod, "ns/pa"})
+	require.True(t, ok)
+	for _, reset := range []bool{true, false} {
+		fresh := NewState("c5")
+		fresh.SetVerifier(f.pins, nil)
+		evil := Delta{Origin: "c1", From: 0, To: head.Head, GC: del.To, GCSig: f.writer.Proof("c1").GCSig,
+			Reset: reset, Final: reset, Entries: []Entry{pa, allow.Entries[0]}, Mark: head}
+		_, err = fresh.Apply(evil)
+		if reset {
+			requireReason(t, err, ReasonCompletenessMismatch)
+		} else {
+			require.NoError(t, err, "a normal delta to a stale replica is merged, never trusted as complete")
+		}
+		got := fresh.Digest()["c1"]
+		assert.Less(t, got.Max, got.GC, "still stale: a reset must follow")
+
+		// honest anti-entropy (the relay sees a stale peer: reset stream)
+		antiEntropy(t, f.victim, fresh)
+		_, ok = fresh.Get(Key{"c1", KindPolicy, "ns/allow-all"})
+		assert.False(t, ok, "the deleted allow-all MCNP is gone")
+		_, ok = fresh.Get(Key{"c1", KindPolicy, "ns/deny-all"})
+		assert.True(t, ok, "the live deny MCNP arrived")
+		assert.Equal(t, f.writer.Digest()["c1"], fresh.Digest()["c1"])
+	}
+}
+
+// A takeover from a lagging replica signs a state that receivers holding
+// the previous leader's extra records do not reproduce; the seal (which
+// carries the post-seal mark) lets them prove their watermark again.
+func TestStateMarkAfterSeal(t *testing.T) {
+	f := newTrustFixture(t, 3)
+	require.NoError(t, f.writer.SetEpoch(f.writer.MinEpoch()))
+	d, _, err := f.writer.Write(KindPod, "ns/pb", []byte{0x80}, false, 11)
+	require.NoError(t, err)
+	seal, _, err := f.writer.SealPriorEpochs()
+	require.NoError(t, err)
+	require.False(t, seal.Mark.IsZero())
+	fresh := NewState("c5")
+	fresh.SetVerifier(f.pins, nil)
+	antiEntropy(t, f.victim, fresh)
+	_, err = f.victim.Apply(d)
+	require.NoError(t, err)
+	_, err = f.victim.ApplyRetire(seal)
+	require.NoError(t, err)
+	_, err = fresh.ApplyRetire(seal)
+	require.NoError(t, err)
+	antiEntropy(t, f.victim, fresh)
+	assert.Equal(t, f.writer.Digest()["c1"], f.victim.Digest()["c1"])
+	assert.Equal(t, f.writer.Digest()["c1"], fresh.Digest()["c1"])
+}
