@@ -431,9 +431,11 @@ func (s *State) verifyDeltaSigs(o *originState, d *Delta) (Proof, *StateMark, er
 		}
 		bound = max(bound, e.Version)
 	}
-	if d.Mark.newer(&p.Mark) {
+	if d.Mark.newer(&p.Mark) && !s.predecessor(d.Origin, d.Key) {
 		// The origin's signed state at its head: a proof of the head
 		// itself, and what a watermark must reproduce to move (advance).
+		// A relay presenting the rotated-out key still relays its
+		// entries, but its marks prove nothing: the successor's do.
 		if !sameMark(&d.Mark, &o.lastMark) && !sameMark(&d.Mark, &o.next) {
 			if err := v.Verify(d.Origin, d.Key, StateSigMessage(d.Origin, &d.Mark), d.Mark.Sig); err != nil {
 				return p, nil, err
@@ -552,7 +554,7 @@ func (s *State) checkPredecessor(o *originState, d *Delta) error {
 	if !s.predecessor(d.Origin, d.Key) {
 		return nil
 	}
-	if d.Head > o.seen || d.GC > o.gc || (d.Retired > o.retired && len(d.RetiredSig) > 0) || d.Mark.newer(&o.proof.Mark) {
+	if d.Head > o.seen || d.GC > o.gc || (d.Retired > o.retired && len(d.RetiredSig) > 0) {
 		return trustErr(ReasonKeyMismatch, d.Origin, "watermark signed by a rotated-out key: it may only endorse its successor")
 	}
 	cur := o.seen.Epoch()
