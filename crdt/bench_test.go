@@ -185,3 +185,97 @@ func BenchmarkDeltaSince10of10k(b *testing.B) {
 		}
 	}
 }
+
+// completenessPushes returns n write deltas of a signing writer (each with
+// its entry signature and state mark) and the verifier that trusts it.
+func completenessPushes(tb testing.TB, n int) ([]Delta, Verifier) {
+	sg := newEdSigner(1)
+	w := NewState("cluster-a")
+	w.SetSigner(sg)
+	if err := w.SetEpoch(1); err != nil {
+		tb.Fatal(err)
+	}
+	out := make([]Delta, 0, n)
+	for i := 0; i < n; i++ {
+		name, val := realisticPod(tb, i)
+		d, _, err := w.Write(KindPod, name, val, false, int64(i))
+		if err != nil {
+			tb.Fatal(err)
+		}
+		out = append(out, d)
+	}
+	return out, pinVerifier{"cluster-a": sg.PublicKey()}
+}
+
+// BenchmarkCompleteness measures what origin-signed completeness (issue 29,
+// item 1) costs: the bytes a state mark adds to every update on the wire,
+// one set-hash update, and one Apply of a signed push at a verifying
+// receiver with the mark (entry signature + mark signature + digest) and
+// with the mark stripped (entry signature only; the watermark then never
+// moves, as with a peer before state marks).
+func BenchmarkCompleteness(b *testing.B) {
+	pushes, ver := completenessPushes(b, 2000)
+	b.Run("bytes-per-update", func(b *testing.B) {
+		with, without, i := 0, 0, 0
+		for b.Loop() {
+			d := pushes[i%len(pushes)]
+			i++
+			enc, err := EncodeDelta(d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			with += len(enc)
+			d.Mark = StateMark{}
+			enc, err = EncodeDelta(d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			without += len(enc)
+		}
+		b.ReportMetric(float64(with)/float64(i), "B/update")
+		b.ReportMetric(float64(with-without)/float64(i), "B-added/update")
+	})
+	b.Run("sethash-update", func(b *testing.B) {
+		var h setHash
+		var eh elemHasher
+		name, _ := realisticPod(b, 7)
+		v := Version(1)
+		for b.Loop() {
+			h.add(&eh, KindPod, name, v, false, false)
+			v++
+		}
+	})
+	apply := func(strip bool) func(b *testing.B) {
+		return func(b *testing.B) {
+			ds := make([]Delta, len(pushes))
+			copy(ds, pushes)
+			if strip {
+				for i := range ds {
+					ds[i].Mark = StateMark{}
+				}
+			}
+			fresh := func() *State {
+				s := NewState("cluster-b")
+				s.SetVerifier(ver, nil)
+				return s
+			}
+			s, i := fresh(), 0
+			for b.Loop() {
+				if i == len(ds) {
+					b.StopTimer()
+					s, i = fresh(), 0
+					b.StartTimer()
+				}
+				if _, err := s.Apply(ds[i]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+			if !strip && s.Digest()["cluster-a"].Max != ds[i-1].To {
+				b.Fatal("the receiver did not prove its watermark")
+			}
+		}
+	}
+	b.Run("apply-push/with-mark", apply(false))
+	b.Run("apply-push/without-mark", apply(true))
+}

@@ -21,13 +21,19 @@ import (
 // sum, mod 2^64, over its records. Adding or removing a record is one
 // expansion and setLanes additions, whatever the state's size, and the
 // result does not depend on the order of updates. Finding two different
-// sets with the same sum is a generalized birthday problem over 2048 bits
-// (Wagner's k-tree algorithm costs at least 2^(2*sqrt(2048)) ~ 2^90 work
-// and as many elements), and here the elements cannot even be chosen:
-// a replica only stores records its origin signed.
+// sets with the same sum is a generalized birthday problem over 1344 bits
+// (Wagner's k-tree algorithm costs at least 2^(2*sqrt(1344)) ~ 2^73 work
+// and as many elements, for elements chosen freely), and here the elements
+// cannot even be chosen: a replica only stores records its origin signed,
+// so an attacker can only pick subsets of the origin's real history.
+// 1344 bits is what one Keccak permutation yields (SHAKE128's rate, 168
+// bytes): one permutation per update.
+//
+// Only a State that signs or verifies keeps the set hash (State.complete).
 
-// setLanes is the number of 64-bit lanes of a set hash (2048 bits).
-const setLanes = 32
+// setLanes is the number of 64-bit lanes of a set hash (1344 bits, one
+// SHAKE128 block).
+const setLanes = 21
 
 // setHash is the lane-wise sum of the expansions of a set's elements.
 type setHash [setLanes]uint64

@@ -266,13 +266,21 @@ type Proof struct {
 
 // SetSigner makes Write, CollectGarbage, SealPriorEpochs and own
 // retirements sign what they produce.
-func (s *State) SetSigner(sg Signer) { s.signer = sg }
+func (s *State) SetSigner(sg Signer) {
+	s.signer = sg
+	if sg != nil {
+		s.enableCompleteness()
+	}
+}
 
 // SetVerifier makes Apply and ApplyRetire refuse everything its origin did
 // not sign (nil: trust every input, for tests and --insecure-gossip).
 // authority may be nil (never retire without the origin's signature).
 func (s *State) SetVerifier(v Verifier, authority RetireAuthority) {
 	s.verifier, s.authority = v, authority
+	if v != nil {
+		s.enableCompleteness()
+	}
 }
 
 // Proof returns what this replica holds to justify origin's watermarks.

@@ -142,8 +142,9 @@ type originState struct {
 	gapHash uint64  // sum of entryHash over stored records above max
 	// strong is the collision-resistant set hash of the stored records
 	// (sethash.go), behind the completeness digests origins sign.
-	strong setHash
-	eh     elemHasher
+	strong   setHash
+	eh       elemHasher
+	strongOn bool // strong is maintained (the State signs or verifies)
 
 	byName [numKinds]map[string]*record
 	// opaque indexes the records of kinds this build does not know (a
@@ -230,6 +231,10 @@ type State struct {
 	// checkpoints are the accepted origin checkpoints (checkpoint.go).
 	checkpoints map[string]*Checkpoint
 	cpStats     CheckpointStats
+
+	// complete: origins keep their set hash (sethash.go), because this
+	// State signs or verifies state marks.
+	complete bool
 }
 
 // NewState returns an empty state. self is the local cluster ID, the only
@@ -238,13 +243,44 @@ func NewState(self string) *State {
 	return &State{self: self, origins: make(map[string]*originState)}
 }
 
+// newOrigin returns an empty originState that keeps a set hash when this
+// State signs or verifies.
+func (s *State) newOrigin(name string) *originState {
+	o := newOriginState(name)
+	o.strongOn = s.complete
+	return o
+}
+
+// enableCompleteness makes every origin keep its set hash from now on
+// (computed once over what is stored): signing and verifying state marks
+// need it, an unsigned replica does not pay for it.
+func (s *State) enableCompleteness() {
+	s.complete = true
+	for _, o := range s.origins {
+		if o.strongOn {
+			continue
+		}
+		o.strongOn, o.strong = true, setHash{}
+		o.byVer.Ascend(func(r *record) bool {
+			o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
+			return true
+		})
+	}
+}
+
+func (o *originState) strongAdd(r *record, remove bool) {
+	if o.strongOn {
+		o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, remove)
+	}
+}
+
 // Self returns the local origin ("" for an observer).
 func (s *State) Self() string { return s.self }
 
 func (s *State) origin(name string) *originState {
 	o := s.origins[name]
 	if o == nil {
-		o = newOriginState(name)
+		o = s.newOrigin(name)
 		s.origins[name] = o
 	}
 	return o
@@ -323,7 +359,7 @@ func (o *originState) insert(r *record) {
 	if r.version > o.max {
 		o.gapHash += recHash(r)
 	}
-	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
+	o.strongAdd(r, false)
 	o.count++
 	o.bytes += recBytes(r)
 }
@@ -343,7 +379,7 @@ func (o *originState) remove(r *record) {
 	if r.version > o.max {
 		o.gapHash -= recHash(r)
 	}
-	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, true)
+	o.strongAdd(r, true)
 	o.count--
 	o.bytes -= recBytes(r)
 }
@@ -358,7 +394,7 @@ func (o *originState) replace(r *record, e *Entry) {
 	if r.version > o.max {
 		o.gapHash -= recHash(r)
 	}
-	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, true)
+	o.strongAdd(r, true)
 	r.version = e.Version
 	r.deleted = e.Deleted
 	o.bytes -= recBytes(r)
@@ -373,7 +409,7 @@ func (o *originState) replace(r *record, e *Entry) {
 	if r.version > o.max {
 		o.gapHash += recHash(r)
 	}
-	o.strong.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
+	o.strongAdd(r, false)
 }
 
 // setMax raises the contiguous watermark, moving the records it passes out
@@ -829,7 +865,7 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 		}
 		// Not stored until the delta passes verification: refused input
 		// leaves nothing behind.
-		o = newOriginState(d.Origin)
+		o = s.newOrigin(d.Origin)
 	}
 	if err := s.checkEntryLimit(o, &d); err != nil {
 		return nil, err
@@ -1174,7 +1210,7 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && r.Origin != s.self {
 			return nil, trustErr(ReasonOriginLimit, r.Origin, "already holding %d origins (limit)", len(s.origins))
 		}
-		o = newOriginState(r.Origin)
+		o = s.newOrigin(r.Origin)
 	}
 	// The mark a seal carries is verified first: its head is a version
 	// the origin signed, which bounds the retirement.
@@ -1563,7 +1599,7 @@ func (s *State) Restore(d Digest, entries []Entry) error {
 		if err := validOrigin(name); err != nil {
 			return err
 		}
-		o := newOriginState(name)
+		o := s.newOrigin(name)
 		o.max, o.gc, o.retired = od.Max, od.GC, od.Retired
 		o.seen = od.Max
 		if od.GC > o.seen {
