@@ -389,6 +389,12 @@ func (s *State) verifyDeltaSigs(o *originState, d *Delta) (Proof, *StateMark, er
 	p := o.proof
 	var cand *StateMark
 	if s.verifier == nil {
+		// Trusting every input, a replica still keeps and relays the
+		// origin's newest state mark, as it stores and relays entry
+		// signatures it does not check: verifying replicas need it.
+		if d.Mark.newer(&p.Mark) {
+			p.Mark = d.Mark
+		}
 		return p, nil, nil
 	}
 	v := s.verifier
@@ -525,7 +531,11 @@ func (s *State) verifyRetireMark(o *originState, r *Retire) (*StateMark, error) 
 	if err := r.Mark.validate(r.Origin); err != nil {
 		return nil, err
 	}
-	if s.verifier == nil || !r.Mark.newer(&o.proof.Mark) || r.Origin == s.self {
+	if !r.Mark.newer(&o.proof.Mark) || r.Origin == s.self {
+		return nil, nil
+	}
+	if s.verifier == nil {
+		o.proof.Mark = r.Mark // kept and relayed unchecked (see verifyDeltaSigs)
 		return nil, nil
 	}
 	if s.predecessor(r.Origin, r.Key) {

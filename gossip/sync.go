@@ -394,14 +394,19 @@ func versionsAfter(from, to crdt.Version) uint64 {
 }
 
 // versionsGained sums what after holds of origins beyond before: the
-// progress a bulk sync made (syncer.progress).
+// progress a bulk sync made (syncer.progress). Progress is Max, or the
+// digest's Reset when further: a stream received but not proven yet (a
+// reset session, or a verifying replica waiting for the origin's state
+// mark at the stream's end) is progress too.
 func versionsGained(before, after crdt.Digest, origins []string) uint64 {
 	var n uint64
 	for _, o := range origins {
-		n += versionsAfter(before[o].Max, after[o].Max)
+		n += versionsAfter(streamProgress(before[o]), streamProgress(after[o]))
 	}
 	return n
 }
+
+func streamProgress(d crdt.OriginDigest) crdt.Version { return max(d.Max, d.Reset) }
 
 // startSync asks peer for what we lack of origins (bulk anti-entropy pull);
 // local holds our digest of (at least) those origins, and big the origins
