@@ -163,3 +163,54 @@ func TestStateMarkAfterSeal(t *testing.T) {
 	assert.Equal(t, f.writer.Digest()["c1"], f.victim.Digest()["c1"])
 	assert.Equal(t, f.writer.Digest()["c1"], fresh.Digest()["c1"])
 }
+
+// Honest churn is never reported: a replica that holds a key's newer
+// version (pushed ahead) cannot reproduce an older head and does not
+// claim a mismatch; the newer mark proves its watermark.
+func TestCompletenessChurnNotReported(t *testing.T) {
+	f := newTrustFixture(t, 3)
+	relay := NewState("c8")
+	relay.SetVerifier(f.pins, nil)
+	antiEntropy(t, f.victim, relay)
+	base := f.victim.Digest()["c1"].Max
+	d4, _, err := f.writer.Write(KindPod, "ns/pa", []byte{0x81}, false, 4)
+	require.NoError(t, err)
+	d5, _, err := f.writer.Write(KindPod, "ns/pb", []byte{0x81}, false, 5)
+	require.NoError(t, err)
+	d6, _, err := f.writer.Write(KindPod, "ns/pa", []byte{0x82}, false, 6)
+	require.NoError(t, err)
+	for _, d := range []Delta{d4, d5} {
+		_, err := relay.Apply(d)
+		require.NoError(t, err)
+	}
+	_, err = f.victim.Apply(d6) // out of order: ahead of the relay
+	require.NoError(t, err)
+	require.Equal(t, base, f.victim.Digest()["c1"].Max)
+	for _, d := range relay.DeltaSince(f.victim.Digest(), 0) {
+		_, err := f.victim.Apply(d)
+		require.NoError(t, err, "an honest stream to an older head is not a mismatch")
+	}
+	assert.Equal(t, f.writer.Digest()["c1"], f.victim.Digest()["c1"], "the newest mark proves the watermark")
+}
+
+// A delta without a state mark (a peer before state marks, or a relay that
+// strips it) still merges its signed entries, but proves nothing: the
+// watermark waits for a mark (its progress is advertised in Reset).
+func TestCompletenessUnmarkedDeltaProvesNothing(t *testing.T) {
+	f := newTrustFixture(t, 2)
+	base := f.victim.Digest()["c1"].Max
+	d, _, err := f.writer.Write(KindPod, "ns/new", []byte{0x80}, false, 3)
+	require.NoError(t, err)
+	old := d
+	old.Mark = StateMark{}
+	_, err = f.victim.Apply(old)
+	require.NoError(t, err)
+	got := f.victim.Digest()["c1"]
+	assert.Equal(t, base, got.Max)
+	assert.Equal(t, d.To, got.Reset, "progress advertised")
+	_, ok := f.victim.Get(Key{"c1", KindPod, "ns/new"})
+	assert.True(t, ok)
+	_, err = f.victim.Apply(d)
+	require.NoError(t, err)
+	assert.Equal(t, d.To, f.victim.Digest()["c1"].Max)
+}

@@ -984,7 +984,10 @@ func (o *originState) usable(m *StateMark) bool {
 // reproduces reports whether o's records at or below m.Head have m's
 // digest; mismatch is true when they do not although o received a
 // contiguous stream up to m.Head (a hole, or a record the origin no
-// longer has), false when o may just not have everything yet.
+// longer has), false when o may just not have everything yet. A replica
+// holding records above m.Head cannot tell: one of them may have replaced
+// a key's version at or below the head (streams carry only each key's
+// latest version), so only a newer mark decides.
 func (o *originState) reproduces(m *StateMark) (ok, mismatch bool) {
 	h, n := o.stateAt(m.Head)
 	stale := o.stale()
@@ -1003,7 +1006,7 @@ func (o *originState) reproduces(m *StateMark) (ok, mismatch bool) {
 	if dg := h.digest(n); bytes.Equal(dg[:], m.Hash) {
 		return true, false
 	}
-	return false, !stale && m.Head > o.max && o.progress() >= m.Head
+	return false, !stale && m.Head > o.max && o.progress() >= m.Head && o.top() <= m.Head
 }
 
 // markAt returns the verified mark o holds (cand first) whose head is v,
@@ -1130,7 +1133,9 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *Sta
 	// the origin's whole state there and everything else at or below To
 	// is obsolete (a deleted and collected key included).
 	m := o.markAt(d.To, cand)
-	checkable := proven && m != nil
+	// (records above To may have replaced a confirmed key's version at or
+	// below it: the confirmed set is then not the state at To)
+	checkable := proven && m != nil && o.top() <= d.To
 	vouched := false
 	if checkable {
 		var h setHash
