@@ -63,7 +63,8 @@ func (eh *elemHasher) lanes(kind Kind, name string, v Version, deleted bool) *[s
 	} else {
 		eh.x.Reset()
 	}
-	b := append(eh.buf[:0], domainSetElem...)
+	b := eh.buf[:0]
+	b = append(b, domainSetElem...)
 	b = append(b, byte(kind))
 	b = appendLenString(b, name)
 	b = binary.BigEndian.AppendUint64(b, uint64(v))
@@ -88,12 +89,6 @@ func (h *setHash) add(eh *elemHasher, kind Kind, name string, v Version, deleted
 		} else {
 			h[i] += x
 		}
-	}
-}
-
-func (h *setHash) sub(o *setHash) {
-	for i := range h {
-		h[i] -= o[i]
 	}
 }
 
