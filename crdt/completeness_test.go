@@ -17,12 +17,25 @@ import (
 // anti-entropy does, for a few rounds.
 func antiEntropy(t *testing.T, src, dst *State) {
 	t.Helper()
+	require.Zero(t, antiEntropyMismatches(t, src, dst))
+}
+
+// antiEntropyMismatches is antiEntropy that counts the deltas refused as
+// completeness_mismatch (a hole found during repair) instead of failing.
+func antiEntropyMismatches(t *testing.T, src, dst *State) int {
+	t.Helper()
+	n := 0
 	for range 4 {
 		for _, d := range src.DeltaSince(dst.Digest(), 0) {
 			_, err := dst.Apply(d)
+			if TrustReason(err) == ReasonCompletenessMismatch {
+				n++
+				continue
+			}
 			require.NoError(t, err)
 		}
 	}
+	return n
 }
 
 // Skip: the relay forwards only the newest signed entry of c1, with From
@@ -32,7 +45,7 @@ func antiEntropy(t *testing.T, src, dst *State) {
 // honest peer fills the hole: nothing is lost for good, and the victim
 // never re-forwards the hole as complete.
 func TestAttackSkipLeavesNoHole(t *testing.T) {
-	for _, variant := range []string{"newest-only", "empty-after-out-of-order"} {
+	for _, variant := range []string{"newest-only", "empty-after-out-of-order", "newest-only-mark-stripped"} {
 		t.Run(variant, func(t *testing.T) {
 			f := newTrustFixture(t, 3)
 			honest := NewState("c9")
@@ -58,12 +71,22 @@ func TestAttackSkipLeavesNoHole(t *testing.T) {
 				attack = []Delta{skip}
 			case "empty-after-out-of-order":
 				attack = []Delta{pod, {Origin: "c1", From: base, To: pod.To}}
+			case "newest-only-mark-stripped":
+				skip := pod
+				skip.From, skip.Mark = base, StateMark{}
+				attack = []Delta{skip}
 			}
 			var lastErr error
 			for _, d := range attack {
 				_, lastErr = f.victim.Apply(d)
 			}
-			requireReason(t, lastErr, ReasonCompletenessMismatch)
+			if variant == "newest-only-mark-stripped" {
+				// nothing to check against yet: only unproven progress
+				require.NoError(t, lastErr)
+				require.Equal(t, pod.To, f.victim.Digest()["c1"].Reset)
+			} else {
+				requireReason(t, lastErr, ReasonCompletenessMismatch)
+			}
 			got := f.victim.Digest()["c1"]
 			assert.Equal(t, base, got.Max, "the watermark stays below the hole")
 			_, ok := f.victim.Get(Key{"c1", KindPod, "ns/late"})
@@ -78,8 +101,15 @@ func TestAttackSkipLeavesNoHole(t *testing.T) {
 			antiEntropy(t, f.victim, third)
 			assert.Equal(t, base, third.Digest()["c1"].Max)
 
-			// Repair: the honest peer sends from the proven watermark.
-			antiEntropy(t, honest, f.victim)
+			// Repair: the honest peer sends from the proven watermark. A
+			// stripped mark left only unproven progress: the honest
+			// peer's mark finds the hole (counted), then fills it.
+			found := antiEntropyMismatches(t, honest, f.victim)
+			if variant == "newest-only-mark-stripped" {
+				assert.Equal(t, 1, found)
+			} else {
+				assert.Zero(t, found)
+			}
 			_, ok = f.victim.Get(Key{"c1", KindPolicy, "ns/deny-db"})
 			assert.True(t, ok, "the skipped MCNP arrived")
 			assert.Equal(t, f.writer.Digest()["c1"], f.victim.Digest()["c1"])
