@@ -354,9 +354,11 @@ func (s *State) attachProof(o *originState, d *Delta) {
 		d.RetiredSig = o.proof.RetiredSig
 	}
 	// The mark proving our watermark lets a receiver prove a stream that
-	// ends there; entries above it (a gap delta) go with the newest mark.
+	// ends there; entries above it (a gap delta) go with the newest mark,
+	// and so does a delta when that mark is at or below our watermark (a
+	// retirement moved it: the mark still proves its head).
 	d.Mark = o.proof.Mark
-	if d.To > o.max && len(o.next.Sig) > 0 {
+	if len(o.next.Sig) > 0 && (d.To > o.max || o.next.Head <= o.max) {
 		d.Mark = o.next
 	}
 	switch {

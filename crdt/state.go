@@ -165,9 +165,11 @@ type originState struct {
 	rsStale bool // the receiver was stale when the session started
 
 	proof Proof // the origin's signed watermarks (sign.go)
-	// next is the newest verified state mark above max that this replica
-	// does not reproduce yet (zero when none); lastMark the last mark
-	// verified, so the chunks of one stream verify it once.
+	// next is the newest verified state mark that does not prove max (zero
+	// when none): above max, not reproduced yet, or at max after a
+	// retirement moved max without a mark (it still proves its head to
+	// others); lastMark the last mark verified, so the chunks of one
+	// stream verify it once.
 	next     StateMark
 	lastMark StateMark
 }
@@ -884,7 +886,8 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	if cand != nil {
 		o.lastMark = *cand
 	}
-	gcBefore := o.gc
+	gcBefore, retBefore := o.gc, o.retired
+	defer s.resignOwn(o, gcBefore, retBefore)
 	var changes []Change
 	changes = o.retireTo(d.Retired, changes)
 	changes = o.gcTo(d.GC, changes)
@@ -909,6 +912,23 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	o.endSessionIfCurrent()
 	s.afterApply(o, changes)
 	return changes, err
+}
+
+// resignOwn re-signs our own origin's state mark when a signed GC or
+// retirement watermark from elsewhere changed it (a writer restored from a
+// lagging snapshot learns the GC its predecessor signed). Only a replica
+// whose watermark is proven by its mark and that holds nothing above it
+// signs: its state is then exactly the origin's at that head, less what
+// the new watermarks remove, so a standby holding the key never vouches
+// for a partial state.
+func (s *State) resignOwn(o *originState, gcBefore, retBefore Version) {
+	if o.name != s.self || s.signer == nil || (o.gc == gcBefore && o.retired == retBefore) {
+		return
+	}
+	if m := &o.proof.Mark; len(m.Sig) == 0 || m.Head != o.max || o.top() > o.max || o.stale() {
+		return
+	}
+	s.signState(o)
 }
 
 // afterApply is what every Apply ends with. A replica of our own cluster
@@ -968,7 +988,7 @@ func (s *State) advance(o *originState, cand *StateMark, changes []Change) ([]Ch
 				"holding every version up to %s, the state does not reproduce the origin's signed digest; watermark stays at %s", m.Head, o.max)
 		}
 	}
-	if cand != nil && cand.newer(&o.next) && cand.Head > o.max {
+	if cand != nil && cand.newer(&o.next) && cand.newer(&o.proof.Mark) {
 		o.next = *cand
 	}
 	return changes, err
@@ -1229,7 +1249,9 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	if !existed {
 		s.origins[r.Origin] = o
 	}
+	retBefore := o.retired
 	changes := o.retireTo(r.UpTo, nil)
+	defer s.resignOwn(o, o.gc, retBefore)
 	// What the retirement dropped may be what kept a held state mark
 	// from matching (a takeover's seal).
 	changes, _ = s.advance(o, cand, changes)
@@ -1577,8 +1599,12 @@ func OriginBehind(local OriginDigest, present bool, remote OriginDigest) bool {
 	if !present {
 		return remote.Max > 0 || remote.Retired > 0 || remote.GC > 0 || remote.Top > 0
 	}
+	// A verifying replica that received a stream up to the remote's
+	// watermark (local.Reset) holds what the remote would send: it waits
+	// for a state mark, not for data (no pull ping-pong).
+	received := local.Max >= local.GC && local.Reset >= remote.Max
 	switch {
-	case remote.Max > local.Max, remote.GC > local.GC, remote.Retired > local.Retired:
+	case remote.Max > local.Max && !received, remote.GC > local.GC, remote.Retired > local.Retired:
 		return true
 	case local.Max < local.GC && remote.Max >= local.GC:
 		return true // we are stale; remote can reset us
