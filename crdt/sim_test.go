@@ -102,8 +102,6 @@ type sim struct {
 	pins   pinVerifier
 }
 
-func newSim(t testing.TB, seed int64, n int) *sim { return newSimMode(t, seed, n, false) }
-
 func newSimMode(t testing.TB, seed int64, n int, signed bool) *sim {
 	s := &sim{
 		t: t, seed: seed, rng: rand.New(rand.NewSource(seed)),
