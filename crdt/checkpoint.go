@@ -60,6 +60,9 @@ type CheckpointStats struct {
 	// Misses are deltas of an origin with a checkpoint that did not match
 	// one (verified entry by entry).
 	Misses uint64
+	// MarkVouched are entries whose verification was skipped because the
+	// delta's state mark (verified once) signed them (StateMark.HeadEntry).
+	MarkVouched uint64
 }
 
 // CheckpointSigMessage is the message an origin signs for a checkpoint:

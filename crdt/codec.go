@@ -21,9 +21,10 @@ import (
 //	Retire: [1, origin, upTo] or, signed, [1, origin, upTo, sig, key]
 //	A signed delta has 13 elements: [..., [entry...], head, headSig, gcSig,
 //	retiredSig, key] and its entries 7: [..., stamp, sig] (sign.go); 14
-//	with a key endorsement [..., endorse]; 19 with a state mark
+//	with a key endorsement [..., endorse]; 20 with a state mark
 //	[..., endorse (nil when none), markHead, markGC, markRetired,
-//	markHash, markSig]. Builds before state marks refuse 19-element deltas (see
+//	markHash, markHeadEntry (nil when none), markSig]. Builds before
+//	state marks refuse 20-element deltas (see
 //	docs/ARCHITECTURE.md, "Completeness": upgrade every cluster together).
 const (
 	WireFormat = 1
@@ -80,7 +81,7 @@ func EncodeDelta(d Delta) ([]byte, error) {
 		n = 14
 	}
 	if !d.Mark.IsZero() {
-		signed, n = true, 19
+		signed, n = true, 20
 	}
 	err := firstErr(
 		enc.EncodeArrayLen(n),
@@ -135,12 +136,13 @@ func EncodeDelta(d Delta) ([]byte, error) {
 			return nil, err
 		}
 	}
-	if n == 19 {
+	if n == 20 {
 		if err := firstErr(
 			enc.EncodeUint64(uint64(d.Mark.Head)),
 			enc.EncodeUint64(uint64(d.Mark.GC)),
 			enc.EncodeUint64(uint64(d.Mark.Retired)),
 			enc.EncodeBytes(d.Mark.Hash),
+			enc.EncodeBytes(d.Mark.HeadEntry),
 			enc.EncodeBytes(d.Mark.Sig),
 		); err != nil {
 			return nil, err
@@ -371,9 +373,9 @@ func DecodeDelta(b []byte) (Delta, error) {
 		return Delta{}, fmt.Errorf("%w: delta of %d bytes exceeds %d", ErrInvalid, len(b), MaxDeltaBytes)
 	}
 	w := newWireDecoder(b)
-	dn := w.arrayLen(8, 19)
-	if w.err == nil && dn != 8 && dn != 13 && dn != 14 && dn != 19 {
-		w.err = fmt.Errorf("delta of %d elements, want 8, 13, 14 or 19", dn)
+	dn := w.arrayLen(8, 20)
+	if w.err == nil && dn != 8 && dn != 13 && dn != 14 && dn != 20 {
+		w.err = fmt.Errorf("delta of %d elements, want 8, 13, 14 or 20", dn)
 	}
 	w.format()
 	var d Delta
@@ -418,11 +420,12 @@ func DecodeDelta(b []byte) (Delta, error) {
 	if dn >= 14 {
 		d.Endorse = w.bin(EndorseSize)
 	}
-	if dn == 19 {
+	if dn == 20 {
 		d.Mark.Head = Version(w.u64())
 		d.Mark.GC = Version(w.u64())
 		d.Mark.Retired = Version(w.u64())
 		d.Mark.Hash = w.bin(StateHashSize)
+		d.Mark.HeadEntry = w.bin(StateHashSize)
 		d.Mark.Sig = w.bin(SigSize)
 	}
 	if err := w.finish(); err != nil {

@@ -244,3 +244,43 @@ func TestCompletenessUnmarkedDeltaProvesNothing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, d.To, f.victim.Digest()["c1"].Max)
 }
+
+// A push carries its entry and the state mark that signed that entry's
+// record (StateMark.HeadEntry): one verification, not two. The same entry
+// relayed without the mark, or tampered with under the genuine mark, is
+// verified on its own.
+func TestStateMarkVouchesHeadEntry(t *testing.T) {
+	f := newTrustFixture(t, 1)
+	v := &countingVerifier{pinVerifier: f.pins}
+	r := NewState("c6")
+	r.SetVerifier(v, nil)
+	antiEntropy(t, f.victim, r)
+	d, _, err := f.writer.Write(KindPod, "ns/push", []byte{0x80}, false, 3)
+	require.NoError(t, err)
+	require.Len(t, d.Mark.HeadEntry, StateHashSize)
+
+	tampered := d
+	tampered.Entries = []Entry{d.Entries[0]}
+	tampered.Entries[0].Value = []byte{0x81}
+	_, err = r.Apply(tampered)
+	requireReason(t, err, ReasonBadSignature)
+
+	v.calls = 0
+	before := r.CheckpointStats().MarkVouched
+	_, err = r.Apply(d)
+	require.NoError(t, err)
+	assert.Equal(t, 1, v.calls, "the mark's verification covers the entry")
+	assert.EqualValues(t, 1, r.CheckpointStats().MarkVouched-before)
+	assert.Equal(t, d.To, r.Digest()["c1"].Max)
+
+	bare := NewState("c7")
+	bv := &countingVerifier{pinVerifier: f.pins}
+	bare.SetVerifier(bv, nil)
+	antiEntropy(t, f.victim, bare)
+	bv.calls = 0
+	stripped := d
+	stripped.Mark = StateMark{}
+	_, err = bare.Apply(stripped)
+	require.NoError(t, err)
+	assert.Equal(t, 1, bv.calls, "without the mark the entry is verified itself")
+}

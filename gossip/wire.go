@@ -240,6 +240,7 @@ func encodeRetires(sender string, rs []crdt.Retire) []byte {
 		b.uvarint(uint64(m.GC))
 		b.uvarint(uint64(m.Retired))
 		b.bytes(m.Hash)
+		b.bytes(m.HeadEntry)
 		b.bytes(m.Sig)
 	}
 	return b
@@ -474,6 +475,9 @@ func (r *rbuf) retires() []crdt.Retire {
 		m.GC = crdt.Version(r.uvarint())
 		m.Retired = crdt.Version(r.uvarint())
 		m.Hash = bytes.Clone(r.raw(crdt.StateHashSize))
+		if he := r.raw(crdt.StateHashSize); len(he) > 0 {
+			m.HeadEntry = bytes.Clone(he)
+		}
 		m.Sig = bytes.Clone(r.raw(crdt.SigSize))
 	}
 	return rs

@@ -133,8 +133,9 @@ func decodeRecord(key, b []byte, e *crdt.Entry) error {
 
 // proof record layout (value of bucketProofs): head (8, big endian), then
 // a flags byte (bit 0 head sig, bit 1 GC sig, bit 2 retired sig, bit 3
-// state mark) and the present signatures in that order, then the state
-// mark when present: head, GC, retired (8 each), hash (32), signature.
+// state mark, bit 4 its head entry hash) and the present signatures in
+// that order, then the state mark when present: head, GC, retired (8
+// each), hash (32), signature, head entry hash (32, bit 4).
 // Records written before state marks (bit 3 never set) load unchanged.
 func encodeProof(p crdt.Proof) []byte {
 	b := binary.BigEndian.AppendUint64(nil, uint64(p.Head))
@@ -149,6 +150,9 @@ func encodeProof(p crdt.Proof) []byte {
 	hasMark := len(m.Sig) == crdt.SigSize && len(m.Hash) == crdt.StateHashSize
 	if hasMark {
 		flags |= 1 << 3
+		if len(m.HeadEntry) == crdt.StateHashSize {
+			flags |= 1 << 4
+		}
 	}
 	b = append(b, flags)
 	for _, s := range sigs {
@@ -162,6 +166,9 @@ func encodeProof(p crdt.Proof) []byte {
 		b = binary.BigEndian.AppendUint64(b, uint64(m.Retired))
 		b = append(b, m.Hash...)
 		b = append(b, m.Sig...)
+		if flags&(1<<4) != 0 {
+			b = append(b, m.HeadEntry...)
+		}
 	}
 	return b
 }
@@ -169,7 +176,7 @@ func encodeProof(p crdt.Proof) []byte {
 const markRecSize = 24 + crdt.StateHashSize + crdt.SigSize
 
 func decodeProof(b []byte) (crdt.Proof, error) {
-	if len(b) < 9 || b[8]&^15 != 0 {
+	if len(b) < 9 || b[8]&^31 != 0 || b[8]&(1<<4) != 0 && b[8]&(1<<3) == 0 {
 		return crdt.Proof{}, fmt.Errorf("store: malformed proof record (%d bytes)", len(b))
 	}
 	p := crdt.Proof{Head: crdt.Version(binary.BigEndian.Uint64(b[:8]))}
@@ -197,6 +204,13 @@ func decodeProof(b []byte) (crdt.Proof, error) {
 			Sig:     slices.Clone(rest[24+crdt.StateHashSize : markRecSize]),
 		}
 		rest = rest[markRecSize:]
+		if flags&(1<<4) != 0 {
+			if len(rest) < crdt.StateHashSize {
+				return crdt.Proof{}, fmt.Errorf("store: truncated proof record (%d bytes)", len(b))
+			}
+			p.Mark.HeadEntry = slices.Clone(rest[:crdt.StateHashSize])
+			rest = rest[crdt.StateHashSize:]
+		}
 	}
 	if len(rest) != 0 {
 		return crdt.Proof{}, fmt.Errorf("store: proof record has %d trailing bytes", len(rest))

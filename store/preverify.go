@@ -114,8 +114,8 @@ func (p *preVerifier) prepare(deltas []crdt.Delta, done []bool, held crdt.Digest
 		max := held[d.Origin].Max
 		for j := range d.Entries {
 			e := &d.Entries[j]
-			if len(e.Sig) == 0 || (!d.Reset && e.Version <= max) {
-				continue
+			if len(e.Sig) == 0 || (!d.Reset && e.Version <= max) || crdt.MarkCovers(d, e) {
+				continue // (a record the delta's state mark signs: Apply verifies the mark)
 			}
 			jobs = append(jobs, sigJob{origin: d.Origin, key: d.Key, msg: crdt.EntrySigMessage(e), sig: e.Sig})
 		}

@@ -14,7 +14,8 @@ import (
 func TestProofRecordStateMark(t *testing.T) {
 	sig := func(b byte) []byte { return bytes.Repeat([]byte{b}, crdt.SigSize) }
 	p := crdt.Proof{Head: 7, HeadSig: sig(1), GCSig: sig(2), Mark: crdt.StateMark{
-		Head: 9, GC: 3, Retired: 1, Hash: bytes.Repeat([]byte{4}, crdt.StateHashSize), Sig: sig(5)}}
+		Head: 9, GC: 3, Retired: 1, Hash: bytes.Repeat([]byte{4}, crdt.StateHashSize),
+		HeadEntry: bytes.Repeat([]byte{6}, crdt.StateHashSize), Sig: sig(5)}}
 	got, err := decodeProof(encodeProof(p))
 	require.NoError(t, err)
 	require.Equal(t, p, got)
@@ -26,6 +27,14 @@ func TestProofRecordStateMark(t *testing.T) {
 	require.True(t, got.Mark.IsZero())
 	require.Equal(t, sig(3), got.RetiredSig)
 
+	noEntry := p
+	noEntry.Mark.HeadEntry = nil
+	got, err = decodeProof(encodeProof(noEntry))
+	require.NoError(t, err)
+	require.Equal(t, noEntry, got)
+
 	_, err = decodeProof(encodeProof(p)[:60])
+	require.Error(t, err)
+	_, err = decodeProof(encodeProof(p)[:len(encodeProof(p))-1])
 	require.Error(t, err)
 }
