@@ -161,13 +161,68 @@ func materializeVolume(t *testing.T, ctx context.Context, c *harness.Cluster, ns
 	}
 }
 
+// installer installs coastguard into one cluster the documented way, after
+// docs/OPERATIONS.md step 4 (namespace, Pod Security labels, gossip
+// Secret); upgrade changes the gossip profile to lan the documented way.
+type installer struct {
+	install func(t *testing.T, ctx context.Context, c *harness.Cluster)
+	upgrade func(t *testing.T, ctx context.Context, c *harness.Cluster)
+}
+
 // TestHelmInstallThreeClustersConverge installs coastguard into three
-// clusters with the documented commands only (docs/OPERATIONS.md steps 4
-// and "Or with Helm"), runs each cluster's daemon from the installed
-// DaemonSet, ConfigMap and Secrets (podFromTemplate), and checks that the
-// clusters find each other and enforce an MCNP across all three; then an
-// upgrade that changes a value is rolled and converges again.
+// clusters with the documented Helm commands only (docs/OPERATIONS.md step
+// 4 and "Or with Helm"), then checks convergence (testInstallConverges).
 func TestHelmInstallThreeClustersConverge(t *testing.T) {
+	chart := repoPath("charts", "coastguard")
+	testInstallConverges(t, installer{
+		install: func(t *testing.T, ctx context.Context, c *harness.Cluster) {
+			out, err := helmCmd(ctx, c, "install", "coastguard", chart, "--namespace", deployNS, "--set", "clusterID="+c.Name)
+			require.NoError(t, err, out)
+			require.NotContains(t, out, "MISSING", "the documented steps leave nothing missing")
+		},
+		upgrade: func(t *testing.T, ctx context.Context, c *harness.Cluster) {
+			out, err := helmCmd(ctx, c, "upgrade", "coastguard", chart, "--namespace", deployNS, "--set", "clusterID="+c.Name, "--set", "gossipProfile=lan")
+			require.NoError(t, err, out)
+		},
+	})
+}
+
+// TestKustomizeInstallThreeClustersConverge is the same with the
+// documented per-cluster overlay (docs/OPERATIONS.md steps 5 and 6).
+func TestKustomizeInstallThreeClustersConverge(t *testing.T) {
+	overlay := func(t *testing.T, ctx context.Context, c *harness.Cluster, literals ...string) {
+		dir := filepath.Join(c.Dir, "overlay")
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+		base, err := filepath.Rel(dir, repoPath("deploy", "overlays", "submariner"))
+		require.NoError(t, err)
+		y := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- " + base + "\n" +
+			"configMapGenerator:\n- name: coastguard-config\n  namespace: coastguard-system\n  behavior: merge\n  literals:\n" +
+			"  - COASTGUARD_CLUSTER_ID=" + c.Name + "\n"
+		for _, l := range literals {
+			y += "  - " + l + "\n"
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(y), 0o644))
+		out, errOut, err := c.Kubectl(ctx, "apply", "--server-side", "-k", dir)
+		require.NoError(t, err, "%s %s", out, errOut)
+	}
+	testInstallConverges(t, installer{
+		install: func(t *testing.T, ctx context.Context, c *harness.Cluster) {
+			out, errOut, err := c.Kubectl(ctx, "apply", "--server-side", "-f", repoPath("deploy", "crds"))
+			require.NoError(t, err, "%s %s", out, errOut)
+			overlay(t, ctx, c)
+		},
+		upgrade: func(t *testing.T, ctx context.Context, c *harness.Cluster) {
+			overlay(t, ctx, c, "COASTGUARD_GOSSIP_PROFILE=lan")
+		},
+	})
+}
+
+// testInstallConverges installs three clusters with inst, runs each
+// cluster's daemon from the installed DaemonSet, ConfigMap and Secrets
+// (podFromTemplate), and checks that the clusters find each other and
+// enforce an MCNP across all three; then an upgrade that changes a value
+// is rolled and converges again.
+func testInstallConverges(t *testing.T, inst installer) {
 	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Minute)
 	defer cancel()
 	env := harness.Start(t, harness.Options{Names: []string{"c1", "c2", "c3"}})
@@ -175,7 +230,6 @@ func TestHelmInstallThreeClustersConverge(t *testing.T) {
 	key := make([]byte, 32)
 	_, err := rand.Read(key)
 	require.NoError(t, err)
-	chart := repoPath("charts", "coastguard")
 	for _, c := range env.Clusters {
 		require.NoError(t, c.InstallCRDs(ctx, filepath.Join("testdata", "crds")))
 		require.NoError(t, c.EnsureNamespace(ctx, deployNS, map[string]string{
@@ -187,9 +241,7 @@ func TestHelmInstallThreeClustersConverge(t *testing.T) {
 		for _, o := range env.Clusters { // Submariner's Cluster objects, as its broker syncs them
 			applyYAML(t, ctx, c, submarinerClusterWith(o.Name, o.PodCIDR, o.ServiceCIDR, ""))
 		}
-		out, err := helmCmd(ctx, c, "install", "coastguard", chart, "--namespace", deployNS, "--set", "clusterID="+c.Name)
-		require.NoError(t, err, out)
-		require.NotContains(t, out, "MISSING", "the documented steps leave nothing missing")
+		inst.install(t, ctx, c)
 	}
 	start := func(c *harness.Cluster, gen int) *harness.Daemon {
 		ds, err := c.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
@@ -227,8 +279,7 @@ func TestHelmInstallThreeClustersConverge(t *testing.T) {
 
 	// helm upgrade changing a value, then the DaemonSet's roll: the new
 	// pod runs the new configuration and the set converges again.
-	out, err := helmCmd(ctx, c2, "upgrade", "coastguard", chart, "--namespace", deployNS, "--set", "clusterID=c2", "--set", "gossipProfile=lan")
-	require.NoError(t, err, out)
+	inst.upgrade(t, ctx, c2)
 	require.NoError(t, daemons["c2"].Stop())
 	daemons["c2"] = start(c2, 1)
 	require.NoError(t, c3.Client.CoreV1().Pods("shop").Delete(ctx, "web", metav1.DeleteOptions{}))
