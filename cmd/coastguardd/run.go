@@ -252,4 +252,3 @@ func guards(cfg Config, submarinerNS string) enforce.Guards {
 		MaxNetworkPoliciesPerMCNP: cfg.MaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: cfg.MaxIPBlocksPerNetworkPolicy,
 		MaxBytesPerMCNP: cfg.MaxBytesPerMCNP}
 }
-
