@@ -58,7 +58,7 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 		var svcPeers []PolicyRef
 		// A service peer selects the backends of a Service of the pod's
 		// namespace; the pod matters if some Service there selects it.
-		if inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels) {
+		if len(inv.svcPeers[ch.Namespace]) > 0 && inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels) {
 			svcPeers = inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace)
 		}
 		return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {

@@ -343,3 +343,45 @@ func TestServicePeerUnknownToOlderDaemonsFailsClosed(t *testing.T) {
 	require.Len(t, res.NetworkPolicies, 1)
 	require.Empty(t, res.NetworkPolicies[0].Spec.Egress, "isolation only")
 }
+
+// A service peer selects what the equivalent selector peer (the Service's
+// namespace by name, its selector as podSelector, the same clusters)
+// selects, when every selected cluster exports the Service: the same
+// remote addresses on the same ports, ClusterIPs included, in every
+// enforcing cluster (the inventories of the service benchmarks, small).
+func TestServicePeerEqualsSelectorPeer(t *testing.T) {
+	flat := func(inv *Inventory, c string) []string {
+		var out []string
+		for _, np := range Translate(c, inv) {
+			for i, r := range np.Spec.Ingress {
+				for _, p := range r.From {
+					if p.IPBlock != nil {
+						out = append(out, fmt.Sprintf("%s in%d %s %s", np.Name, i, p.IPBlock.CIDR, portsKey(r.Ports)))
+					} else {
+						out = append(out, fmt.Sprintf("%s in%d native", np.Name, i))
+					}
+				}
+			}
+			for i, r := range np.Spec.Egress {
+				for _, p := range r.To {
+					if p.IPBlock != nil {
+						out = append(out, fmt.Sprintf("%s eg%d %s %s", np.Name, i, p.IPBlock.CIDR, portsKey(r.Ports)))
+					} else {
+						out = append(out, fmt.Sprintf("%s eg%d native", np.Name, i))
+					}
+				}
+			}
+		}
+		return out
+	}
+	svc := benchServiceInventory(t, 4, 60, 3, 6, 24, true)
+	sel := benchServiceInventory(t, 4, 60, 3, 6, 24, false)
+	blocks := 0
+	for _, c := range svc.Clusters() {
+		a, b := flat(svc, c), flat(sel, c)
+		require.Equal(t, b, a, c)
+		blocks += len(a)
+		require.True(t, strings.Contains(strings.Join(a, "\n"), " 10.10"), "%s: other clusters' ClusterIPs are rendered", c)
+	}
+	require.Greater(t, blocks, 1000)
+}
