@@ -57,9 +57,11 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 		}
 		var svcPeers []PolicyRef
 		// A service peer selects the backends of a Service of the pod's
-		// namespace; the pod matters if some Service there selects it.
-		if len(inv.svcPeers[ch.Namespace]) > 0 && inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels) {
-			svcPeers = inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace)
+		// namespace; the pod matters if a Service there selects it.
+		if len(inv.svcPeers[ch.Namespace]) > 0 {
+			svcPeers = inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, func(p *compiledPeer) bool {
+				return inv.podMattersToServicePeer(ch.Cluster, p, ch.Labels)
+			})
 		}
 		return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
 			if p.nsSel == nil {
@@ -80,7 +82,7 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 	case ChangeService:
 		// Service peers, the enforcing cluster's own included (its
 		// selector is their native form).
-		svcPeers := inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace)
+		svcPeers := inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, nil)
 		if ch.Cluster == enforcing {
 			return svcPeers // otherwise the enforcing cluster's own Services are never remote peers
 		}

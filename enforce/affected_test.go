@@ -102,13 +102,15 @@ func TestAffectedIsSupersetWithServicePeers(t *testing.T) {
 func randService(r *rand.Rand, ci int, ns string) Service {
 	s := Service{Namespace: ns, Name: []string{"db", "api"}[r.Intn(2)],
 		ClusterIPs: []string{fmt.Sprintf("10.%d.0.%d", 96+ci, r.Intn(3)+1)}}
-	switch r.Intn(4) {
+	switch r.Intn(5) {
 	case 0:
 		s.Selector = l("app", "db")
 	case 1:
 		s.Selector = l("app", "fe", "tier", "gold")
 	case 2:
 		s.Selector = l("app", "be")
+	case 3:
+		s.Selector = l("tier", "gold") // may share backends with the others
 	} // else no selector
 	if r.Intn(2) == 0 {
 		s.Ports = []ServicePort{{Name: "w", Port: 80, TargetPortName: "web"}}

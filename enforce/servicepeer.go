@@ -137,10 +137,8 @@ func localServicePeer(st *serviceState, policyNS string) *networkingv1.NetworkPo
 
 // affectedServicePeers returns, sorted, the policies enforced at enforcing
 // with a service peer naming a Service of namespace ns whose cluster
-// dimension covers cluster c. Any Service of ns counts, not only the named
-// one: the exactness rule (services.go) decides on every Service that
-// backs an admitted pod.
-func (inv *Inventory) affectedServicePeers(enforcing, c, ns string) []PolicyRef {
+// dimension covers cluster c, and for which match (nil: always) holds.
+func (inv *Inventory) affectedServicePeers(enforcing, c, ns string, match func(*compiledPeer) bool) []PolicyRef {
 	var out []PolicyRef
 	for ref := range inv.svcPeers[ns] {
 		cp := inv.policies[ref]
@@ -148,13 +146,48 @@ func (inv *Inventory) affectedServicePeers(enforcing, c, ns string) []PolicyRef 
 			continue
 		}
 		if cp.anyPeer(func(p *compiledPeer) bool {
-			return p.svc != nil && p.svc.namespace == ns && p.coversCluster(inv, enforcing, c)
+			return p.svc != nil && p.svc.namespace == ns && p.coversCluster(inv, enforcing, c) && (match == nil || match(p))
 		}) {
 			out = append(out, ref)
 		}
 	}
 	slices.SortFunc(out, PolicyRef.Compare)
 	return out
+}
+
+// podMattersToServicePeer reports whether a pod of cluster c and namespace
+// p.svc.namespace with one of the label sets (nil: unknown) can change what
+// service peer p renders: p's Service S there selects it (a backend
+// joins, changes or leaves), or another Service T there selects it and
+// may share a backend with S (T's exactness decision, services.go, depends
+// on all of T's backends once one of S's backends is admitted). Service
+// selectors are equality maps, so T and S can share a pod unless they
+// require different values for one key.
+func (inv *Inventory) podMattersToServicePeer(c string, p *compiledPeer, sets []map[string]string) bool {
+	s := inv.service(c, p.svc.namespace, p.svc.name)
+	if s == nil || s.sel == nil {
+		return false // the peer selects nothing in c, whatever the pods
+	}
+	for _, t := range inv.clusters[c].services[p.svc.namespace] {
+		if t.sel == nil || !anyMatches(t.sel, sets) {
+			continue
+		}
+		if t == s || compatibleSelectors(t.svc.Selector, s.svc.Selector) {
+			return true
+		}
+	}
+	return false
+}
+
+// compatibleSelectors reports whether some label set satisfies both
+// equality selectors.
+func compatibleSelectors(a, b map[string]string) bool {
+	for k, v := range a {
+		if w, ok := b[k]; ok && w != v {
+			return false
+		}
+	}
+	return true
 }
 
 // indexServicePeers records the policy under the namespaces of the

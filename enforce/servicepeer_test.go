@@ -385,3 +385,36 @@ func TestServicePeerEqualsSelectorPeer(t *testing.T) {
 	}
 	require.Greater(t, blocks, 1000)
 }
+
+// Another Service that shares a backend with the named one gets its
+// address while the rule admits all of its backends; a pod that joins only
+// that other Service withdraws it, and Affected reports the policy for
+// that pod although the named Service does not select it. A pod of a
+// Service that cannot share a backend with the named one does not.
+func TestServicePeerSharedBackendAffects(t *testing.T) {
+	inv := svcInv(t)
+	inv.SetPod("eu-2", func() Pod {
+		p := pod("shop", "db-0", l("role", "db", "tier", "x"), "10.2.0.10")
+		p.Ports = []Port{{Name: "pg", Port: 5432}}
+		return p
+	}())
+	inv.SetService("eu-2", Service{Namespace: "shop", Name: "all-x", ClusterIPs: []string{"10.97.0.30"},
+		Selector: l("tier", "x"), Ports: []ServicePort{{Name: "pg", Port: 25432, TargetPort: 5432}}})
+	inv.SetService("eu-2", Service{Namespace: "shop", Name: "cache", ClusterIPs: []string{"10.97.0.40"},
+		Selector: l("role", "cache"), Ports: []ServicePort{{Name: "redis", Port: 6379, TargetPort: 6379}}})
+	res := evalServicePeer(t, inv, "{name: db, clusterSelector: {}}", "[{port: pg}]")
+	require.Equal(t, []string{"10.2.0.10/32 TCP:5432", "10.97.0.20/32 TCP:15432", "10.97.0.30/32 TCP:25432"}, addressRules(res))
+
+	other := pod("shop", "other-0", l("tier", "x", "role", "batch"), "10.2.0.50")
+	other.Ports = []Port{{Name: "pg", Port: 5432}}
+	inv.SetPod("eu-2", other)
+	require.Equal(t, []PolicyRef{webRef}, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
+		Labels: []map[string]string{other.Labels}}), "other-0 joins all-x, which shares db-0 with db")
+	res = Evaluate("eu-1", inv, webRef)
+	require.Equal(t, []string{"10.2.0.10/32 TCP:5432", "10.97.0.20/32 TCP:15432"}, addressRules(res))
+	require.Equal(t, ReasonServicePartiallyAdmitted, res.Degraded)
+	require.Contains(t, res.DegradedDetails[0], "eu-2/shop/all-x")
+
+	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
+		Labels: []map[string]string{l("role", "cache")}}), "cache cannot share a backend with db")
+}
