@@ -52,10 +52,6 @@ var fuzzPeers = []string{
 	"{ipBlock: {cidr: 192.168.0.0/16}}",
 }
 
-func randPolicy(t testing.TB, r *rand.Rand, i int) Policy {
-	return randPolicyOf(t, r, i, fuzzPeers)
-}
-
 func randPolicyOf(t testing.TB, r *rand.Rand, i int, fuzzPeers []string) Policy {
 	sel := []string{"", "clusterSelector: {}\n", "clusterSelector: {matchLabels: {zone: x}}\n"}[r.Intn(3)]
 	s := sel + "podSelector: {matchLabels: {app: db}}\n"
