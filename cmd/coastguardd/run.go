@@ -227,7 +227,7 @@ func run(cfg Config, log *slog.Logger) error {
 		defer shutdownHTTP(admin)
 	}
 	log.Info("version", "version", version.Get(), "revision", version.GetRevision())
-	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "pid", strconv.Itoa(os.Getpid()))
+	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "gossip_profile", cfg.GossipProfile, "pid", strconv.Itoa(os.Getpid()))
 	return d.Run(ctx)
 }
 
