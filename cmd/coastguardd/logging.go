@@ -126,4 +126,3 @@ func camelKey(k string) string {
 	}
 	return b.String()
 }
-
