@@ -47,6 +47,9 @@ type Trust struct {
 	// Repin persists a rotated pin (nil: memory only, e.g. strict mode
 	// where the trust bundle stays the root on restart).
 	Repin func(origin string, old, key []byte) error
+	// Forget deletes a persisted pin (Unpin); nil: memory only.
+	Forget func(origin string) error
+	self   string
 }
 
 // KeyMismatch is a peer presenting, for a cluster ID, another key than the
@@ -77,7 +80,7 @@ func NewTrust(pins map[string][]byte, strict bool, self string, selfKey []byte,
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{},
+	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{}, self: self,
 		mismatches: make(chan KeyMismatch, 64), endorsed: map[string][]byte{}, prev: map[string][]byte{}}
 	for o, k := range pins {
 		if len(k) != ed25519.PublicKeySize {
