@@ -123,7 +123,8 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
-		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed} {
+		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed,
+		dropMetaInvalid, dropMetaUnsigned, dropMetaSignature, dropMetaCluster} {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,

@@ -87,6 +87,7 @@ type Node struct {
 	seedBackoff *seedBackoff
 
 	members   *members
+	auth      *memberAuth // alive message checks (alive.go)
 	syncs     *syncer
 	limits    *senderLimits
 	forwarded *forwardLog
@@ -141,6 +142,7 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
+	mc.Alive = (*aliveDelegate)(n)
 	if cfg.MemberlistHook != nil {
 		cfg.MemberlistHook(mc)
 	}
@@ -165,6 +167,7 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		logLim:      rate.NewLimiter(2, 20),
 		seedBackoff: newSeedBackoff(cfg.RejoinInterval, 5*time.Minute),
 		members:     newMembers(cfg.NodeName, cfg.IsWriter()),
+		auth:        newMemberAuth(cfg.NodeName, cfg.Trust, cfg.AllowUnsignedMeta),
 		syncs:       newSyncer(cfg.MaxConcurrentSyncs),
 		limits:      newSenderLimits(cfg.PeerRateLimit, cfg.PeerRateBurst),
 		forwarded:   newForwardLog(),
