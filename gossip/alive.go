@@ -26,9 +26,11 @@ import (
 //     on first use; an endorsed rotation re-pins (meta_signature);
 //   - unsigned (version 1) metadata, what the previous coastguardd release
 //     sends, is refused (meta_unsigned) unless Config.AllowUnsignedMeta is
-//     set for a rolling upgrade; even then it is refused for a node name or
-//     a cluster that has presented signed metadata, so an upgraded cluster
-//     cannot be impersonated with the old format.
+//     set for a rolling upgrade; even then it is accepted only for a node
+//     name already bound unsigned (the old pod of a cluster being upgraded
+//     keeps its name/cluster pair) or a new name of a cluster that has not
+//     presented signed metadata: a name that signed, or a new name of a
+//     cluster that signs, cannot fall back to the old format.
 //
 // Incarnations (which this delegate cannot see: memberlist hands it a Node
 // without one) are bounded on the wire, incarnation.go.
@@ -89,7 +91,11 @@ func (ma *memberAuth) check(name string, meta []byte) (string, error) {
 		return "", nil // verified before
 	}
 	if ma.trust != nil {
-		if reason, err := ma.verify(name, &m, signedCluster || (known && b.signed)); err != nil {
+		// An unsigned name already bound unsigned keeps its pair; a new
+		// name of a cluster that signs, or a name that signed, may not
+		// fall back to the unsigned format.
+		signedBefore := (known && b.signed) || (!known && signedCluster)
+		if reason, err := ma.verify(name, &m, signedBefore); err != nil {
 			return reason, err
 		}
 	}

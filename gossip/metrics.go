@@ -124,7 +124,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
 		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed,
-		dropMetaInvalid, dropMetaUnsigned, dropMetaSignature, dropMetaCluster} {
+		dropMetaInvalid, dropMetaUnsigned, dropMetaSignature, dropMetaCluster, dropIncarnation} {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,

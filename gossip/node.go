@@ -253,7 +253,7 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 	if ft, ok := inner.(*FaultTransport); ok {
 		n.fault = ft
 	}
-	check := frameCheck{label: mc.Label}
+	check := frameCheck{label: mc.Label, inc: newIncarnations(n.cfg.Now)}
 	if n.keyring != nil {
 		check.keys = n.keyring.GetKeys
 	}
