@@ -41,6 +41,7 @@ type metrics struct {
 	retirements   *prometheus.CounterVec
 	lag           prometheus.Histogram
 	rejoins       prometheus.Counter
+	beats         prometheus.Counter
 	broadcastQLen prometheus.GaugeFunc
 	versions      *prometheus.GaugeVec
 	versionSkew   prometheus.Gauge
@@ -97,6 +98,9 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 			Help:    "Time from the origin's write (Entry.Stamp, origin wall clock) to local apply. Metrics only.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 		}),
+		beats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coastguard_gossip_heartbeats_total", Help: "Fresh origin-signed heartbeats of other clusters received and verified (the reconnect-timeout retirement rests on them).",
+		}),
 		rejoins: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coastguard_gossip_rejoin_attempts_total", Help: "Periodic rejoin attempts that contacted at least one address.",
 		}),
@@ -128,7 +132,7 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
-		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew); err != nil {
+		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.beats, m.broadcastQLen, m.versions, m.versionSkew); err != nil {
 		return fmt.Errorf("gossip metrics: %w", err)
 	}
 	return nil
