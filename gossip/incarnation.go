@@ -28,12 +28,14 @@ import (
 //     metadata update);
 //   - is incFirstMax (2^24) or more for a node name this node has not seen
 //     yet;
-//   - moves a known node's incarnation up by more than its credit: each
+//   - raises a known node above incFirstMax by more than its credit: each
 //     node name has incBurst of credit, refilled at incPerSecond, and a
-//     raise spends its size. Honest raises are small (+1 per refutation,
-//     a few hundred after a long partition); an attacker raising a node
-//     by steps needs (2^31 - 2^24) / incPerSecond seconds, about 67 years,
-//     to reach the ceiling.
+//     raise above incFirstMax spends its size. Below incFirstMax raises
+//     are free: no honest node gets near 2^24 (it would take 16 million
+//     refutations), so an honest jump, however large after a long
+//     partition, is never refused. An attacker can raise a node to 2^24
+//     at once, but from there by steps it needs (2^31 - 2^24) /
+//     incPerSecond seconds, about 67 years, to reach the ceiling.
 //
 // The known incarnation is the highest this node let through for the name,
 // which is at least memberlist's (memberlist only ever takes incarnations
@@ -184,11 +186,15 @@ func step(st incState, known bool, c incClaim, now time.Time) (incState, error) 
 	if c.inc <= st.inc {
 		return st, nil
 	}
+	if c.inc < incFirstMax {
+		st.inc = c.inc // the honest region: free
+		return st, nil
+	}
 	if el := now.Sub(st.at); el > 0 {
 		st.credit = min(incBurst, st.credit+el.Seconds()*incPerSecond)
 	}
 	st.at = now
-	jump := float64(c.inc - st.inc)
+	jump := float64(c.inc - max(st.inc, incFirstMax-1))
 	if jump > st.credit {
 		return st, fmt.Errorf("%w: node %q raised from incarnation %d to %d (credit %.0f)", errIncarnation, c.node, st.inc, c.inc, st.credit)
 	}

@@ -272,11 +272,15 @@ func TestIncarnationBounds(t *testing.T) {
 	require.ErrorIs(t, ok("x", incCeiling), errIncarnation)
 	require.ErrorIs(t, ok("y", incFirstMax), errIncarnation, "first seen high")
 	require.NoError(t, ok("y", incFirstMax-1))
-	// the credit: a burst, then incPerSecond
-	require.NoError(t, ok("x", 7+incBurst)) // the +1 above spent 1
-	require.ErrorIs(t, ok("x", 7+incBurst+2), errIncarnation, "credit spent")
+	// below 2^24 raises are free (an honest node after a long partition)
+	require.NoError(t, ok("x", 1_000_000))
+	require.NoError(t, ok("x", incFirstMax-1))
+	// above, the credit: a burst, then incPerSecond
+	require.NoError(t, ok("x", incFirstMax-1+incBurst))
+	require.ErrorIs(t, ok("x", incFirstMax-1+incBurst+2), errIncarnation, "credit spent")
 	now = now.Add(2 * time.Second)
-	require.NoError(t, ok("x", 7+incBurst+2), "refilled")
+	require.NoError(t, ok("x", incFirstMax-1+incBurst+2), "refilled")
+	require.ErrorIs(t, ok("x", incFirstMax+2*incBurst), errIncarnation, "one raise beyond the burst")
 	// a packet is admitted whole or not at all
 	require.ErrorIs(t, inc.admit([]incClaim{{"z", 1}, {"x", math.MaxUint32}}), errIncarnation)
 	require.NoError(t, ok("z", incFirstMax-1), "z was not recorded by the refused packet")
