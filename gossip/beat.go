@@ -2,7 +2,6 @@ package gossip
 
 import (
 	"encoding/binary"
-	"errors"
 	"sync"
 	"time"
 )
@@ -41,7 +40,7 @@ import (
 const domainBeat = "coastguard/beat/v1\x00"
 
 // beatMarker starts the heartbeat trailer of a heads message.
-const beatMarker = 1
+const beatMarker = 0xb7
 
 // beat is one origin-signed heartbeat.
 type beat struct {
@@ -69,15 +68,18 @@ func encodeBeat(sender string, b beat) []byte {
 }
 
 // beatTrailer decodes the optional heartbeat after a heads message's heads.
+// Trailing bytes that are not a well-formed heartbeat are ignored, as any
+// trailing bytes are (the heads still count).
 func (r *rbuf) beatTrailer() *beat {
 	if r.err != nil || len(r.b) == 0 || r.b[0] != beatMarker {
 		return nil
 	}
-	r.u8()
-	b := &beat{origin: r.str(maxOriginLen), counter: r.uvarint(), sig: r.raw(64)}
-	if r.err == nil && (b.origin == "" || len(b.sig) != 64) {
-		r.fail(errors.New("malformed heartbeat"))
+	t := &rbuf{b: r.b[1:]}
+	b := &beat{origin: t.str(maxOriginLen), counter: t.uvarint(), sig: t.raw(64)}
+	if t.err != nil || b.origin == "" || len(b.sig) != 64 {
+		return nil
 	}
+	r.b = t.b
 	return b
 }
 

@@ -133,10 +133,19 @@ func TestHeartbeatFreshness(t *testing.T) {
 	require.Equal(t, msgHeads, m.Type)
 	require.Empty(t, m.Heads)
 	require.Equal(t, b, m.Beat)
-	// a previous release reads an empty announcement (trailing bytes)
 	m, err = decodeMessage(encodeHeads("x", nil))
 	require.NoError(t, err)
 	require.Nil(t, m.Beat)
+	// a malformed trailer is ignored like any trailing bytes, the heads kept
+	heads := encodeHeads("x", []Head{{Origin: "c1", Max: 5}})
+	m, err = decodeMessage(append(bytes.Clone(heads), beatMarker, 200, 1))
+	require.NoError(t, err)
+	require.Nil(t, m.Beat)
+	require.Len(t, m.Heads, 1)
+	// a previous release reads an announcement with no heads: its decoder
+	// stops after them (the trailer is what a newer peer appends)
+	prefix := encodeBeat("x", *b)
+	require.Equal(t, encodeHeads("x", nil), prefix[:len(encodeHeads("x", nil))])
 }
 
 // The counter grows across writers whose clocks differ: a writer behind in
