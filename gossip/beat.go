@@ -158,15 +158,16 @@ func (b *beats) last(origin string) (time.Time, bool) {
 	return t, ok
 }
 
-// overlay sets the LastBeat of every cluster of status that has beaten,
-// adding the clusters known only from heartbeats.
+// overlay sets the LastBeat of every cluster of status that has beaten
+// (a cluster known only from heartbeats is not added: it holds nothing).
 func (b *beats) overlay(status map[string]ClusterStatus) map[string]ClusterStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for c, t := range b.fresh {
-		st := status[c]
-		st.LastBeat = t
-		status[c] = st
+	for c, st := range status {
+		if t, ok := b.fresh[c]; ok {
+			st.LastBeat = t
+			status[c] = st
+		}
 	}
 	return status
 }
