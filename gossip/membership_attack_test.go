@@ -62,6 +62,51 @@ func forgePacket(t *testing.T, key []byte, typ byte, body any) []byte {
 	return gcm.Seal(out, nonce, plain.Bytes(), []byte(label))
 }
 
+// mlPushNodeState mirrors memberlist's pushNodeState.
+type mlPushNodeState struct {
+	Name        string
+	Addr        []byte
+	Port        uint16
+	Meta        []byte
+	Incarnation uint32
+	State       uint8
+	Vsn         []uint8
+}
+
+// forgePushPull opens a TCP stream to the node and sends a push/pull (join)
+// whose only node state is a (as alive), encrypted as memberlist encrypts
+// a stream: [label header] encryptMsg, length, then version 1 AES-GCM
+// with the type, the length and the label as authenticated data.
+func forgePushPull(t *testing.T, key []byte, to *tnode, a mlAlive) {
+	t.Helper()
+	var plain bytes.Buffer
+	plain.WriteByte(mlPushPullMsg)
+	enc := codec.NewEncoder(&plain, &codec.MsgpackHandle{})
+	require.NoError(t, enc.Encode(&mlPushPullHeader{Nodes: 1, Join: true}))
+	require.NoError(t, enc.Encode(&mlPushNodeState{Name: a.Node, Addr: a.Addr, Port: a.Port, Meta: a.Meta,
+		Incarnation: a.Incarnation, State: 0, Vsn: a.Vsn}))
+	block, err := aes.NewCipher(key)
+	require.NoError(t, err)
+	gcm, err := cipher.NewGCM(block)
+	require.NoError(t, err)
+	nonce := make([]byte, gcm.NonceSize())
+	_, err = rand.Read(nonce)
+	require.NoError(t, err)
+	label := "coastguard"
+	n := 1 + len(nonce) + plain.Len() + gcm.Overhead()
+	frame := []byte{mlEncryptMsg, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
+	aad := append(bytes.Clone(frame), label...)
+	frame = append(frame, 1)
+	frame = append(frame, nonce...)
+	frame = gcm.Seal(frame, nonce, plain.Bytes(), aad)
+	out := append([]byte{mlHasLabelMsg, byte(len(label))}, label...)
+	c, err := net.Dial("tcp", to.Addr())
+	require.NoError(t, err)
+	defer c.Close()
+	_, err = c.Write(append(out, frame...))
+	require.NoError(t, err)
+}
+
 // sendUDP sends p to the node's gossip address.
 func sendUDP(t *testing.T, to *tnode, p []byte) {
 	t.Helper()
@@ -143,6 +188,13 @@ func TestAttackForgedAliveRefused(t *testing.T) {
 	n = dropped(v, dropIncarnation)
 	sendUDP(t, v, forgePacket(t, key, mlDeadMsg, mlDead{Incarnation: wrap, Node: "x", From: "rogue"}))
 	require.Eventually(t, func() bool { return dropped(v, dropIncarnation) > n }, waitEvent, pollEvery)
+
+	// 6. The same through a push/pull stream (what a join sends): refused
+	// whole before memberlist merges it.
+	n = dropped(v, dropIncarnation)
+	forgePushPull(t, key, v, forgedAlive(t, x, wrap, relabel))
+	require.Eventually(t, func() bool { return dropped(v, dropIncarnation) > n }, waitEvent, pollEvery,
+		"push/pull with an incarnation at the wrap not refused")
 
 	// x is still c2's, alive, at every node, and its data flows.
 	for _, n := range []*tnode{a, v, rogue} {
