@@ -85,6 +85,10 @@ type mlPushPullHeader struct {
 	Join         bool
 }
 
+// mlHandle decodes memberlist's msgpack (a handle is safe for concurrent
+// use once configured).
+var mlHandle = &codec.MsgpackHandle{}
+
 // incClaim is one node's incarnation as claimed by a message.
 type incClaim struct {
 	node string
@@ -95,7 +99,7 @@ type incClaim struct {
 // (after its type byte).
 func decodeIncClaim(body []byte) (incClaim, bool) {
 	var m mlIncarnation
-	dec := codec.NewDecoder(bytes.NewReader(body), &codec.MsgpackHandle{})
+	dec := codec.NewDecoder(bytes.NewReader(body), mlHandle)
 	if err := dec.Decode(&m); err != nil {
 		return incClaim{}, false // memberlist fails to decode it too
 	}
@@ -105,7 +109,7 @@ func decodeIncClaim(body []byte) (incClaim, bool) {
 // decodePushPullClaims decodes the node states of a push/pull message body
 // (after its type byte).
 func decodePushPullClaims(body []byte) []incClaim {
-	dec := codec.NewDecoder(bytes.NewReader(body), &codec.MsgpackHandle{})
+	dec := codec.NewDecoder(bytes.NewReader(body), mlHandle)
 	var h mlPushPullHeader
 	if err := dec.Decode(&h); err != nil {
 		return nil

@@ -103,6 +103,9 @@ func (f frameCheck) packet(buf []byte) (int, error) {
 		body = body[5:]
 	}
 	users := 0
+	if f.inc == nil {
+		return users, walkCommand(body, 0, &users, nil)
+	}
 	var claims []incClaim
 	if err := walkCommand(body, 0, &users, &claims); err != nil {
 		return users, err
