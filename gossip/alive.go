@@ -56,7 +56,6 @@ type binding struct {
 // by memberlist with memberlist's node lock held and never calls back into
 // memberlist.
 type memberAuth struct {
-	self          string
 	trust         *Trust
 	allowUnsigned bool
 
@@ -65,8 +64,8 @@ type memberAuth struct {
 	signer map[string]bool // clusters that presented signed metadata
 }
 
-func newMemberAuth(self string, tr *Trust, allowUnsigned bool) *memberAuth {
-	return &memberAuth{self: self, trust: tr, allowUnsigned: allowUnsigned,
+func newMemberAuth(tr *Trust, allowUnsigned bool) *memberAuth {
+	return &memberAuth{trust: tr, allowUnsigned: allowUnsigned,
 		bound: map[string]binding{}, signer: map[string]bool{}}
 }
 
@@ -101,7 +100,7 @@ func (ma *memberAuth) check(name string, meta []byte) (string, error) {
 	}
 	ma.mu.Lock()
 	defer ma.mu.Unlock()
-	if m.signed() {
+	if m.signed() && len(ma.signer) < maxBindings {
 		ma.signer[m.cluster] = true
 	}
 	if b, ok := ma.bound[name]; ok || len(ma.bound) < maxBindings {

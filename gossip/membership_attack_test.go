@@ -213,7 +213,7 @@ func TestAttackForgedAliveRefused(t *testing.T) {
 // the one thing first use cannot tell apart; it binds the name, not the
 // cluster: the real member of that name is then refused at that node.
 func TestMetaBindingIsFirstUse(t *testing.T) {
-	ma := newMemberAuth("me", nil, false)
+	ma := newMemberAuth(nil, false)
 	m1 := encodeMeta("c1", "", true, false)
 	reason, err := ma.check("n1", m1)
 	require.NoError(t, err, reason)
@@ -240,12 +240,12 @@ func TestMetaUnsignedPolicy(t *testing.T) {
 		require.NoError(t, err)
 		return tr
 	}
-	strict := newMemberAuth("me", newTrust(), false)
+	strict := newMemberAuth(newTrust(), false)
 	reason, err := strict.check("old", encodeMeta("c1", "", true, false))
 	require.Error(t, err)
 	require.Equal(t, dropMetaUnsigned, reason)
 
-	rolling := newMemberAuth("me", newTrust(), true)
+	rolling := newMemberAuth(newTrust(), true)
 	_, err = rolling.check("old", encodeMeta("c1", "", true, false))
 	require.NoError(t, err, "a previous-version daemon during a rolling upgrade")
 	_, err = rolling.check("new", encodeSignedMeta("new", "c1", "", true, false, c1, 512))
@@ -301,7 +301,7 @@ func TestMetaEndorsedRotation(t *testing.T) {
 	own := NewSigner(signingKey(3))
 	tr, err := NewTrust(map[string][]byte{"c1": pub(signingKey(1))}, false, "c3", own.PublicKey(), nil, testLogger())
 	require.NoError(t, err)
-	ma := newMemberAuth("me", tr, false)
+	ma := newMemberAuth(tr, false)
 	es := NewEndorsedSigner(signingKey(2), Endorse("c1", signingKey(1), pub(signingKey(2))))
 	_, err = ma.check("n", encodeSignedMeta("n", "c1", "", true, false, es, 512))
 	require.NoError(t, err)

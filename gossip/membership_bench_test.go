@@ -25,7 +25,7 @@ func BenchmarkMetaCheckNew(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ma := newMemberAuth("me", tr, false)
+	ma := newMemberAuth(tr, false)
 	metas := make([][]byte, 64)
 	for i := range metas {
 		metas[i] = encodeSignedMeta("n", "c1", "v"+strconv.Itoa(i), i%2 == 0, false, c1, 512)
@@ -45,7 +45,7 @@ func BenchmarkMetaCheckRepeat(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	ma := newMemberAuth("me", tr, false)
+	ma := newMemberAuth(tr, false)
 	meta := encodeSignedMeta("n", "c1", "v1", true, false, NewSigner(signingKey(1)), 512)
 	if _, err := ma.check("n", meta); err != nil {
 		b.Fatal(err)

@@ -174,7 +174,7 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		logLim:      rate.NewLimiter(2, 20),
 		seedBackoff: newSeedBackoff(cfg.RejoinInterval, 5*time.Minute),
 		members:     newMembers(cfg.NodeName, cfg.IsWriter()),
-		auth:        newMemberAuth(cfg.NodeName, cfg.Trust, cfg.AllowUnsignedMeta),
+		auth:        newMemberAuth(cfg.Trust, cfg.AllowUnsignedMeta),
 		beats:       newBeats(cfg.ClusterID),
 		syncs:       newSyncer(cfg.MaxConcurrentSyncs),
 		limits:      newSenderLimits(cfg.PeerRateLimit, cfg.PeerRateBurst),
