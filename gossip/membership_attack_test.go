@@ -340,3 +340,36 @@ func TestIncarnationBounds(t *testing.T) {
 	steps := float64(incCeiling-incFirstMax) / incPerSecond
 	require.Greater(t, steps/(365*24*3600), 60.0)
 }
+
+// Mixed versions over real memberlist: a daemon that announces what the
+// previous release announces (unsigned version 1 metadata, no heartbeats;
+// here a node without a signing key, which checks no signature either) is
+// refused by an upgraded daemon, and kept as a member by one started with
+// AllowUnsignedMeta. It reads the upgraded daemons' version 2 metadata.
+func TestMixedVersionMembership(t *testing.T) {
+	keys := [][]byte{bytes.Repeat([]byte{1}, 32)}
+	rolling := startNode(t, "rolling", "c1", keys, func(c *Config) {
+		signed(t, signingKey(1))(c)
+		c.AllowUnsignedMeta = true
+	})
+	strict := startNode(t, "strict", "c2", keys, signed(t, signingKey(2)))
+	old := startNode(t, "old", "c3", keys, nil) // no signing key: version 1 metadata
+	_, err := strict.Join(rolling.Addr())
+	require.NoError(t, err)
+	_, err = old.Join(rolling.Addr(), strict.Addr())
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool {
+		c, alive := clusterOf(rolling, "old")
+		return c == "c3" && alive
+	}, waitMembership, pollEvery, "the rolling-upgrade daemon did not keep the old member")
+	require.Eventually(t, func() bool {
+		c1, a1 := clusterOf(old, "rolling")
+		c2, a2 := clusterOf(old, "strict")
+		return c1 == "c1" && a1 && c2 == "c2" && a2
+	}, waitMembership, pollEvery, "the old daemon does not read version 2 metadata")
+	require.Eventually(t, func() bool { return dropped(strict, dropMetaUnsigned) > 0 }, waitMembership, pollEvery)
+	_, alive := clusterOf(strict, "old")
+	require.False(t, alive, "the upgraded daemon admitted unsigned metadata")
+	require.Zero(t, dropped(rolling, dropMetaUnsigned))
+}
