@@ -158,18 +158,26 @@ func (b *beats) last(origin string) (time.Time, bool) {
 	return t, ok
 }
 
-// overlay sets the LastBeat of every cluster of status that has beaten
-// (a cluster known only from heartbeats is not added: it holds nothing).
-func (b *beats) overlay(status map[string]ClusterStatus) map[string]ClusterStatus {
+// overlay sets LastBeat, and Beating (a heartbeat received within
+// staleAfter of now), of every cluster of status that has beaten (a
+// cluster known only from heartbeats is not added: it holds nothing).
+func (b *beats) overlay(status map[string]ClusterStatus, now time.Time, staleAfter time.Duration) map[string]ClusterStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for c, st := range status {
 		if t, ok := b.fresh[c]; ok {
 			st.LastBeat = t
+			st.Beating = now.Sub(t) < staleAfter
 			status[c] = st
 		}
 	}
 	return status
+}
+
+// beatStale is how long after its last heartbeat a cluster stops counting
+// as beating: three periods.
+func beatStale(reconnectTimeout time.Duration) time.Duration {
+	return 3 * beatEvery(reconnectTimeout)
 }
 
 // beatRound sends the own cluster's heartbeat when this node is the writer

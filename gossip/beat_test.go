@@ -74,6 +74,8 @@ func TestHeartbeatsDecideRetirement(t *testing.T) {
 		require.False(t, v.mayRetire("c2"))
 		time.Sleep(100 * time.Millisecond)
 	}
+	// what the daemon's empty-view gate reads: beating, although not alive
+	require.Eventually(t, func() bool { st := v.Clusters()["c2"]; return st.Beating && !st.Alive }, waitEvent, pollEvery)
 	require.Positive(t, testutil.ToFloat64(v.m.beats))
 
 	// 2. y dies: its heartbeats stop and it is retired after the timeout.

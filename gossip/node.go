@@ -48,6 +48,10 @@ type ClusterStatus struct {
 	// LastBeat is when the cluster's last fresh origin-signed heartbeat
 	// was received (zero: none since this node started, beat.go).
 	LastBeat time.Time
+	// Beating: a heartbeat of the cluster arrived within three heartbeat
+	// periods. Unlike Alive (memberlist's view, which a gossip key holder
+	// can forge), only the cluster itself can make it true.
+	Beating bool
 }
 
 type memberState struct {
@@ -202,7 +206,7 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		self: cfg.ClusterID, timeout: cfg.ReconnectTimeout, now: cfg.Now,
 		digest: rep.Digest,
 		status: func(d crdt.Digest, now time.Time) map[string]ClusterStatus {
-			return n.beats.overlay(n.members.noticeOrigins(d, now))
+			return n.beats.overlay(n.members.noticeOrigins(d, now), now, beatStale(cfg.ReconnectTimeout))
 		},
 		retire: func(r crdt.Retire) bool { return n.applyRetire(r, true) },
 		m:      n.m, log: n.log,
@@ -324,7 +328,8 @@ func (n *Node) Members() []MemberInfo { return n.members.list() }
 // Clusters returns the liveness of every cluster known from membership or
 // state.
 func (n *Node) Clusters() map[string]ClusterStatus {
-	return n.beats.overlay(n.members.clusters(n.cfg.Now()))
+	now := n.cfg.Now()
+	return n.beats.overlay(n.members.clusters(now), now, beatStale(n.cfg.ReconnectTimeout))
 }
 
 // Publish disseminates fresh local deltas (already applied to the Replica)

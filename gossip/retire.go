@@ -45,7 +45,7 @@ type clusterVerdict struct {
 func clusterVerdicts(self string, status map[string]ClusterStatus, digest crdt.Digest,
 	now time.Time, timeout time.Duration) []clusterVerdict {
 	out := make([]clusterVerdict, 0, len(status))
-	staleAfter := 3 * beatEvery(timeout)
+	staleAfter := beatStale(timeout)
 	for c, st := range status {
 		v := clusterVerdict{cluster: c, lastAlive: st.LastAlive}
 		alive := st.Alive
