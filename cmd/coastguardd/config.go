@@ -122,9 +122,9 @@ func defaultConfig() Config {
 		MetricsAuth:        "none",
 
 		EmptyViewTimeout:            2 * time.Minute,
-		MaxNetworkPoliciesPerMCNP:   64,
-		MaxIPBlocksPerNetworkPolicy: 1000,
-		MaxBytesPerMCNP:             8 << 20,
+		MaxNetworkPoliciesPerMCNP:   enforce.DefaultMaxNetworkPoliciesPerMCNP,
+		MaxIPBlocksPerNetworkPolicy: enforce.DefaultMaxIPBlocksPerNetworkPolicy,
+		MaxBytesPerMCNP:             enforce.DefaultMaxBytesPerMCNP,
 	}
 }
 

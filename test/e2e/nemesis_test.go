@@ -593,11 +593,14 @@ func corruptStore(path string, rng *rand.Rand) error {
 
 func (n *nemesis) restartAPIServer(ctx context.Context) {
 	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
-	defer n.disturbLease(c.Name)()
+	// The outage begins at SIGTERM: kube-apiserver stops listening at once
+	// but may take the whole grace period to exit.
+	defer n.disturbFor(watchResume, c.Name)()
+	n.fault("apiserver restart")
+	n.log("kube-apiserver %s stopping", c.Name)
 	if err := c.APIServer.Stop(10 * time.Second); err != nil {
 		n.log("apiserver %s stop: %v", c.Name, err)
 	}
-	n.fault("apiserver restart")
 	n.log("kube-apiserver %s stopped", c.Name)
 	time.Sleep(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond)
 	require.NoError(n.t, c.APIServer.Restart())
