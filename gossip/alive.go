@@ -26,11 +26,13 @@ import (
 //     on first use; an endorsed rotation re-pins (meta_signature);
 //   - unsigned (version 1) metadata, what the previous coastguardd release
 //     sends, is refused (meta_unsigned) unless Config.AllowUnsignedMeta is
-//     set for a rolling upgrade; even then it is accepted only for a node
-//     name already bound unsigned (the old pod of a cluster being upgraded
-//     keeps its name/cluster pair) or a new name of a cluster that has not
-//     presented signed metadata: a name that signed, or a new name of a
-//     cluster that signs, cannot fall back to the old format.
+//     set for a rolling upgrade; even then a node name that signed cannot
+//     fall back to the old format, and the name/cluster binding holds.
+//     (New names are accepted unsigned even for a cluster that signs: a
+//     daemon that starts mid-rollout sees its cluster's old and new pods
+//     in any order. While the flag is on, a key holder can add unsigned
+//     members under new names; they can still neither re-label a member
+//     nor keep a cluster that beats from being judged by its heartbeats.)
 //
 // Incarnations (which this delegate cannot see: memberlist hands it a Node
 // without one) are bounded on the wire, incarnation.go.
@@ -59,14 +61,13 @@ type memberAuth struct {
 	trust         *Trust
 	allowUnsigned bool
 
-	mu     sync.Mutex
-	bound  map[string]binding
-	signer map[string]bool // clusters that presented signed metadata
+	mu    sync.Mutex
+	bound map[string]binding
 }
 
 func newMemberAuth(tr *Trust, allowUnsigned bool) *memberAuth {
 	return &memberAuth{trust: tr, allowUnsigned: allowUnsigned,
-		bound: map[string]binding{}, signer: map[string]bool{}}
+		bound: map[string]binding{}}
 }
 
 // check returns nil when the alive message of node name with metadata
@@ -81,7 +82,6 @@ func (ma *memberAuth) check(name string, meta []byte) (string, error) {
 	}
 	ma.mu.Lock()
 	b, known := ma.bound[name]
-	signedCluster := ma.signer[m.cluster]
 	ma.mu.Unlock()
 	if known && b.cluster != m.cluster {
 		return dropMetaCluster, fmt.Errorf("member %q belongs to cluster %q; refusing metadata naming %q", name, b.cluster, m.cluster)
@@ -90,19 +90,13 @@ func (ma *memberAuth) check(name string, meta []byte) (string, error) {
 		return "", nil // verified before
 	}
 	if ma.trust != nil {
-		// An unsigned name already bound unsigned keeps its pair; a new
-		// name of a cluster that signs, or a name that signed, may not
-		// fall back to the unsigned format.
-		signedBefore := (known && b.signed) || (!known && signedCluster)
-		if reason, err := ma.verify(name, &m, signedBefore); err != nil {
+		// A name that signed may not fall back to the unsigned format.
+		if reason, err := ma.verify(name, &m, known && b.signed); err != nil {
 			return reason, err
 		}
 	}
 	ma.mu.Lock()
 	defer ma.mu.Unlock()
-	if m.signed() && len(ma.signer) < maxBindings {
-		ma.signer[m.cluster] = true
-	}
 	if b, ok := ma.bound[name]; ok || len(ma.bound) < maxBindings {
 		if ok && b.cluster != m.cluster { // raced with another alive
 			return dropMetaCluster, fmt.Errorf("member %q belongs to cluster %q; refusing metadata naming %q", name, b.cluster, m.cluster)
@@ -113,14 +107,14 @@ func (ma *memberAuth) check(name string, meta []byte) (string, error) {
 }
 
 // verify checks m's signature under the trust policy. signedBefore is set
-// when the name or the cluster presented signed metadata before.
+// when the name presented signed metadata before.
 func (ma *memberAuth) verify(name string, m *metaInfo, signedBefore bool) (string, error) {
 	if !m.signed() {
 		switch {
 		case !ma.allowUnsigned:
 			return dropMetaUnsigned, fmt.Errorf("member %q of cluster %q sends unsigned (version %d) metadata", name, m.cluster, m.version)
 		case signedBefore:
-			return dropMetaUnsigned, fmt.Errorf("member %q of cluster %q sends unsigned metadata, but it or its cluster signed before", name, m.cluster)
+			return dropMetaUnsigned, fmt.Errorf("member %q of cluster %q sends unsigned metadata, but it signed before", name, m.cluster)
 		}
 		return "", nil
 	}

@@ -85,8 +85,9 @@ type Config struct {
 	// AllowUnsignedMeta accepts alive messages whose node metadata is
 	// unsigned (version 1, what coastguardd before signed metadata sends)
 	// while Trust is set: for a rolling upgrade only. Even then, unsigned
-	// metadata is refused for a node name or a cluster that has presented
-	// signed metadata (alive.go). Without Trust every metadata is accepted.
+	// metadata is refused for a node name that presented signed metadata,
+	// and a name stays bound to its cluster (alive.go). Without Trust
+	// every metadata is accepted.
 	AllowUnsignedMeta bool
 	// MaxOrigins bounds the clusters a node tracks (default
 	// DefaultMaxOrigins); MaxEntriesPerOrigin the entries it stores per

@@ -230,8 +230,8 @@ func TestMetaBindingIsFirstUse(t *testing.T) {
 }
 
 // Unsigned metadata under signatures: refused by default; with
-// AllowUnsignedMeta (rolling upgrade) accepted only for names and clusters
-// that never signed.
+// AllowUnsignedMeta (rolling upgrade) accepted except for a name that
+// signed, and never across clusters.
 func TestMetaUnsignedPolicy(t *testing.T) {
 	own := NewSigner(signingKey(3))
 	c1 := NewSigner(signingKey(1))
@@ -253,9 +253,11 @@ func TestMetaUnsignedPolicy(t *testing.T) {
 	reason, err = rolling.check("new", encodeMeta("c1", "", true, false))
 	require.Error(t, err, "a signed name falls back to unsigned")
 	require.Equal(t, dropMetaUnsigned, reason)
-	reason, err = rolling.check("other", encodeMeta("c1", "", true, false))
-	require.Error(t, err, "a name of a cluster that signs, unsigned")
-	require.Equal(t, dropMetaUnsigned, reason)
+	_, err = rolling.check("other", encodeMeta("c1", "", true, false))
+	require.NoError(t, err, "an old pod of a cluster in mid-rollout, first seen after a new one")
+	reason, err = rolling.check("new", encodeMeta("c2", "", true, false))
+	require.Error(t, err, "a signed name re-labelled unsigned")
+	require.Equal(t, dropMetaCluster, reason)
 	_, err = rolling.check("old", encodeMeta("c1", "", false, false))
 	require.NoError(t, err, "the pinned old-version member itself, unchanged cluster")
 }
