@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 			Name: "coastguard_gossip_clusters", Help: "Known clusters by state (alive, stale).",
 		}, []string{"state"}),
 		clusterStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive (its entries are stale but kept until ReconnectTimeout).",
+			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive, or for a cluster that sends signed heartbeats, none arrived for three heartbeat periods (its entries are stale but kept until ReconnectTimeout).",
 		}, []string{"remote_cluster"}),
 		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coastguard_gossip_deltas_total", Help: "Deltas sent (out) and applied (in) by path.",
