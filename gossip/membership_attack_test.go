@@ -160,6 +160,21 @@ func TestAttackForgedAliveRefused(t *testing.T) {
 		return dropped(v, dropIncarnation) > before && dropped(a, dropIncarnation) > 0
 	}, waitEvent, pollEvery, "alive at 2^32-1 not refused")
 
+	// 1b. x's own genuine signed metadata, replayed at 2^32-1, to x
+	// itself (whose refutation would wrap to 0) and to v: refused on the
+	// wire too; the signature cannot help, it does not cover incarnations.
+	genuine := v.members.node("x")
+	require.NotNil(t, genuine)
+	gm, err := parseMeta(genuine.Meta)
+	require.NoError(t, err)
+	require.True(t, gm.signed())
+	nx, nv := dropped(x, dropIncarnation), dropped(v, dropIncarnation)
+	sendUDP(t, x, forgePacket(t, key, mlAliveMsg, forgedAlive(t, x, wrap, genuine.Meta)))
+	sendUDP(t, v, forgePacket(t, key, mlAliveMsg, forgedAlive(t, x, wrap, genuine.Meta)))
+	require.Eventually(t, func() bool {
+		return dropped(x, dropIncarnation) > nx && dropped(v, dropIncarnation) > nv
+	}, waitEvent, pollEvery, "replayed metadata at 2^32-1 not refused")
+
 	// 2. The same re-label at a plausible incarnation reaches the Alive
 	// delegate: x is bound to c2, its cluster cannot change.
 	sendUDP(t, v, forgePacket(t, key, mlAliveMsg, forgedAlive(t, x, 50, relabel)))
