@@ -187,3 +187,34 @@ func TestClusterVerdictsHeartbeats(t *testing.T) {
 	require.Equal(t, &crdt.Retire{Origin: "silent", UpTo: 5}, got["silent"].retire)
 	require.Equal(t, clusterAlive, got["legacy"].state)
 }
+
+// A cluster whose writer dies keeps beating through a standby (it beats
+// when it has heard none of its cluster for three periods), so it is not
+// retired while a member of it lives.
+func TestHeartbeatStandbyTakesOver(t *testing.T) {
+	keys := [][]byte{bytes.Repeat([]byte{1}, 32)}
+	const timeout = 4 * time.Second
+	mod := func(seed byte, writer bool) func(*Config) {
+		return func(c *Config) {
+			signed(t, signingKey(seed))(c)
+			c.ReconnectTimeout = timeout
+			c.IsWriter = func() bool { return writer }
+		}
+	}
+	w := startNode(t, "w", "c2", keys, mod(2, true))
+	s := startNode(t, "s", "c2", keys, mod(2, false))
+	v := startNode(t, "v", "c3", keys, mod(3, true))
+	joinAll(t, w, s, v)
+	w.write(t, crdt.KindPod, "ns/w", podValue(t, "10.2.0.1"), false)
+	requireConverged(t, waitConverge, w, s, v)
+	require.Eventually(t, func() bool { return v.Clusters()["c2"].Beating }, waitEvent, pollEvery)
+	require.False(t, s.beats.ownSince().IsZero(), "the standby heard its writer's heartbeats")
+
+	require.NoError(t, w.Shutdown())
+	deadline := time.Now().Add(2 * timeout)
+	for time.Now().Before(deadline) {
+		require.Zero(t, v.rep.Digest()["c2"].Retired, "a cluster with a live standby was retired")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.True(t, v.Clusters()["c2"].Beating, "the standby did not take over the heartbeats")
+}
