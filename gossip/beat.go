@@ -212,7 +212,9 @@ func (n *Node) onBeat(b *beat) {
 		return
 	}
 	if n.beats.record(b.origin, b.counter, n.cfg.Now()) {
-		n.m.beats.Inc()
+		if b.origin != n.cfg.ClusterID {
+			n.m.beats.Inc()
+		}
 		n.broadcastBeat(*b)
 	}
 }
