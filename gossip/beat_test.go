@@ -216,5 +216,6 @@ func TestHeartbeatStandbyTakesOver(t *testing.T) {
 		require.Zero(t, v.rep.Digest()["c2"].Retired, "a cluster with a live standby was retired")
 		time.Sleep(100 * time.Millisecond)
 	}
-	require.True(t, v.Clusters()["c2"].Beating, "the standby did not take over the heartbeats")
+	require.Eventually(t, func() bool { return v.Clusters()["c2"].Beating }, waitEvent, pollEvery,
+		"the standby did not take over the heartbeats")
 }
