@@ -43,7 +43,7 @@ func runConfig(cfg Config) int {
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return newLoggerTo(os.Stderr, l)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
