@@ -303,12 +303,17 @@ type retireSigner interface {
 	SignRetire(crdt.Retire) crdt.Retire
 }
 
-// mayRetire is the membership side of retire authority: no member of
-// cluster c has been alive in our view for ReconnectTimeout (a cluster never
-// seen counts from this node's start).
+// mayRetire is this node's own retire authority: no fresh origin-signed
+// heartbeat of cluster c has been received for ReconnectTimeout (beat.go),
+// whatever the membership view says; for a cluster that has sent none
+// since this node started, no member of it has been alive in our view for
+// ReconnectTimeout (a cluster never seen counts from this node's start).
 func (n *Node) mayRetire(c string) bool {
 	if c == n.cfg.ClusterID {
 		return false
+	}
+	if last, ok := n.beats.last(c); ok {
+		return n.cfg.Now().Sub(last) >= n.cfg.ReconnectTimeout
 	}
 	st, ok := n.members.clusters(n.cfg.Now())[c]
 	if ok && st.Alive {

@@ -77,6 +77,7 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 	g.Seeds = effectiveSeeds(cfg.Seeds, cfg.Namespace)
 	g.Profile = gossip.Profile(cfg.GossipProfile)
 	g.ReconnectTimeout = cfg.ReconnectTimeout
+	g.AllowUnsignedMeta = cfg.AllowUnsignedMeta
 	if cfg.GossipKeyFile != "" {
 		keys, err := gossip.LoadKeyringFile(cfg.GossipKeyFile)
 		if err != nil {
