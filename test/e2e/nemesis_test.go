@@ -222,9 +222,15 @@ func (n *nemesis) setup(ctx context.Context) {
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	args := []string{"--reconnect-timeout=10m"}
+	if n.old != "" {
+		// the documented rollout: current daemons admit the earlier
+		// release's unsigned membership metadata (docs/OPERATIONS.md)
+		args = append(args, "--allow-unsigned-meta")
+	}
 	for _, c := range n.env.Clusters {
 		for range 2 {
-			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: []string{"--reconnect-timeout=10m"}})
+			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: args})
 			require.NoError(t, err)
 			n.daemons[c.Name] = append(n.daemons[c.Name], d)
 		}
