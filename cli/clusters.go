@@ -90,6 +90,7 @@ type live struct {
 	mcnps    map[string][]v1.MultiClusterNetworkPolicy // origin -> MCNPs
 	byIP     map[netip.Addr]string                     // pod IP -> cluster/ns/pod
 	clusters map[string][]v1.CoastguardCluster         // cluster -> its view
+	adm      map[string]enforce.Admission              // cluster -> its guard rails and consent
 }
 
 // load reads every cluster and builds the same enforce.Inventory the daemons
@@ -104,6 +105,9 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 	cfgNets, err := enforce.ParseClusterCIDRs(o.ClusterCIDRs)
 	if err != nil {
 		return nil, fmt.Errorf("--cluster-cidrs: %w", err)
+	}
+	if l.adm, err = o.admissions(ctx, ms); err != nil {
+		return nil, err
 	}
 	var subClusters []kube.SubmarinerCluster
 	for _, m := range ms {

@@ -127,7 +127,7 @@ func (l *live) engine() (*reach.Engine, error) {
 			vref := enforce.PolicyRef{Origin: ref.Origin, Namespace: ref.Namespace, Name: fmt.Sprintf("%s.cg-variant-%d", ref.Name, vi)}
 			_ = l.inv.SetPolicy(enforce.Policy{Origin: vref.Origin, Namespace: vref.Namespace, Name: vref.Name, Generation: pol.Generation, Spec: v.spec})
 			for _, c := range l.inv.Clusters() {
-				for j, np := range enforce.TranslatePolicy(c, l.inv, vref) {
+				for j, np := range l.admit(c, vref).NetworkPolicies {
 					np := np
 					groups := make([]string, max(len(np.Spec.Ingress), len(np.Spec.Egress)))
 					for k := range groups {

@@ -97,13 +97,15 @@ func explain(l *live, ns, name string) (*Explanation, error) {
 	pol, _ := l.inv.Policy(*ref)
 	ex := &Explanation{Policy: ref.String()}
 	for _, c := range l.inv.Clusters() {
-		res := enforce.Evaluate(c, l.inv, *ref)
+		res := l.admit(c, *ref)
 		ce := ClusterExplanation{Cluster: c, Degraded: res.Degraded, Details: res.DegradedDetails, NetworkPolicies: res.NetworkPolicies}
 		switch {
 		case res.Error != "" && !res.Selected:
 			ce.Why = "invalid policy: " + res.Error
 		case !res.Selected:
 			ce.Why = whyNotSelected(l, c, pol)
+		case res.Degraded == enforce.ReasonNotAdmitted || res.Degraded == enforce.ReasonProtectedNamespace:
+			ce.Why = "selected, but not admitted here: " + strings.Join(res.DegradedDetails, "; ")
 		case res.SkippedNoNamespace:
 			ce.Why = fmt.Sprintf("NamespaceMissing: selected, but cluster %s has no namespace %s: nothing is enforced there (not counted as enforced)", c, ns)
 		case res.Error != "":
@@ -399,13 +401,13 @@ func whatIf(l *live, origin string, cand *v1.MultiClusterNetworkPolicy) *WhatIf 
 	wi := &WhatIf{Policy: ref.String(), Exists: exists}
 	before := map[string][]networkingv1.NetworkPolicy{}
 	for _, c := range l.inv.Clusters() {
-		before[c] = enforce.TranslatePolicy(c, l.inv, ref)
+		before[c] = l.admit(c, ref).NetworkPolicies
 	}
 	if err := l.inv.SetPolicy(enforce.Policy{Origin: origin, Namespace: cand.Namespace, Name: cand.Name, Generation: cand.Generation + 1, Spec: cand.Spec}); err != nil {
 		wi.Error = err.Error()
 	}
 	for _, c := range l.inv.Clusters() {
-		after := enforce.TranslatePolicy(c, l.inv, ref)
+		after := l.admit(c, ref).NetworkPolicies
 		d := ClusterDiff{Cluster: c}
 		bm := map[string]networkingv1.NetworkPolicy{}
 		for _, np := range before[c] {

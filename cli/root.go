@@ -31,9 +31,12 @@ type Options struct {
 	// RequestTimeout bounds each request to an apiserver, and finding a
 	// context's cluster ID (--request-timeout; 0 = DefaultRequestTimeout).
 	RequestTimeout time.Duration
-	Out            io.Writer
-	ErrOut         io.Writer
-	In             io.Reader
+	// ConsentFile: the consent applied in every cluster (--consent-file);
+	// empty reads each cluster's from its ConfigMap labelled ConsentLabel.
+	ConsentFile string
+	Out         io.Writer
+	ErrOut      io.Writer
+	In          io.Reader
 }
 
 // NewCommands returns the command tree. Mount it as the root of
@@ -56,7 +59,8 @@ do, and which policies conflict.`,
 	root.PersistentFlags().StringVar(&o.Namespace, "coastguard-namespace", "coastguard-system", "namespace of coastguardd (Lease, pods)")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
 	root.PersistentFlags().StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", nil, "trusted CIDRs per cluster, as given to coastguardd (<cluster>[:pod|:service|:global]=<cidr>,...); merged with Submariner's Cluster objects")
-	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o), newReleaseLostCmd(o), newVersionCmd(o))
+	root.PersistentFlags().StringVar(&o.ConsentFile, "consent-file", "", "consent applied in every cluster, as given to coastguardd (default: each cluster's ConfigMap labelled "+ConsentLabel+"=true in the coastguard namespace, as the Helm chart installs it)")
+	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o), newReleaseLostCmd(o), newPinsCmd(o), newVersionCmd(o))
 	return root
 }
 

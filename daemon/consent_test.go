@@ -17,7 +17,7 @@ import (
 // consentWorld: a enforces; b (team=platform) and c (team=x) each
 // originate an isolating MCNP for shop; a's shop has tier=app, and a's
 // own MCNP isolates ops (no tier).
-func consentWorld(t *testing.T, c *Consent) *world {
+func consentWorld(t *testing.T, c *enforce.Consent) *world {
 	w := newWorld(t, "a", "a", "b", "c")
 	nets, err := enforce.ParseClusterCIDRs([]string{"a=10.1.0.0/16", "b=10.2.0.0/16", "c=10.3.0.0/16"})
 	require.NoError(t, err)
@@ -40,8 +40,8 @@ func consentWorld(t *testing.T, c *Consent) *world {
 	return w
 }
 
-func platformInApps() *Consent {
-	return &Consent{TrustClaimedLabels: true, Rules: []ConsentRule{{Name: "platform-in-apps",
+func platformInApps() *enforce.Consent {
+	return &enforce.Consent{TrustClaimedLabels: true, Rules: []enforce.ConsentRule{{Name: "platform-in-apps",
 		Origins:    &metav1.LabelSelector{MatchLabels: map[string]string{"team": "platform"}},
 		Namespaces: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "app"}}}}}
 }
@@ -65,7 +65,7 @@ func TestConsentRules(t *testing.T) {
 	require.NotEmpty(t, w.result("b/shop/from-b").NetworkPolicies, "b is platform, shop is an app namespace")
 	r := w.result("c/shop/from-c")
 	require.Empty(t, r.NetworkPolicies)
-	require.Equal(t, ReasonNotAdmitted, r.Degraded)
+	require.Equal(t, enforce.ReasonNotAdmitted, r.Degraded)
 	require.Contains(t, r.DegradedDetails[0], "no consent rule of this cluster admits MCNPs of cluster c")
 	require.NotEmpty(t, w.result("a/ops/own").NetworkPolicies, "the cluster's own MCNPs are never subject to consent")
 	require.Equal(t, 1, w.outputs.NotAdmitted())
@@ -79,7 +79,7 @@ func TestConsentTrustedLabels(t *testing.T) {
 	c := platformInApps()
 	c.TrustClaimedLabels = false
 	w := consentWorld(t, c)
-	require.Equal(t, ReasonNotAdmitted, w.result("b/shop/from-b").Degraded, "b's claim is not trusted and b is not pinned")
+	require.Equal(t, enforce.ReasonNotAdmitted, w.result("b/shop/from-b").Degraded, "b's claim is not trusted and b is not pinned")
 
 	c = platformInApps()
 	c.TrustClaimedLabels = false
@@ -87,7 +87,7 @@ func TestConsentTrustedLabels(t *testing.T) {
 	w = consentWorld(t, c)
 	w.write("c", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"team": "platform"}}) // c promotes itself
 	require.NotEmpty(t, w.result("b/shop/from-b").NetworkPolicies)
-	require.Equal(t, ReasonNotAdmitted, w.result("c/shop/from-c").Degraded, "c's self-promotion does not count")
+	require.Equal(t, enforce.ReasonNotAdmitted, w.result("c/shop/from-c").Degraded, "c's self-promotion does not count")
 	set, known := w.mirror.Inventory().ClusterLabels("c")
 	require.True(t, known)
 	require.Equal(t, "x", set["team"], "clusterSelectors here see the pinned labels too")
@@ -104,7 +104,7 @@ func TestConsentForbidWidening(t *testing.T) {
 	}
 	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, open("0.0.0.0/0"), 2))
 	r := w.result("b/shop/from-b")
-	require.Equal(t, ReasonNotAdmitted, r.Degraded)
+	require.Equal(t, enforce.ReasonNotAdmitted, r.Degraded)
 	require.Contains(t, r.DegradedDetails[0], "ipBlock 0.0.0.0/0 is outside the cluster set's CIDRs")
 	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, open("10.3.4.0/24"), 3))
 	require.NotEmpty(t, w.result("b/shop/from-b").NetworkPolicies, "inside c's pod CIDR: not widening")

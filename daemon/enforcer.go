@@ -21,8 +21,7 @@ type Outputs struct {
 	gateDegraded string
 	// failures are the applier's per-policy problems (by policy key).
 	failures map[string]string
-	guards   Guards
-	consent  *Consent
+	adm      enforce.Admission
 	results  map[string]enforce.Result
 	gens     map[string]int64 // policy generation each result was computed for
 }
@@ -60,8 +59,7 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 		}
 		old, had := o.results[k]
 		oldGen := o.gens[k]
-		res := ApplyGuards(o.self, ref, enforce.EvaluateBudget(o.self, inv, ref, o.guards.Budget()), o.guards)
-		res = ApplyConsent(o.self, ref, res, o.consent, inv)
+		res := enforce.Admit(o.self, inv, ref, o.adm)
 		p, exists := inv.Policy(ref)
 		if !exists {
 			delete(o.results, k)
@@ -152,11 +150,11 @@ func policyKeyOf(r enforce.Result) string {
 }
 
 // SetGuards sets the guard rails applied to every result from now on.
-func (o *Outputs) SetGuards(g Guards) { o.guards = g }
+func (o *Outputs) SetGuards(g enforce.Guards) { o.adm.Guards = g }
 
 // SetConsent sets what this cluster admits from other clusters (nil:
 // everything) for every result from now on.
-func (o *Outputs) SetConsent(c *Consent) { o.consent = c }
+func (o *Outputs) SetConsent(c *enforce.Consent) { o.adm.Consent = c }
 
 // NotAdmitted counts the policies this cluster's consent refuses.
 func (o *Outputs) NotAdmitted() int { return len(o.Refused()) }
@@ -166,7 +164,7 @@ func (o *Outputs) NotAdmitted() int { return len(o.Refused()) }
 func (o *Outputs) Refused() map[string]string {
 	out := map[string]string{}
 	for k, r := range o.results {
-		if r.Degraded == ReasonNotAdmitted {
+		if r.Degraded == enforce.ReasonNotAdmitted {
 			out[k] = strings.Join(r.DegradedDetails, "; ")
 		}
 	}

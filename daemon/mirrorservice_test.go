@@ -19,10 +19,13 @@ import (
 // Exported Services: pod, Service and policy changes in any order; the
 // incremental outputs (Mirror.Apply -> enforce.Affected) always equal a
 // translation from scratch, so a backend added or relabelled withdraws or
-// restores the ClusterIP rule without a full recompute.
+// restores the ClusterIP rule without a full recompute. A second policy
+// names the Service as a peer (egress and ingress, in every cluster or in
+// b only, the Service db or db2), so its backends and addresses follow the
+// same changes, the enforcing cluster's own export included.
 func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 	clusters := []string{"a", "b", "c"}
-	rendered := 0
+	rendered, svcRendered, svcNative := 0, 0, 0
 	for seed := int64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		w := newWorld(t, "a", clusters...)
@@ -47,10 +50,29 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 						PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": tier}}}}}},
 			}
 		}
+		svcSpec := func(name string, everywhere bool) apiv1.MultiClusterNetworkPolicySpec {
+			cs := &metav1.LabelSelector{MatchLabels: map[string]string{"cluster.clusterset.k8s.io": "b"}}
+			if everywhere {
+				cs = &metav1.LabelSelector{}
+			}
+			peer := apiv1.MultiClusterNetworkPolicyPeer{Service: &apiv1.ServicePeer{Name: name, ClusterSelector: cs}}
+			return apiv1.MultiClusterNetworkPolicySpec{
+				PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+				PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+				Ingress:     []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{peer}}},
+				Egress: []apiv1.MultiClusterNetworkPolicyEgressRule{{
+					Ports: []networkingv1.NetworkPolicyPort{{Port: &port}},
+					To:    []apiv1.MultiClusterNetworkPolicyPeer{peer}}},
+			}
+		}
 		w.write("a", crdt.KindPolicy, "shop/egress", policyValue(t, spec("x"), 1))
+		w.write("a", crdt.KindPolicy, "shop/svcpeer", policyValue(t, svcSpec("db", true), 1))
 		for step := 0; step < 120; step++ {
-			c := clusters[1+rng.Intn(2)]
-			idx := map[string]int{"b": 1, "c": 2}[c]
+			c := clusters[rng.Intn(3)]
+			if c == "a" && rng.Intn(3) > 0 {
+				c = clusters[1+rng.Intn(2)] // mostly remote changes
+			}
+			idx := map[string]int{"a": 0, "b": 1, "c": 2}[c]
 			switch r := rng.Intn(10); {
 			case r < 6:
 				name := fmt.Sprintf("shop/p%d", rng.Intn(4))
@@ -63,23 +85,51 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 					IPs:    []string{fmt.Sprintf("10.%d.0.%d", idx, rng.Intn(250)+1)}, Phase: "Running",
 					Ports: []crdt.NamedPort{{Name: "sql", Port: 5432}}})
 			case r < 9:
+				name := []string{"shop/db", "shop/db2"}[rng.Intn(2)]
 				if rng.Intn(4) == 0 {
-					w.write(c, crdt.KindService, "shop/db", nil)
+					w.write(c, crdt.KindService, name, nil)
 					break
 				}
-				w.write(c, crdt.KindService, "shop/db", &crdt.ServiceValue{
+				sel := map[string]string{"app": "db"}
+				if name == "shop/db2" {
+					sel = map[string]string{"tier": "y"}
+				}
+				w.write(c, crdt.KindService, name, &crdt.ServiceValue{
 					ClusterIPs: []string{fmt.Sprintf("10.9%d.0.%d", 6+idx, rng.Intn(3)+1)},
-					Selector:   map[string]string{"app": "db"},
+					Selector:   sel,
 					Ports:      []crdt.ServicePort{{Name: "sql", Port: 15432, TargetPortName: "sql"}}})
 			default:
-				w.write("a", crdt.KindPolicy, "shop/egress", policyValue(t, spec([]string{"x", "y"}[rng.Intn(2)]), int64(step)))
+				if rng.Intn(2) == 0 {
+					w.write("a", crdt.KindPolicy, "shop/egress", policyValue(t, spec([]string{"x", "y"}[rng.Intn(2)]), int64(step)))
+				} else {
+					w.write("a", crdt.KindPolicy, "shop/svcpeer", policyValue(t, svcSpec([]string{"db", "db2"}[rng.Intn(2)], rng.Intn(2) == 0), int64(step)))
+				}
 			}
 			want := names(w.fromScratch("a"))
 			require.Equal(t, want, names(w.outputs.Desired()), "seed %d step %d", seed, step)
 			if strings.Contains(strings.Join(want, ""), "10.97.0.") || strings.Contains(strings.Join(want, ""), "10.98.0.") {
 				rendered++
 			}
+			for _, np := range w.fromScratch("a") {
+				if np.Labels["coastguard.submariner.io/origin-name"] != "svcpeer" || len(np.Spec.Ingress) == 0 {
+					continue
+				}
+				for _, p := range np.Spec.Ingress[0].From {
+					if p.IPBlock != nil {
+						svcRendered++
+						break
+					}
+				}
+				for _, p := range np.Spec.Ingress[0].From {
+					if p.PodSelector != nil {
+						svcNative++
+						break
+					}
+				}
+			}
 		}
 	}
 	require.Greater(t, rendered, 10, "some steps must render a ClusterIP")
+	require.Greater(t, svcRendered, 10, "some steps must render a service peer's backends")
+	require.Greater(t, svcNative, 10, "some steps must render the enforcing cluster's own export natively")
 }

@@ -62,10 +62,10 @@ type Options struct {
 	// EmptyViewTimeout bounds the empty-view gate (see gate.go); 0 = no bound.
 	EmptyViewTimeout time.Duration
 	// Guards are the guard rails (protected namespaces, caps).
-	Guards Guards
+	Guards enforce.Guards
 	// Consent is what this cluster admits from other clusters
 	// (--consent-file); nil admits everything not protected.
-	Consent *Consent
+	Consent *enforce.Consent
 	// ReleaseLostOrigins restores the behaviour before lost origins were
 	// kept (--lost-origin-policies=release): the policies of a cluster
 	// retired because it disappeared stop being enforced at once.

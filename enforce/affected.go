@@ -55,7 +55,15 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 			// Local pods are selected natively by the CNI: no change.
 			return nil
 		}
-		return inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
+		var svcPeers []PolicyRef
+		// A service peer selects the backends of a Service of the pod's
+		// namespace; the pod matters if a Service there selects it.
+		if len(inv.svcPeers[ch.Namespace]) > 0 {
+			svcPeers = inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, func(p *compiledPeer) bool {
+				return inv.podMattersToServicePeer(ch.Cluster, p, ch.Labels)
+			})
+		}
+		return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
 			if p.nsSel == nil {
 				if ch.Namespace != cp.ref.Namespace {
 					return false
@@ -70,18 +78,21 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 			// decision of any peer that reaches into its namespace.
 			return p.podSel == nil || anyMatches(p.podSel, ch.Labels) ||
 				inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels)
-		})
+		}))
 	case ChangeService:
+		// Service peers, the enforcing cluster's own included (its
+		// selector is their native form).
+		svcPeers := inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, nil)
 		if ch.Cluster == enforcing {
-			return nil // the enforcing cluster's own Services are never remote peers
+			return svcPeers // otherwise the enforcing cluster's own Services are never remote peers
 		}
-		return inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
+		return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
 			if p.nsSel == nil {
 				return ch.Namespace == cp.ref.Namespace
 			}
 			ns := inv.nsLabels(ch.Cluster, ch.Namespace)
 			return ns != nil && p.nsSel.Matches(ns)
-		})
+		}))
 	case ChangeNamespace:
 		if ch.Cluster == enforcing {
 			// Presence of the policy's own namespace decides whether the
@@ -134,7 +145,7 @@ func (inv *Inventory) collectAffectedFrom(enforcing, remote, ns string, match fu
 			return
 		}
 		if cp.anyPeer(func(p *compiledPeer) bool {
-			return p.ipBlock == nil && p.clusterSel != nil && inv.clusterMatches(p.clusterSel, remote) && match(cp, p)
+			return p.ipBlock == nil && p.svc == nil && p.clusterSel != nil && inv.clusterMatches(p.clusterSel, remote) && match(cp, p)
 		}) {
 			out = append(out, ref)
 		}

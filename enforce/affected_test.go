@@ -52,7 +52,7 @@ var fuzzPeers = []string{
 	"{ipBlock: {cidr: 192.168.0.0/16}}",
 }
 
-func randPolicy(t testing.TB, r *rand.Rand, i int) Policy {
+func randPolicyOf(t testing.TB, r *rand.Rand, i int, fuzzPeers []string) Policy {
 	sel := []string{"", "clusterSelector: {}\n", "clusterSelector: {matchLabels: {zone: x}}\n"}[r.Intn(3)]
 	s := sel + "podSelector: {matchLabels: {app: db}}\n"
 	s += "ingress:\n- from: [" + fuzzPeers[r.Intn(len(fuzzPeers))] + ", " + fuzzPeers[r.Intn(len(fuzzPeers))] + "]\n"
@@ -76,11 +76,60 @@ func snapshot(inv *Inventory, c string) map[PolicyRef]string {
 // policy whose translation changed, in every enforcing cluster, was
 // reported by Affected.
 func TestAffectedIsSuperset(t *testing.T) {
-	r := rand.New(rand.NewSource(42))
+	checkAffectedSuperset(t, 42, fuzzPeers, false)
+}
+
+// fuzzServicePeers adds service peers: local only, every cluster, and a
+// Service of another namespace in some clusters.
+var fuzzServicePeers = append(slices.Clone(fuzzPeers),
+	"{service: {name: db}}",
+	"{service: {name: db, clusterSelector: {}}}",
+	"{service: {name: api, namespace: b, clusterSelector: {matchLabels: {zone: x}}}}",
+)
+
+// The same with service peers, and exported Services (with and without
+// selectors, ClusterIPs inside and outside their service CIDRs) added,
+// changed and withdrawn among the random changes.
+func TestAffectedIsSupersetWithServicePeers(t *testing.T) {
+	checkAffectedSuperset(t, 43, fuzzServicePeers, true)
+}
+
+// randService is an exported Service of namespace ns in cluster ci.
+func randService(r *rand.Rand, ci int, ns string) Service {
+	s := Service{Namespace: ns, Name: []string{"db", "api"}[r.Intn(2)],
+		ClusterIPs: []string{fmt.Sprintf("10.%d.0.%d", 96+ci, r.Intn(3)+1)}}
+	switch r.Intn(5) {
+	case 0:
+		s.Selector = l("app", "db")
+	case 1:
+		s.Selector = l("app", "fe", "tier", "gold")
+	case 2:
+		s.Selector = l("app", "be")
+	case 3:
+		s.Selector = l("tier", "gold") // may share backends with the others
+	} // else no selector
+	if r.Intn(2) == 0 {
+		s.Ports = []ServicePort{{Name: "w", Port: 80, TargetPortName: "web"}}
+	} else {
+		s.Ports = []ServicePort{{Name: "w", Port: 80, TargetPort: 8000}}
+	}
+	if r.Intn(6) == 0 {
+		s.ClusterIPs = []string{"10.99.0.1"} // in no cluster's service CIDR
+	}
+	return s
+}
+
+func checkAffectedSuperset(t *testing.T, seed int64, peers []string, services bool) {
+	r := rand.New(rand.NewSource(seed))
 	inv := NewInventory()
 	// Pods get random 10.0-3.x.x IPs: some are inside their cluster's pod
 	// CIDR, others outside or inside the enforcing cluster's (dropped).
-	inv.SetNetworks(nets(t, "c1=10.0.0.0/16", "c2=10.1.0.0/16", "c3=10.2.0.0/16", "c4=10.3.0.0/16"))
+	if services {
+		inv.SetNetworks(nets(t, "c1=10.0.0.0/16", "c2=10.1.0.0/16", "c3=10.2.0.0/16", "c4=10.3.0.0/16",
+			"c1:service=10.96.0.0/16", "c2:service=10.97.0.0/16", "c3:service=10.98.0.0/16", "c4:service=10.99.0.0/24"))
+	} else {
+		inv.SetNetworks(nets(t, "c1=10.0.0.0/16", "c2=10.1.0.0/16", "c3=10.2.0.0/16", "c4=10.3.0.0/16"))
+	}
 	for _, c := range fuzzClusters {
 		lb := map[string]string{}
 		if r.Intn(2) == 0 {
@@ -103,8 +152,17 @@ func TestAffectedIsSuperset(t *testing.T) {
 		inv.SetPod(c, p)
 		pods[c][p.Namespace+"/"+p.Name] = p
 	}
+	if services {
+		for ci, c := range fuzzClusters {
+			for _, ns := range fuzzNS {
+				if r.Intn(2) == 0 {
+					inv.SetService(c, randService(r, ci, ns))
+				}
+			}
+		}
+	}
 	for i := 0; i < 25; i++ {
-		mustSet(t, inv, randPolicy(t, r, i))
+		mustSet(t, inv, randPolicyOf(t, r, i, peers))
 	}
 	checked, precise, changedTotal := 0, 0, 0
 	for step := 0; step < 200; step++ {
@@ -113,7 +171,20 @@ func TestAffectedIsSuperset(t *testing.T) {
 			before[c] = snapshot(inv, c)
 		}
 		var ch Change
-		switch k := r.Intn(10); {
+		n := 10
+		if services {
+			n = 13
+		}
+		switch k := r.Intn(n); {
+		case k >= 10: // exported Service added, changed or withdrawn
+			ci := r.Intn(len(fuzzClusters))
+			c, ns := fuzzClusters[ci], fuzzNS[r.Intn(len(fuzzNS))]
+			ch = Change{Kind: ChangeService, Cluster: c, Namespace: ns}
+			if r.Intn(3) == 0 {
+				inv.RemoveService(c, ns, []string{"db", "api"}[r.Intn(2)])
+			} else {
+				inv.SetService(c, randService(r, ci, ns))
+			}
 		case k < 6: // pod add / update / delete
 			c := fuzzClusters[r.Intn(len(fuzzClusters))]
 			ns := fuzzNS[r.Intn(len(fuzzNS))]
@@ -151,7 +222,7 @@ func TestAffectedIsSuperset(t *testing.T) {
 				ch.Labels = append(ch.Labels, map[string]string(inv.nsLabels(c, ns)))
 			}
 		case k < 9: // policy change
-			p := randPolicy(t, r, r.Intn(30))
+			p := randPolicyOf(t, r, r.Intn(30), peers)
 			if r.Intn(4) == 0 {
 				inv.RemovePolicy(p.Ref())
 			} else {

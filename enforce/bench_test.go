@@ -112,3 +112,90 @@ func BenchmarkIncrementalPod_100clusters_1000pods_1000mcnp(b *testing.B) {
 func BenchmarkIncrementalPod_100clusters_1000pods_1000mcnp_shared(b *testing.B) {
 	benchIncremental(b, benchInventory(b, 100, 1000, 20, 1000, 5), 100, "app2")
 }
+
+// benchServiceInventory: nClusters clusters × podsPerCluster pods over nNS
+// namespaces; every cluster exports nSvc Services (svcK selects appK, whose
+// pods all live in one namespace; port 80 -> named targetPort http). Each
+// of nPolicies MCNPs (enforced everywhere) names Services as ingress and
+// egress peers in every cluster: as service peers, or (servicePeers false)
+// as the equivalent namespace+pod selector peers, which select the same
+// backends and get the same ClusterIP rules.
+func benchServiceInventory(b testing.TB, nClusters, podsPerCluster, nNS, nSvc, nPolicies int, servicePeers bool) *Inventory {
+	inv := NewInventory()
+	var cidrs []string
+	for c := 0; c < nClusters; c++ {
+		cidrs = append(cidrs, fmt.Sprintf("c%03d=10.%d.0.0/16", c, c), fmt.Sprintf("c%03d:service=10.%d.0.0/16", c, 100+c))
+	}
+	inv.SetNetworks(nets(b, cidrs...))
+	for c := 0; c < nClusters; c++ {
+		id := fmt.Sprintf("c%03d", c)
+		inv.SetCluster(Cluster{ID: id})
+		for n := 0; n < nNS; n++ {
+			inv.SetNamespace(id, Namespace{Name: fmt.Sprintf("ns%02d", n)})
+		}
+		for i := 0; i < podsPerCluster; i++ {
+			p := pod(fmt.Sprintf("ns%02d", i%nNS), fmt.Sprintf("pod%05d", i), l("app", fmt.Sprintf("app%d", i%nSvc)),
+				fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250+1))
+			p.Ports = []Port{{Name: "http", Port: 8080}}
+			inv.SetPod(id, p)
+		}
+		for k := 0; k < nSvc; k++ {
+			inv.SetService(id, Service{Namespace: fmt.Sprintf("ns%02d", k%nNS), Name: fmt.Sprintf("svc%03d", k),
+				ClusterIPs: []string{fmt.Sprintf("10.%d.%d.%d", 100+c, k/250, k%250+1)}, Selector: l("app", fmt.Sprintf("app%d", k)),
+				Ports: []ServicePort{{Name: "http", Port: 80, TargetPortName: "http"}}})
+		}
+	}
+	peer := func(k int) string {
+		if servicePeers {
+			return fmt.Sprintf("{service: {name: svc%03d, namespace: ns%02d, clusterSelector: {}}}", k, k%nNS)
+		}
+		return fmt.Sprintf("{clusterSelector: {}, namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: ns%02d}}, podSelector: {matchLabels: {app: app%d}}}", k%nNS, k)
+	}
+	for i := 0; i < nPolicies; i++ {
+		s := fmt.Sprintf("clusterSelector: {}\npodSelector: {matchLabels: {app: app%d}}\n", i%nSvc)
+		s += "ingress:\n- from: [" + peer((i+1)%nSvc) + "]\n  ports: [{port: http}]\n"
+		s += "egress:\n- to: [" + peer((i+2)%nSvc) + "]\n  ports: [{port: http}]\n"
+		if err := inv.SetPolicy(pol(b, fmt.Sprintf("c%03d", i%nClusters), fmt.Sprintf("ns%02d", i%nNS), fmt.Sprintf("policy-%04d", i), s)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return inv
+}
+
+// 10 clusters × 1000 exported Services (100 per cluster) × 1000 pods per
+// cluster, 1000 MCNPs naming Services: a full regeneration, service peers
+// against the equivalent selector peers.
+func BenchmarkTranslateFull_ServicePeers_10clusters_100svc(b *testing.B) {
+	benchFull(b, benchServiceInventory(b, 10, 1000, 20, 100, 1000, true))
+}
+
+func BenchmarkTranslateFull_SelectorPeers_10clusters_100svc(b *testing.B) {
+	benchFull(b, benchServiceInventory(b, 10, 1000, 20, 100, 1000, false))
+}
+
+// A backend of svc022 changes IP in a remote cluster: Affected plus the
+// re-evaluation of what it returns.
+func benchServiceIncremental(b *testing.B, servicePeers bool) {
+	inv := benchServiceInventory(b, 10, 1000, 20, 100, 1000, servicePeers)
+	b.ReportAllocs()
+	b.ResetTimer()
+	affected := 0
+	for i := 0; i < b.N; i++ {
+		c := fmt.Sprintf("c%03d", 1+i%9)
+		p := pod("ns02", "pod00022", l("app", "app22"), fmt.Sprintf("10.%d.200.%d", 1+i%9, i%250+1))
+		p.Ports = []Port{{Name: "http", Port: 8080}}
+		inv.SetPod(c, p)
+		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []map[string]string{p.Labels}})
+		_ = EvaluateAll("c000", inv, refs)
+		affected = len(refs)
+	}
+	b.ReportMetric(float64(affected), "affected")
+}
+
+func BenchmarkIncrementalPod_ServicePeers_10clusters_100svc(b *testing.B) {
+	benchServiceIncremental(b, true)
+}
+
+func BenchmarkIncrementalPod_SelectorPeers_10clusters_100svc(b *testing.B) {
+	benchServiceIncremental(b, false)
+}

@@ -254,6 +254,8 @@ func (p *problems) merge(o *problems) {
 // reasonOrder is by severity: peers left out first, then wrong-pod risks,
 // then coarse identity.
 var reasonOrder = []string{
+	ReasonServicePeerNotExported,
+	ReasonServicePeerNoSelector,
 	ReasonPodCIDRsUnknown,
 	ReasonPodIPInLocalCIDR,
 	ReasonPodIPReserved,
@@ -276,6 +278,10 @@ var reasonHint = map[string]string{
 	ReasonServiceIPNotOwned:       " (Service addresses outside their cluster's service CIDRs left out)",
 	ReasonServicePartiallyAdmitted: " (Services of which the egress rule admits only some backends: " +
 		"their addresses are not admitted)",
+	ReasonServicePeerNotExported: " (service peers naming a Service that no selected cluster exports: " +
+		"they select nothing)",
+	ReasonServicePeerNoSelector: " (exported Services without a selector: their backends are unknown, " +
+		"the service peer selects none of them)",
 }
 
 // summary returns the most severe reason and one detail line per reason.

@@ -150,6 +150,9 @@ type Inventory struct {
 	// peer has no namespaceSelector, and all those with one.
 	remoteSameNS map[string]map[PolicyRef]struct{}
 	remoteNSSel  map[PolicyRef]struct{}
+	// svcPeers: by Service namespace, the policies with a service peer
+	// naming a Service of that namespace (servicepeer.go).
+	svcPeers map[string]map[PolicyRef]struct{}
 	// globalnet says how pods of Globalnet clusters that only have the
 	// cluster-wide egress IPs are rendered (SetGlobalnetPolicy).
 	globalnet GlobalnetPolicy
@@ -292,6 +295,7 @@ func NewInventory() *Inventory {
 		policies:     map[PolicyRef]*compiledPolicy{},
 		remoteSameNS: map[string]map[PolicyRef]struct{}{},
 		remoteNSSel:  map[PolicyRef]struct{}{},
+		svcPeers:     map[string]map[PolicyRef]struct{}{},
 		intern:       newInterner(),
 		indexKeys:    map[string]int{},
 	}
@@ -494,8 +498,9 @@ func (inv *Inventory) indexPolicy(cp *compiledPolicy) {
 	if cp.err != nil {
 		return
 	}
+	inv.indexServicePeers(cp)
 	cp.anyPeer(func(p *compiledPeer) bool {
-		if p.ipBlock != nil || p.clusterSel == nil {
+		if p.ipBlock != nil || p.svc != nil || p.clusterSel == nil {
 			return false
 		}
 		if p.nsSel != nil {
@@ -515,6 +520,7 @@ func (inv *Inventory) indexPolicy(cp *compiledPolicy) {
 func (inv *Inventory) unindexPolicy(ref PolicyRef) {
 	if old := inv.policies[ref]; old != nil {
 		inv.removeIndexKeys(old)
+		inv.unindexServicePeers(old)
 	}
 	delete(inv.remoteNSSel, ref)
 	if set := inv.remoteSameNS[ref.Namespace]; set != nil {

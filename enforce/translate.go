@@ -111,6 +111,10 @@ type compiledPeer struct {
 	nativeKey string
 	key       string
 	size      int
+	// svc is set for a service peer (servicepeer.go): clusterSel is then
+	// service.clusterSelector, nsSel and podSel are nil and unused, and
+	// native is computed per evaluation from the local Service.
+	svc *servicePeerRef
 }
 
 // forPeers calls fn for every compiled peer of every rule.
@@ -153,14 +157,14 @@ func compilePolicy(p Policy) *compiledPolicy {
 	}
 	cp.types = effectiveTypes(spec)
 	for _, r := range spec.Ingress {
-		cr, err := compileRule(r.Ports, r.From)
+		cr, err := compileRule(p.Namespace, r.Ports, r.From)
 		if err != nil {
 			return fail(err)
 		}
 		cp.ingress = append(cp.ingress, cr)
 	}
 	for _, r := range spec.Egress {
-		cr, err := compileRule(r.Ports, r.To)
+		cr, err := compileRule(p.Namespace, r.Ports, r.To)
 		if err != nil {
 			return fail(err)
 		}
@@ -194,7 +198,7 @@ func effectiveTypes(spec *apiv1.MultiClusterNetworkPolicySpec) []networkingv1.Po
 	return out
 }
 
-func compileRule(ports []networkingv1.NetworkPolicyPort, peers []apiv1.MultiClusterNetworkPolicyPeer) (compiledRule, error) {
+func compileRule(policyNS string, ports []networkingv1.NetworkPolicyPort, peers []apiv1.MultiClusterNetworkPolicyPeer) (compiledRule, error) {
 	cr := compiledRule{allPeers: len(peers) == 0}
 	for _, p := range ports {
 		cr.ports = append(cr.ports, *p.DeepCopy())
@@ -208,6 +212,13 @@ func compileRule(ports []networkingv1.NetworkPolicyPort, peers []apiv1.MultiClus
 		if p.IPBlock != nil {
 			c.ipBlock = p.IPBlock.DeepCopy()
 			c.size = ipBlockSize(c.ipBlock)
+			cr.peers = append(cr.peers, c)
+			continue
+		}
+		if p.Service != nil {
+			if err := compileServicePeer(&c, policyNS, p.Service); err != nil {
+				return cr, err
+			}
 			cr.peers = append(cr.peers, c)
 			continue
 		}
@@ -352,6 +363,10 @@ type outRule struct {
 // globalnet.go) and what made the rendering inexact.
 type remoteSet struct {
 	hasLocal bool
+	// native replaces the peer's static native form when set (a service
+	// peer: the local Service's selector).
+	native   *networkingv1.NetworkPolicyPeer
+	nativeID string
 	addrs    map[netip.Prefix]*renderedAddr
 	sorted   []netip.Prefix
 	problems problems
@@ -391,13 +406,17 @@ func (ec *evalCache) remote(inv *Inventory, p *compiledPeer, policyNS string, eg
 	}
 	rs := &remoteSet{addrs: map[netip.Prefix]*renderedAddr{}}
 	b := &remoteBuilder{inv: inv, ec: ec, egress: egress, set: rs}
-	p.peerClusters(inv, ec.enforcing, func(c string) {
-		if c == ec.enforcing {
-			rs.hasLocal = true
-			return
-		}
-		p.collectRemote(inv, c, policyNS, b)
-	})
+	if p.svc != nil {
+		ec.collectServicePeer(inv, p, policyNS, b)
+	} else {
+		p.peerClusters(inv, ec.enforcing, func(c string) {
+			if c == ec.enforcing {
+				rs.hasLocal = true
+				return
+			}
+			p.collectRemote(inv, c, policyNS, b)
+		})
+	}
 	rs.sorted = make([]netip.Prefix, 0, len(rs.addrs))
 	for a := range rs.addrs {
 		rs.sorted = append(rs.sorted, a)
@@ -431,10 +450,14 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 			return nil // over budget
 		}
 		acc.problems.merge(&rs.problems)
-		if rs.hasLocal && !nativeSeen[p.nativeKey] {
-			nativeSeen[p.nativeKey] = true
-			base.peers = append(base.peers, *p.native.DeepCopy())
-			base.sizes = append(base.sizes, p.size)
+		native, nativeKey, size := &p.native, p.nativeKey, p.size
+		if rs.native != nil {
+			native, nativeKey, size = rs.native, rs.nativeID, len(rs.nativeID)+8
+		}
+		if rs.hasLocal && !nativeSeen[nativeKey] {
+			nativeSeen[nativeKey] = true
+			base.peers = append(base.peers, *native.DeepCopy())
+			base.sizes = append(base.sizes, size)
 		}
 		if len(rs.sorted) > 0 {
 			sets = append(sets, rs)

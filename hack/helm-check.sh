@@ -17,6 +17,7 @@ tmpl --set clusterID=eu-1 --set globalnetPolicy=drop --set monitoring.enabled=tr
   --set persistence.hostPath.enabled=true --set 'imagePullSecrets[0].name=regcred' \
   --set image.digest=sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef \
   --set fullnameOverride=coastguard-b --set clusterDomain=corp.example \
+  --set monitoring.dashboard.enabled=true --set monitoring.dashboard.namespace=grafana \
   --set-json 'consent={"rules":[{"name":"platform","origins":{"matchLabels":{"team":"platform"}},"namespaces":{}}],"forbidWidening":true,"clusterLabels":{"eu-2":{"team":"platform"}}}' >/dev/null
 tmpl --set clusterID=eu-1 --set metricsAuth.enabled=false --set submariner.serviceExport=false \
   --set monitoring.enabled=true --set 'seeds={a.example:7946,b.example}' >/dev/null
@@ -56,6 +57,7 @@ clusterID=eu-1,extraConfig.FOO=1|'FOO' does not match
 clusterID=eu-1,seeds={a b}|/seeds/0
 clusterID=eu-1,consent.rules[0].name=x|origins
 clusterID=eu-1,consent.forbidWidenin=true|forbidWidenin
+clusterID=eu-1,monitoring.dashboard.namespace=Grafana|/monitoring/dashboard/namespace
 CASES
 if [ "$fails" -ne 0 ]; then
   echo "helm-check: $fails bad value set(s) not rejected as expected" >&2

@@ -123,10 +123,12 @@ type MultiClusterNetworkPolicyEgressRule struct {
 // MultiClusterNetworkPolicyPeer selects peers. clusterSelector absent means
 // the enforcing cluster only; namespaceSelector and podSelector follow
 // NetworkPolicy and are evaluated inside each selected cluster. ipBlock
-// cannot be combined with a selector.
+// cannot be combined with a selector. service stands alone: its cluster
+// dimension is service.clusterSelector.
 //
-// +kubebuilder:validation:XValidation:rule="has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector) || has(self.ipBlock)",message="a peer must set at least one of clusterSelector, namespaceSelector, podSelector, ipBlock"
+// +kubebuilder:validation:XValidation:rule="has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector) || has(self.ipBlock) || has(self.service)",message="a peer must set at least one of clusterSelector, namespaceSelector, podSelector, ipBlock, service"
 // +kubebuilder:validation:XValidation:rule="!has(self.ipBlock) || !(has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector))",message="ipBlock cannot be combined with clusterSelector, namespaceSelector or podSelector"
+// +kubebuilder:validation:XValidation:rule="!has(self.service) || !(has(self.clusterSelector) || has(self.namespaceSelector) || has(self.podSelector) || has(self.ipBlock))",message="service cannot be combined with clusterSelector, namespaceSelector, podSelector or ipBlock (select its clusters with service.clusterSelector)"
 type MultiClusterNetworkPolicyPeer struct {
 	// clusterSelector selects peer clusters by label. Absent: the enforcing
 	// cluster only. {}: every cluster.
@@ -145,6 +147,37 @@ type MultiClusterNetworkPolicyPeer struct {
 	// ipBlock is passed through unchanged to the generated NetworkPolicies.
 	// +optional
 	IPBlock *networkingv1.IPBlock `json:"ipBlock,omitempty"`
+
+	// service selects the backends of an exported Service (a Service with
+	// a ServiceExport) in each cluster service.clusterSelector selects: the
+	// pods its selector matches in its namespace there. In egress rules the
+	// Service's ClusterIPs are admitted too when the rule admits every
+	// backend on the port it serves (docs/SEMANTICS.md "Services as
+	// peers"). A Service that no selected cluster exports selects nothing.
+	// +optional
+	Service *ServicePeer `json:"service,omitempty"`
+}
+
+// ServicePeer names an exported Service and the clusters to look for it in.
+type ServicePeer struct {
+	// name of the Service.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// namespace of the Service. Absent: the namespace of the policy.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Namespace string `json:"namespace,omitempty"`
+
+	// clusterSelector selects the clusters whose export of the Service
+	// counts, by cluster label. Absent: the enforcing cluster only. {}:
+	// every cluster (typically: wherever the Service is exported).
+	// +optional
+	ClusterSelector *metav1.LabelSelector `json:"clusterSelector,omitempty"`
 }
 
 // MultiClusterNetworkPolicyStatus is written by the origin cluster's

@@ -166,12 +166,18 @@ func validatePeers(peers []MultiClusterNetworkPolicyPeer, path *field.Path) fiel
 		p := &peers[i]
 		pp := path.Index(i)
 		selectors := p.ClusterSelector != nil || p.NamespaceSelector != nil || p.PodSelector != nil
-		if !selectors && p.IPBlock == nil {
-			errs = append(errs, field.Required(pp, "a peer must set at least one of clusterSelector, namespaceSelector, podSelector, ipBlock"))
+		if !selectors && p.IPBlock == nil && p.Service == nil {
+			errs = append(errs, field.Required(pp, "a peer must set at least one of clusterSelector, namespaceSelector, podSelector, ipBlock, service"))
 			continue
 		}
 		if selectors && p.IPBlock != nil {
 			errs = append(errs, field.Invalid(pp, "ipBlock", "ipBlock cannot be combined with clusterSelector, namespaceSelector or podSelector"))
+		}
+		if p.Service != nil {
+			if selectors || p.IPBlock != nil {
+				errs = append(errs, field.Invalid(pp, "service", "service cannot be combined with clusterSelector, namespaceSelector, podSelector or ipBlock (select its clusters with service.clusterSelector)"))
+			}
+			errs = append(errs, validateServicePeer(p.Service, pp.Child("service"))...)
 		}
 		if p.ClusterSelector != nil {
 			errs = append(errs, validateSelector(p.ClusterSelector, pp.Child("clusterSelector"))...)
@@ -209,6 +215,28 @@ func validateIPBlock(b *networkingv1.IPBlock, path *field.Path) field.ErrorList 
 		case ep.Addr().Is4() != cidr.Addr().Is4() || ep.Bits() <= cidr.Bits() || !cidr.Contains(ep.Addr()):
 			errs = append(errs, field.Invalid(path.Child("except").Index(i), e, "must be strictly within "+b.CIDR))
 		}
+	}
+	return errs
+}
+
+func validateServicePeer(s *ServicePeer, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Name == "" {
+		errs = append(errs, field.Required(path.Child("name"), "the name of an exported Service"))
+	} else {
+		// Service names are DNS-1035 labels (the apiserver's rule for
+		// Services): a Service of another name cannot exist.
+		for _, m := range validation.IsDNS1035Label(s.Name) {
+			errs = append(errs, field.Invalid(path.Child("name"), s.Name, m))
+		}
+	}
+	if s.Namespace != "" {
+		for _, m := range validation.IsDNS1123Label(s.Namespace) {
+			errs = append(errs, field.Invalid(path.Child("namespace"), s.Namespace, m))
+		}
+	}
+	if s.ClusterSelector != nil {
+		errs = append(errs, validateSelector(s.ClusterSelector, path.Child("clusterSelector"))...)
 	}
 	return errs
 }

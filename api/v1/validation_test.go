@@ -136,6 +136,45 @@ egress: [{to: [{ipBlock: {cidr: "fd00::/129"}}]}]`, "spec.egress[0].to[0].ipBloc
 	{"cidr without prefix", `
 podSelector: {}
 egress: [{to: [{ipBlock: {cidr: 10.0.0.1}}]}]`, "spec.egress[0].to[0].ipBlock.cidr"},
+	{"service peer", `
+podSelector: {}
+ingress: [{from: [{service: {name: db}}]}]
+egress:
+- to:
+  - service: {name: db, namespace: shop, clusterSelector: {matchLabels: {region: eu}}}
+  - service: {name: cache, clusterSelector: {}}
+  - podSelector: {}
+`, ""},
+	{"service with clusterSelector", `
+podSelector: {}
+egress: [{to: [{service: {name: db}, clusterSelector: {}}]}]`, "spec.egress[0].to[0]: Invalid value: \"service\": service cannot be combined"},
+	{"service with podSelector", `
+podSelector: {}
+ingress: [{from: [{service: {name: db}, podSelector: {}}]}]`, "service cannot be combined"},
+	{"service with namespaceSelector", `
+podSelector: {}
+ingress: [{from: [{service: {name: db}, namespaceSelector: {}}]}]`, "spec.ingress[0].from[0]: Invalid value: \"service\""},
+	{"service with ipBlock", `
+podSelector: {}
+egress: [{to: [{service: {name: db}, ipBlock: {cidr: 10.0.0.0/8}}]}]`, "spec.egress[0].to[0]: Invalid value: \"service\""},
+	{"service without name", `
+podSelector: {}
+egress: [{to: [{service: {namespace: shop}}]}]`, "spec.egress[0].to[0].service.name: Required"},
+	{"service name not a DNS-1035 label", `
+podSelector: {}
+egress: [{to: [{service: {name: 1db}}]}]`, "spec.egress[0].to[0].service.name"},
+	{"service name uppercase", `
+podSelector: {}
+egress: [{to: [{service: {name: DB}}]}]`, "spec.egress[0].to[0].service.name"},
+	{"service name too long", `
+podSelector: {}
+egress: [{to: [{service: {name: a234567890123456789012345678901234567890123456789012345678901234}}]}]`, "spec.egress[0].to[0].service.name"},
+	{"service namespace invalid", `
+podSelector: {}
+ingress: [{from: [{service: {name: db, namespace: Shop.eu}}]}]`, "spec.ingress[0].from[0].service.namespace"},
+	{"service clusterSelector invalid", `
+podSelector: {}
+ingress: [{from: [{service: {name: db, clusterSelector: {matchExpressions: [{key: a, operator: In}]}}}]}]`, "spec.ingress[0].from[0].service.clusterSelector.matchExpressions[0].values"},
 	{"bad label value", `
 podSelector: {}
 egress: [{to: [{clusterSelector: {matchLabels: {region: "eu west"}}}]}]`, "spec.egress[0].to[0].clusterSelector.matchLabels"},

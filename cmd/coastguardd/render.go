@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
 
@@ -63,7 +62,7 @@ func newRenderCmd() *cobra.Command {
 			if err != nil {
 				return usageError(cmd, "--cluster-cidrs: "+err.Error())
 			}
-			var consent *daemon.Consent
+			var consent *enforce.Consent
 			if consentFlag != "" {
 				if consent, err = daemon.LoadConsent(consentFlag); err != nil {
 					return failed(cmd, 1, err)
@@ -96,10 +95,16 @@ func logf(log io.Writer, format string, a ...any) {
 	_, _ = fmt.Fprintf(log, format, a...)
 }
 
+// renderGuards are the guard rails render applies: the daemon's defaults
+// (protected namespaces, caps), as coastguardd run without flags.
+func renderGuards() enforce.Guards {
+	return guards(defaultConfig(), defaultSubmarinerNamespace)
+}
+
 // renderWith is render with a Globalnet policy (--globalnet-policy), a
 // consent (--consent-file, nil: none) and operator-supplied trusted CIDRs
 // (--cluster-cidrs) for every cluster.
-func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, consent *daemon.Consent, cidrs ...enforce.Networks) error {
+func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, consent *enforce.Consent, cidrs ...enforce.Networks) error {
 	inv, clusters, trusted, err := loadRenderInput(in, log)
 	if err != nil {
 		return err
@@ -111,6 +116,7 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, conse
 	for _, f := range enforce.Findings(inv) {
 		logf(log, "warning: %s\n", f.Message)
 	}
+	adm := enforce.Admission{Guards: renderGuards(), Consent: consent}
 	for _, c := range clusters {
 		// What c knows of every cluster's CIDRs: the Submariner Cluster
 		// objects in its directory, plus --cluster-cidrs.
@@ -118,60 +124,57 @@ func renderWith(in, out string, log io.Writer, gp enforce.GlobalnetPolicy, conse
 		for _, d := range enforce.PodIPDrops(inv, c) {
 			logf(log, "warning: %s: %d address(es) of cluster %s never allowed (%s), e.g. %s\n", c, d.Count, d.Cluster, d.Reason, d.Example)
 		}
-		var buf bytes.Buffer
-		nps := admitted(c, inv, consent, log)
+		nps := admitted(c, inv, adm, log)
 		if err := checkCollisions(c, nps); err != nil {
 			return err
 		}
-		for i := range nps {
-			b, err := marshalNetworkPolicy(&nps[i])
-			if err != nil {
-				return fmt.Errorf("cluster %s: %w", c, err)
-			}
-			buf.WriteString("---\n")
-			buf.Write(b)
-		}
-		dir := filepath.Join(out, c)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(dir, "networkpolicies.yaml"), buf.Bytes(), 0o644); err != nil {
-			return err
+		if err := writeRendered(filepath.Join(out, c), nps); err != nil {
+			return fmt.Errorf("cluster %s: %w", c, err)
 		}
 		logf(log, "%s: %d NetworkPolicies\n", c, len(nps))
-		for _, ref := range inv.Policies() {
-			res := enforce.Evaluate(c, inv, ref)
-			if res.SkippedNoNamespace {
-				logf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
-			}
-			if res.Degraded != "" {
-				logf(log, "%s: MultiClusterNetworkPolicy %s degraded: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
-			}
-		}
 	}
 	return nil
 }
 
-// admitted is enforce.Translate for cluster c without the NetworkPolicies
-// of the other clusters' MCNPs that consent refuses there, as the daemon
-// leaves them out (daemon.ApplyConsent).
-func admitted(c string, inv *enforce.Inventory, consent *daemon.Consent, log io.Writer) []networkingv1.NetworkPolicy {
-	nps := enforce.Translate(c, inv)
-	if consent == nil {
-		return nps
+// writeRendered writes nps to dir/networkpolicies.yaml.
+func writeRendered(dir string, nps []networkingv1.NetworkPolicy) error {
+	var buf bytes.Buffer
+	for i := range nps {
+		b, err := marshalNetworkPolicy(&nps[i])
+		if err != nil {
+			return err
+		}
+		buf.WriteString("---\n")
+		buf.Write(b)
 	}
-	refused := map[string]bool{}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "networkpolicies.yaml"), buf.Bytes(), 0o644)
+}
+
+// admitted is every NetworkPolicy cluster c's daemon would generate, sorted
+// by namespace and name: each policy through enforce.Admit, as the daemon's
+// enforcer does. Skipped and degraded policies are logged.
+func admitted(c string, inv *enforce.Inventory, adm enforce.Admission, log io.Writer) []networkingv1.NetworkPolicy {
+	var nps []networkingv1.NetworkPolicy
 	for _, ref := range inv.Policies() {
-		res := daemon.ApplyConsent(c, ref, enforce.Evaluate(c, inv, ref), consent, inv)
-		if res.Degraded != daemon.ReasonNotAdmitted {
-			continue
+		res := enforce.Admit(c, inv, ref, adm)
+		if res.SkippedNoNamespace {
+			logf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
 		}
-		logf(log, "%s: MultiClusterNetworkPolicy %s: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
-		for _, np := range enforce.TranslatePolicy(c, inv, ref) {
-			refused[np.Namespace+"/"+np.Name] = true
+		if res.Degraded != "" {
+			logf(log, "%s: MultiClusterNetworkPolicy %s degraded: %s\n", c, ref, strings.Join(res.DegradedDetails, "; "))
 		}
+		nps = append(nps, res.NetworkPolicies...)
 	}
-	return slices.DeleteFunc(nps, func(np networkingv1.NetworkPolicy) bool { return refused[np.Namespace+"/"+np.Name] })
+	sort.SliceStable(nps, func(i, j int) bool {
+		if nps[i].Namespace != nps[j].Namespace {
+			return nps[i].Namespace < nps[j].Namespace
+		}
+		return nps[i].Name < nps[j].Name
+	})
+	return nps
 }
 
 // checkCollisions refuses output in which two generated NetworkPolicies of a

@@ -39,15 +39,15 @@ func TestRenderEqualsDaemon(t *testing.T) {
 	// Every cluster admits MCNPs of region=eu origins only, and pins eu-2
 	// to region=us whatever it claims: MCNPs of us-1 and eu-2 are refused
 	// in the others, and clusterSelectors see eu-2 as a us cluster.
-	consent := &daemon.Consent{
-		Rules: []daemon.ConsentRule{{Name: "eu", Origins: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}},
+	consent := &enforce.Consent{
+		Rules: []enforce.ConsentRule{{Name: "eu", Origins: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}},
 			Namespaces: &metav1.LabelSelector{}}},
 		ClusterLabels: map[string]map[string]string{"eu-2": {"region": "us"}},
 	}
 	require.NoError(t, consent.Validate())
 	trees := map[string]struct {
 		in      string
-		consent *daemon.Consent
+		consent *enforce.Consent
 	}{
 		"examples":         {in: "../../examples"},
 		"examples-consent": {in: "../../examples", consent: consent},
@@ -219,11 +219,12 @@ func gossipInto(t *testing.T, st *crdt.State, id string, snap kube.Snapshot) {
 // from the converged state, the trusted networks from its Submariner
 // watcher, the enforcer's outputs for every policy; rendered like render
 // writes them.
-func daemonOutput(t *testing.T, st *crdt.State, c string, w *kube.SubmarinerWatcher, consent *daemon.Consent) string {
+func daemonOutput(t *testing.T, st *crdt.State, c string, w *kube.SubmarinerWatcher, consent *enforce.Consent) string {
 	t.Helper()
 	m := daemon.NewMirror(c)
 	outs := daemon.NewOutputs(c)
-	if consent != nil { // as daemon.New does
+	outs.SetGuards(guards(defaultConfig(), defaultSubmarinerNamespace)) // as run does without flags
+	if consent != nil {                                                 // as daemon.New does
 		m.SetTrustedLabels(consent.ClusterLabels)
 		outs.SetConsent(consent)
 	}

@@ -132,6 +132,28 @@ func TestRenderSkipsMissingNamespace(t *testing.T) {
 	require.Empty(t, b)
 }
 
+// render applies the daemon's default guard rails: an MCNP of another
+// cluster is not enforced in a protected namespace (kube-system), the
+// origin's own is.
+func TestRenderAppliesGuardRails(t *testing.T) {
+	nsKS := "apiVersion: v1\nkind: Namespace\nmetadata: {name: kube-system}\n"
+	in := writeTree(t, map[string]string{
+		"a/ns.yaml":  nsKS,
+		"a/pol.yaml": "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: deny, namespace: kube-system}\nspec: {clusterSelector: {}, podSelector: {}}\n",
+		"b/ns.yaml":  nsKS,
+	})
+	out := t.TempDir()
+	var log bytes.Buffer
+	require.NoError(t, render(in, out, &log))
+	a, err := os.ReadFile(filepath.Join(out, "a", "networkpolicies.yaml"))
+	require.NoError(t, err)
+	require.Contains(t, string(a), "namespace: kube-system", "the origin's own MCNP is enforced in its protected namespace")
+	b, err := os.ReadFile(filepath.Join(out, "b", "networkpolicies.yaml"))
+	require.NoError(t, err)
+	require.Empty(t, b, "another cluster's MCNP is not enforced in a protected namespace")
+	require.Contains(t, log.String(), "b: MultiClusterNetworkPolicy a/kube-system/deny degraded: namespace kube-system is protected here")
+}
+
 func TestRenderInvalidInput(t *testing.T) {
 	mcnp := func(spec string) string {
 		return "apiVersion: networking.submariner.io/v1\nkind: MultiClusterNetworkPolicy\nmetadata: {name: bad, namespace: shop}\nspec:\n" + spec

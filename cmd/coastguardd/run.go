@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -44,7 +43,7 @@ func runConfig(cfg Config) int {
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return newLoggerTo(os.Stderr, l)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -78,6 +77,7 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 	g.Seeds = effectiveSeeds(cfg.Seeds, cfg.Namespace)
 	g.Profile = gossip.Profile(cfg.GossipProfile)
 	g.ReconnectTimeout = cfg.ReconnectTimeout
+	g.AllowUnsignedMeta = cfg.AllowUnsignedMeta
 	if cfg.GossipKeyFile != "" {
 		keys, err := gossip.LoadKeyringFile(cfg.GossipKeyFile)
 		if err != nil {
@@ -127,7 +127,7 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 
-	var consent *daemon.Consent
+	var consent *enforce.Consent
 	if cfg.ConsentFile != "" {
 		if consent, err = daemon.LoadConsent(cfg.ConsentFile); err != nil {
 			return err
@@ -141,7 +141,7 @@ func run(cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("cluster-cidrs: %w", err)
 	}
-	subNS := envOr("COASTGUARD_SUBMARINER_NAMESPACE", "submariner-operator")
+	subNS := envOr("COASTGUARD_SUBMARINER_NAMESPACE", defaultSubmarinerNamespace)
 	idCtx, idCancel := context.WithTimeout(ctx, 30*time.Second)
 	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, subNS)
 	idCancel()
@@ -228,7 +228,7 @@ func run(cfg Config, log *slog.Logger) error {
 		defer shutdownHTTP(admin)
 	}
 	log.Info("version", "version", version.Get(), "revision", version.GetRevision())
-	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "pid", strconv.Itoa(os.Getpid()))
+	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "gossip_profile", cfg.GossipProfile, "pid", strconv.Itoa(os.Getpid()))
 	return d.Run(ctx)
 }
 
@@ -238,24 +238,18 @@ func shutdownHTTP(srv *http.Server) {
 	_ = srv.Shutdown(sctx)
 }
 
+// defaultSubmarinerNamespace is where Submariner runs unless
+// COASTGUARD_SUBMARINER_NAMESPACE says otherwise.
+const defaultSubmarinerNamespace = "submariner-operator"
+
 // guards are the guard rails of the flags; protected namespaces default to
-// defaultProtectedNamespaces.
-func guards(cfg Config, submarinerNS string) daemon.Guards {
+// enforce.DefaultProtectedNamespaces.
+func guards(cfg Config, submarinerNS string) enforce.Guards {
 	ns := cfg.ProtectedNamespaces
 	if len(ns) == 0 {
-		ns = defaultProtectedNamespaces(cfg.Namespace, submarinerNS)
+		ns = enforce.DefaultProtectedNamespaces(cfg.Namespace, submarinerNS)
 	}
-	return daemon.Guards{ProtectedNamespaces: ns, EnforceRemoteInProtected: cfg.EnforceRemoteInProtected,
+	return enforce.Guards{ProtectedNamespaces: ns, EnforceRemoteInProtected: cfg.EnforceRemoteInProtected,
 		MaxNetworkPoliciesPerMCNP: cfg.MaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: cfg.MaxIPBlocksPerNetworkPolicy,
 		MaxBytesPerMCNP: cfg.MaxBytesPerMCNP}
-}
-
-// defaultProtectedNamespaces are the namespaces where MCNPs of other
-// clusters are not enforced unless configured otherwise: the system
-// namespaces (kube-system, kube-public, kube-node-lease), Submariner's
-// namespace (gateways, Lighthouse DNS) and coastguard's own namespace.
-func defaultProtectedNamespaces(own, submarinerNS string) []string {
-	ns := []string{"kube-system", "kube-public", "kube-node-lease", submarinerNS, own}
-	slices.Sort(ns)
-	return slices.DeleteFunc(slices.Compact(ns), func(s string) bool { return s == "" })
 }

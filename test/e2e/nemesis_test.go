@@ -222,9 +222,15 @@ func (n *nemesis) setup(ctx context.Context) {
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	args := []string{"--reconnect-timeout=10m"}
+	if n.old != "" {
+		// the documented rollout: current daemons admit the earlier
+		// release's unsigned membership metadata (docs/OPERATIONS.md)
+		args = append(args, "--allow-unsigned-meta")
+	}
 	for _, c := range n.env.Clusters {
 		for range 2 {
-			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: []string{"--reconnect-timeout=10m"}})
+			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: args})
 			require.NoError(t, err)
 			n.daemons[c.Name] = append(n.daemons[c.Name], d)
 		}
@@ -593,11 +599,14 @@ func corruptStore(path string, rng *rand.Rand) error {
 
 func (n *nemesis) restartAPIServer(ctx context.Context) {
 	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
-	defer n.disturbLease(c.Name)()
+	// The outage begins at SIGTERM: kube-apiserver stops listening at once
+	// but may take the whole grace period to exit.
+	defer n.disturbFor(watchResume, c.Name)()
+	n.fault("apiserver restart")
+	n.log("kube-apiserver %s stopping", c.Name)
 	if err := c.APIServer.Stop(10 * time.Second); err != nil {
 		n.log("apiserver %s stop: %v", c.Name, err)
 	}
-	n.fault("apiserver restart")
 	n.log("kube-apiserver %s stopped", c.Name)
 	time.Sleep(time.Duration(500+n.rng.IntN(2000)) * time.Millisecond)
 	require.NoError(n.t, c.APIServer.Restart())

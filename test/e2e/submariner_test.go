@@ -54,6 +54,11 @@ func submarinerEnv(t *testing.T, n int) (*harness.Env, string) {
 }
 
 func submarinerCluster(id, podCIDR, globalCIDR string) []byte {
+	return submarinerClusterWith(id, podCIDR, "10.96.0.0/16", globalCIDR)
+}
+
+// submarinerClusterWith is submarinerCluster with a service CIDR.
+func submarinerClusterWith(id, podCIDR, serviceCIDR, globalCIDR string) []byte {
 	g := ""
 	if globalCIDR != "" {
 		g = fmt.Sprintf(", global_cidr: [%s]", globalCIDR)
@@ -61,8 +66,8 @@ func submarinerCluster(id, podCIDR, globalCIDR string) []byte {
 	return []byte(fmt.Sprintf(`apiVersion: submariner.io/v1
 kind: Cluster
 metadata: {name: %s, namespace: %s}
-spec: {cluster_id: %s, cluster_cidr: [%s], service_cidr: [10.96.0.0/16]%s}
-`, id, submarinerNS, id, podCIDR, g))
+spec: {cluster_id: %s, cluster_cidr: [%s], service_cidr: [%s]%s}
+`, id, submarinerNS, id, podCIDR, serviceCIDR, g))
 }
 
 func clusterProperty(value string) []byte {
@@ -131,7 +136,7 @@ func TestSubmarinerClusterIdentity(t *testing.T) {
 		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
 		line := identityLine(t, d)
 		require.Contains(t, line, `"cluster":"sub-id"`)
-		require.Contains(t, line, `"pod_cidrs":["10.40.0.0/16"]`)
+		require.Contains(t, line, `"podCidrs":["10.40.0.0/16"]`)
 		stop(d)
 	})
 

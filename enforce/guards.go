@@ -1,4 +1,4 @@
-package daemon
+package enforce
 
 import (
 	"encoding/json"
@@ -6,8 +6,6 @@ import (
 	"slices"
 
 	networkingv1 "k8s.io/api/networking/v1"
-
-	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // Degraded reasons of the guard rails.
@@ -33,6 +31,31 @@ type Guards struct {
 	MaxBytesPerMCNP             int
 }
 
+// Default caps of the guard rails (coastguardd's flag defaults).
+const (
+	DefaultMaxNetworkPoliciesPerMCNP   = 64
+	DefaultMaxIPBlocksPerNetworkPolicy = 1000
+	DefaultMaxBytesPerMCNP             = 8 << 20
+)
+
+// DefaultProtectedNamespaces are the namespaces where MCNPs of other
+// clusters are not enforced unless configured otherwise: the system
+// namespaces (kube-system, kube-public, kube-node-lease), Submariner's
+// namespace (gateways, Lighthouse DNS) and coastguard's own namespace.
+func DefaultProtectedNamespaces(own, submarinerNS string) []string {
+	ns := []string{"kube-system", "kube-public", "kube-node-lease", submarinerNS, own}
+	slices.Sort(ns)
+	return slices.DeleteFunc(slices.Compact(ns), func(s string) bool { return s == "" })
+}
+
+// DefaultGuards are the guard rails of a coastguardd run without guard
+// flags, installed in namespace own beside Submariner in submarinerNS.
+func DefaultGuards(own, submarinerNS string) Guards {
+	return Guards{ProtectedNamespaces: DefaultProtectedNamespaces(own, submarinerNS),
+		MaxNetworkPoliciesPerMCNP: DefaultMaxNetworkPoliciesPerMCNP, MaxIPBlocksPerNetworkPolicy: DefaultMaxIPBlocksPerNetworkPolicy,
+		MaxBytesPerMCNP: DefaultMaxBytesPerMCNP}
+}
+
 // ApplyGuards checks one policy's result against the guard rails of the
 // enforcing cluster self. A policy of another cluster in a protected
 // namespace generates nothing here and is Degraded ProtectedNamespace. A
@@ -40,7 +63,7 @@ type Guards struct {
 // policyTypes without rules, like an invalid policy: fail closed, never
 // open) and Degraded with a reason naming the cap. Only this policy is
 // affected.
-func ApplyGuards(self string, ref enforce.PolicyRef, res enforce.Result, g Guards) enforce.Result {
+func ApplyGuards(self string, ref PolicyRef, res Result, g Guards) Result {
 	if !res.Selected || res.Error != "" || len(res.NetworkPolicies) == 0 {
 		if res.Selected && ref.Origin != self && !g.EnforceRemoteInProtected && slices.Contains(g.ProtectedNamespaces, ref.Namespace) {
 			return protected(ref, res)
@@ -81,15 +104,15 @@ func ApplyGuards(self string, ref enforce.PolicyRef, res enforce.Result, g Guard
 	return res
 }
 
-// Budget is the evaluation budget the caps imply (enforce.EvaluateBudget):
+// Budget is the evaluation budget the caps imply (EvaluateBudget):
 // a policy is never built beyond what its caps would let through.
-func (g Guards) Budget() enforce.Budget {
-	return enforce.Budget{MaxNetworkPolicies: g.MaxNetworkPoliciesPerMCNP, MaxBytes: g.MaxBytesPerMCNP}
+func (g Guards) Budget() Budget {
+	return Budget{MaxNetworkPolicies: g.MaxNetworkPoliciesPerMCNP, MaxBytes: g.MaxBytesPerMCNP}
 }
 
 // overrun is the isolate-only result of a policy whose evaluation stopped
 // at its budget, Degraded with the cap it would have exceeded.
-func overrun(res enforce.Result) enforce.Result {
+func overrun(res Result) Result {
 	reason, flag := ReasonCapSelectedPeersPerMCNP, "--max-networkpolicies-per-mcnp, --max-bytes-per-mcnp"
 	switch res.Overrun.Kind {
 	case "networkpolicies":
@@ -100,7 +123,7 @@ func overrun(res enforce.Result) enforce.Result {
 	return isolateOnly(res, reason, fmt.Sprintf("%s (%s); not built, only isolating its pods", res.Overrun, flag))
 }
 
-func protected(ref enforce.PolicyRef, res enforce.Result) enforce.Result {
+func protected(ref PolicyRef, res Result) Result {
 	return refused(res, ReasonProtectedNamespace, fmt.Sprintf(
 		"namespace %s is protected here: MCNPs of other clusters (this one is from %s) are not enforced in it (--protected-namespaces, --enforce-remote-in-protected-namespaces)",
 		ref.Namespace, ref.Origin))
@@ -108,7 +131,7 @@ func protected(ref enforce.PolicyRef, res enforce.Result) enforce.Result {
 
 // refused is the result of a policy this cluster does not enforce at all:
 // nothing generated, Degraded with reason and detail.
-func refused(res enforce.Result, reason, detail string) enforce.Result {
+func refused(res Result, reason, detail string) Result {
 	out := res
 	out.NetworkPolicies = nil
 	out.RemotePeers = 0
@@ -119,11 +142,11 @@ func refused(res enforce.Result, reason, detail string) enforce.Result {
 	return out
 }
 
-func isolateOnly(res enforce.Result, reason, detail string) enforce.Result {
+func isolateOnly(res Result, reason, detail string) Result {
 	first := res.NetworkPolicies[0].DeepCopy()
 	first.Spec.Ingress, first.Spec.Egress = nil, nil
-	delete(first.Annotations, enforce.AnnotationPart)
-	first.Annotations[enforce.AnnotationContentHash] = enforce.ContentHash(first)
+	delete(first.Annotations, AnnotationPart)
+	first.Annotations[AnnotationContentHash] = ContentHash(first)
 	out := res
 	out.NetworkPolicies = []networkingv1.NetworkPolicy{*first}
 	out.RemotePeers = 0

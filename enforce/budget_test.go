@@ -1,4 +1,4 @@
-package daemon
+package enforce
 
 import (
 	"encoding/json"
@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
-	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // Issue 29, item 3: a tenant's valid MCNP of about 37 KB, 256 ingress and
@@ -27,31 +26,31 @@ import (
 
 const tenantRemotePods = 20000
 
-func tenantInventory(t testing.TB) *enforce.Inventory {
-	inv := enforce.NewInventory()
+func tenantInventory(t testing.TB) *Inventory {
+	inv := NewInventory()
 	var cidrs []string
 	for c := range 5 {
 		cidrs = append(cidrs, fmt.Sprintf("c%d=10.%d.0.0/16", c, c))
 	}
-	nets, err := enforce.ParseClusterCIDRs(cidrs)
+	nets, err := ParseClusterCIDRs(cidrs)
 	require.NoError(t, err)
 	inv.SetNetworks(nets)
 	for c := range 5 {
 		id := fmt.Sprintf("c%d", c)
-		inv.SetCluster(enforce.Cluster{ID: id})
-		inv.SetNamespace(id, enforce.Namespace{Name: "tenant"})
+		inv.SetCluster(Cluster{ID: id})
+		inv.SetNamespace(id, Namespace{Name: "tenant"})
 		if c == 0 {
 			continue // the enforcing cluster
 		}
 		for i := range tenantRemotePods / 4 {
-			inv.SetPod(id, enforce.Pod{Namespace: "tenant", Name: fmt.Sprintf("p%05d", i), Phase: corev1.PodRunning,
+			inv.SetPod(id, Pod{Namespace: "tenant", Name: fmt.Sprintf("p%05d", i), Phase: corev1.PodRunning,
 				Labels: map[string]string{"app": "x"}, IPs: []string{fmt.Sprintf("10.%d.%d.%d", c, i/250, i%250+1)}})
 		}
 	}
 	return inv
 }
 
-func tenantPolicy(t testing.TB) enforce.Policy {
+func tenantPolicy(t testing.TB) Policy {
 	all := apiv1.MultiClusterNetworkPolicyPeer{ClusterSelector: &metav1.LabelSelector{},
 		NamespaceSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{}}
 	var spec apiv1.MultiClusterNetworkPolicySpec
@@ -65,7 +64,7 @@ func tenantPolicy(t testing.TB) enforce.Policy {
 	b, err := json.Marshal(spec)
 	require.NoError(t, err)
 	t.Logf("tenant MCNP spec: %d bytes, %d+%d rules", len(b), len(spec.Ingress), len(spec.Egress))
-	return enforce.Policy{Origin: "c1", Namespace: "tenant", Name: "bomb", Generation: 1, Spec: spec}
+	return Policy{Origin: "c1", Namespace: "tenant", Name: "bomb", Generation: 1, Spec: spec}
 }
 
 var defaultGuards = Guards{MaxNetworkPoliciesPerMCNP: 64, MaxIPBlocksPerNetworkPolicy: 1000, MaxBytesPerMCNP: 8 << 20}
@@ -108,13 +107,9 @@ func TestTenantMCNPBoundedBeforeWork(t *testing.T) {
 	inv := tenantInventory(t)
 	p := tenantPolicy(t)
 	require.NoError(t, inv.SetPolicy(p))
-	o := NewOutputs("c0")
-	o.SetGuards(defaultGuards)
-	key := PolicyKey(p.Ref())
-	d, alloc, peak := measure(func() { o.Recompute(inv, []string{key}, false) })
+	var res Result
+	d, alloc, peak := measure(func() { res = Admit("c0", inv, p.Ref(), Admission{Guards: defaultGuards}) })
 	t.Logf("budgeted: %v, %.1f MiB allocated, peak heap +%.1f MiB", d, float64(alloc)/(1<<20), float64(peak)/(1<<20))
-	res, ok := o.Result(key)
-	require.True(t, ok)
 	require.Equal(t, ReasonCapNetworkPoliciesPerMCNP, res.Degraded)
 	require.Contains(t, res.DegradedDetails[0], "not built")
 	require.Len(t, res.NetworkPolicies, 1)
@@ -124,12 +119,12 @@ func TestTenantMCNPBoundedBeforeWork(t *testing.T) {
 
 	// The isolate-only object is the one the post-build cap check makes
 	// (isolateOnly of a built result; built here where it is small).
-	empty := enforce.NewInventory()
-	empty.SetCluster(enforce.Cluster{ID: "c0"})
-	empty.SetCluster(enforce.Cluster{ID: "c1"})
-	empty.SetNamespace("c0", enforce.Namespace{Name: "tenant"})
+	empty := NewInventory()
+	empty.SetCluster(Cluster{ID: "c0"})
+	empty.SetCluster(Cluster{ID: "c1"})
+	empty.SetNamespace("c0", Namespace{Name: "tenant"})
 	require.NoError(t, empty.SetPolicy(p))
-	require.Equal(t, isolateOnly(enforce.Evaluate("c0", empty, p.Ref()), "", "").NetworkPolicies, res.NetworkPolicies)
+	require.Equal(t, isolateOnly(Evaluate("c0", empty, p.Ref()), "", "").NetworkPolicies, res.NetworkPolicies)
 }
 
 // A policy within its caps is built exactly as without a budget.
@@ -138,8 +133,8 @@ func TestBudgetKeepsPoliciesWithinCaps(t *testing.T) {
 	p := tenantPolicy(t)
 	p.Spec.Ingress, p.Spec.Egress = p.Spec.Ingress[:1], p.Spec.Egress[:1]
 	require.NoError(t, inv.SetPolicy(p))
-	want := ApplyGuards("c0", p.Ref(), enforce.Evaluate("c0", inv, p.Ref()), defaultGuards)
-	got := ApplyGuards("c0", p.Ref(), enforce.EvaluateBudget("c0", inv, p.Ref(), defaultGuards.Budget()), defaultGuards)
+	want := ApplyGuards("c0", p.Ref(), Evaluate("c0", inv, p.Ref()), defaultGuards)
+	got := ApplyGuards("c0", p.Ref(), EvaluateBudget("c0", inv, p.Ref(), defaultGuards.Budget()), defaultGuards)
 	require.Empty(t, got.Degraded)
 	require.Equal(t, want, got)
 	require.Len(t, got.NetworkPolicies, 40) // 2 rules x 20 000 ipBlocks / 1000 per part
@@ -154,9 +149,9 @@ func TestBudgetKeepsPoliciesWithinCaps(t *testing.T) {
 		spec.Ingress = append(spec.Ingress, apiv1.MultiClusterNetworkPolicyIngressRule{From: []apiv1.MultiClusterNetworkPolicyPeer{
 			{ClusterSelector: &metav1.LabelSelector{}, PodSelector: sel}, {ClusterSelector: &metav1.LabelSelector{}, PodSelector: sel, NamespaceSelector: &metav1.LabelSelector{}}}})
 	}
-	q := enforce.Policy{Origin: "c1", Namespace: "tenant", Name: "peers", Generation: 1, Spec: spec}
+	q := Policy{Origin: "c1", Namespace: "tenant", Name: "peers", Generation: 1, Spec: spec}
 	require.NoError(t, inv.SetPolicy(q))
-	res := ApplyGuards("c0", q.Ref(), enforce.EvaluateBudget("c0", inv, q.Ref(), Guards{MaxNetworkPoliciesPerMCNP: 64}.Budget()),
+	res := ApplyGuards("c0", q.Ref(), EvaluateBudget("c0", inv, q.Ref(), Guards{MaxNetworkPoliciesPerMCNP: 64}.Budget()),
 		Guards{MaxNetworkPoliciesPerMCNP: 64})
 	require.Contains(t, []string{ReasonCapSelectedPeersPerMCNP, ReasonCapNetworkPoliciesPerMCNP}, res.Degraded)
 	require.Len(t, res.NetworkPolicies, 1)
@@ -170,10 +165,10 @@ func BenchmarkTenantMCNP(b *testing.B) {
 	require.NoError(b, inv.SetPolicy(p))
 	for _, c := range []struct {
 		name string
-		eval func() enforce.Result
+		eval func() Result
 	}{
-		{"budgeted", func() enforce.Result { return enforce.EvaluateBudget("c0", inv, p.Ref(), defaultGuards.Budget()) }},
-		{"unbudgeted", func() enforce.Result { return enforce.Evaluate("c0", inv, p.Ref()) }},
+		{"budgeted", func() Result { return EvaluateBudget("c0", inv, p.Ref(), defaultGuards.Budget()) }},
+		{"unbudgeted", func() Result { return Evaluate("c0", inv, p.Ref()) }},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			var peak uint64
