@@ -581,14 +581,16 @@ func sameMark(a, b *StateMark) bool {
 }
 
 // markVouchedEntry returns the head entry hash of d's mark when that mark
-// is trusted for d: verified before (held) or verified below in
-// verifyDeltaSigs (a failure there refuses the whole delta).
+// is trusted for d: verified by this replica before (next, lastMark) or
+// verified below in verifyDeltaSigs (a failure there refuses the whole
+// delta). A persisted proof's mark is not taken as a vouch (it may date
+// from a run without a verifier): its entry is verified itself.
 func (s *State) markVouchedEntry(o *originState, p *Proof, d *Delta) []byte {
 	m := &d.Mark
 	if len(m.HeadEntry) != StateHashSize || len(m.Sig) == 0 || s.predecessor(d.Origin, d.Key) {
 		return nil
 	}
-	if m.newer(&p.Mark) || sameMark(m, &p.Mark) || sameMark(m, &o.next) || sameMark(m, &o.lastMark) {
+	if m.newer(&p.Mark) || sameMark(m, &o.next) || sameMark(m, &o.lastMark) {
 		return m.HeadEntry
 	}
 	return nil
