@@ -266,7 +266,9 @@ func StateSigMessage(origin string, m *StateMark) []byte {
 // Proof is what a replica holds to justify an origin's watermarks to
 // others: the origin's highest signed head and the signatures of its GC
 // and retirement watermarks (RetiredSig is nil when the retirement was
-// decided by membership, see RetireAuthority), and its newest state mark.
+// decided by membership, see RetireAuthority), and the state mark that
+// proves its watermark (a writer's: its newest; a replica without a
+// verifier: the newest it was given, unchecked).
 type Proof struct {
 	Head       Version
 	HeadSig    []byte
