@@ -344,6 +344,9 @@ func TestDocs(t *testing.T) {
 	}
 
 	t.Run("examples", testExamplesKustomize)
+	start := time.Now()
+	tools := docTools(t)
+	t.Logf("tools ready in %s", time.Since(start).Round(time.Millisecond))
 	for _, s := range docScenarios {
 		var mine []docBlock
 		for _, b := range blocks {
@@ -351,8 +354,39 @@ func TestDocs(t *testing.T) {
 				mine = append(mine, b)
 			}
 		}
-		t.Run(s.name, func(t *testing.T) { runDocScenario(t, s, mine) })
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel() // each on its own clusters
+			runDocScenario(t, s, mine, tools)
+		})
 	}
+}
+
+// docToolPaths are the binaries the blocks find on PATH, and the Go
+// environment they keep.
+type docToolPaths struct {
+	kubectl, coastguardd, plugin, helm string
+	goenv                              []string
+}
+
+// docTools builds or finds the binaries once for every scenario.
+func docTools(t *testing.T) docToolPaths {
+	t.Helper()
+	var tp docToolPaths
+	var err error
+	tp.kubectl, err = harness.Binary("", harness.BinKubectl)
+	require.NoError(t, err)
+	tp.coastguardd, err = harness.Build("./cmd/coastguardd")
+	require.NoError(t, err)
+	tp.plugin, err = harness.Build("./cmd/kubectl-coastguard")
+	require.NoError(t, err)
+	tp.helm = pinnedHelm(t, t.Context())
+	out, err := exec.CommandContext(t.Context(), "go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	require.NoError(t, err)
+	v := strings.Split(strings.TrimSpace(string(out)), "\n")
+	require.Len(t, v, 3)
+	// The user's Go caches, not a cold one under the blocks' HOME.
+	tp.goenv = []string{"GOCACHE=" + v[0], "GOMODCACHE=" + v[1], "GOPATH=" + v[2]}
+	return tp
 }
 
 // testExamplesKustomize: `kubectl kustomize examples/<cluster>` (what
@@ -450,7 +484,7 @@ func stderrOf(err error) string {
 
 // runDocScenario starts the scenario's clusters, prepares the work
 // directory and runs the blocks in order.
-func runDocScenario(t *testing.T, s docScenario, blocks []docBlock) {
+func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools docToolPaths) {
 	require.NotEmpty(t, blocks, "scenario %s has no marked block", s.name)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -458,11 +492,13 @@ func runDocScenario(t *testing.T, s docScenario, blocks []docBlock) {
 	if s.controllerManager {
 		opts.ExtraControllers = []string{"daemonset-controller"}
 	}
+	start := time.Now()
 	env := harness.Start(t, opts)
 	if s.setup != nil {
 		s.setup(t, ctx, env)
 	}
-	work, environ := docWorkdir(t, ctx, env)
+	t.Logf("clusters %s ready in %s", strings.Join(s.clusters, ","), time.Since(start).Round(time.Millisecond))
+	work, environ := docWorkdir(t, env, tools)
 	for _, b := range blocks {
 		if !b.each {
 			runDocBlock(t, ctx, work, environ, b, "")
@@ -483,7 +519,7 @@ func runDocScenario(t *testing.T, s docScenario, blocks []docBlock) {
 
 // docWorkdir makes the directory the blocks run in (the repository as
 // ./coastguard) and their environment.
-func docWorkdir(t *testing.T, ctx context.Context, env *harness.Env) (string, []string) {
+func docWorkdir(t *testing.T, env *harness.Env, tools docToolPaths) (string, []string) {
 	t.Helper()
 	work := t.TempDir()
 	require.NoError(t, os.Symlink(repoRoot, filepath.Join(work, "coastguard")))
@@ -491,37 +527,27 @@ func docWorkdir(t *testing.T, ctx context.Context, env *harness.Env) (string, []
 	home := filepath.Join(work, ".home")
 	require.NoError(t, os.MkdirAll(bin, 0o755))
 	require.NoError(t, os.MkdirAll(home, 0o700))
-	kubectl, err := harness.Binary("", harness.BinKubectl)
-	require.NoError(t, err)
-	require.NoError(t, os.Symlink(kubectl, filepath.Join(bin, "kubectl")))
-	for name, pkg := range map[string]string{"coastguardd": "./cmd/coastguardd", "kubectl-coastguard": "./cmd/kubectl-coastguard"} {
-		p, err := harness.Build(pkg)
-		require.NoError(t, err)
+	for name, p := range map[string]string{"kubectl": tools.kubectl, "coastguardd": tools.coastguardd, "kubectl-coastguard": tools.plugin} {
 		require.NoError(t, os.Symlink(p, filepath.Join(bin, name)))
 	}
 	require.NoError(t, os.WriteFile(filepath.Join(bin, "helm"),
-		[]byte("#!/bin/sh\n# the helm pinned in tools/go.mod\nexec '"+pinnedHelm(t, ctx)+"' \"$@\"\n"), 0o755))
+		[]byte("#!/bin/sh\n# the helm pinned in tools/go.mod\nexec '"+tools.helm+"' \"$@\"\n"), 0o755))
 
 	var kubeconfigs []string
 	for _, c := range env.Clusters {
 		kubeconfigs = append(kubeconfigs, c.Kubeconfig) // contexts named after the clusters
 	}
-	goenv, err := exec.CommandContext(ctx, "go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
-	require.NoError(t, err)
-	gov := strings.Split(strings.TrimSpace(string(goenv)), "\n")
-	require.Len(t, gov, 3)
-	environ := []string{
+	environ := append([]string{
 		"PATH=" + bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + home,
 		"KUBECONFIG=" + strings.Join(kubeconfigs, string(os.PathListSeparator)),
-		"GOCACHE=" + gov[0], "GOMODCACHE=" + gov[1], "GOPATH=" + gov[2], // the user's go caches, not a cold one under HOME
 		"LANG=C.UTF-8",
-	}
+	}, tools.goenv...)
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == "PATH", k == "HOME", k == "KUBECONFIG", k == "GOCACHE", k == "GOMODCACHE", k == "GOPATH", k == "LANG",
-			strings.HasPrefix(k, "COASTGUARD_"), strings.HasPrefix(k, "HELM_"), strings.HasPrefix(k, "KUBERNETES_"), k == "GOFLAGS":
+		case k == "PATH", k == "HOME", k == "KUBECONFIG", k == "GOCACHE", k == "GOMODCACHE", k == "GOPATH", k == "LANG", k == "GOFLAGS",
+			strings.HasPrefix(k, "COASTGUARD_"), strings.HasPrefix(k, "HELM_"), strings.HasPrefix(k, "KUBERNETES_"):
 		default:
 			environ = append(environ, kv)
 		}
@@ -586,10 +612,54 @@ func runDocBlock(t *testing.T, ctx context.Context, work string, environ []strin
 	t.Logf("%s: ok in %s\n%s", where, time.Since(start).Round(time.Millisecond), indentLines(out.String()))
 }
 
+// indentLines indents a block's output for the log, keeping its first
+// lines (helm template prints hundreds).
 func indentLines(s string) string {
-	s = strings.TrimRight(s, "\n")
-	if s == "" {
+	const keep = 25
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) == 1 && lines[0] == "" {
 		return "    (no output)"
 	}
-	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+	if n := len(lines); n > keep {
+		lines = append(lines[:keep], fmt.Sprintf("(%d more lines)", n-keep))
+	}
+	return "    " + strings.Join(lines, "\n    ")
+}
+
+// TestDocsMarkers checks the marker parser on a document with every case:
+// an indented shell block in a list item, a file= block, each-cluster,
+// unmarked blocks, and the errors that keep a marker from being lost
+// silently (a marker followed by prose, an unknown scenario or option, a
+// marked YAML block without file=).
+func TestDocsMarkers(t *testing.T) {
+	known := map[string]bool{"a": true, "b": true}
+	dir := t.TempDir()
+	write := func(doc string) string {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "doc.md"), []byte(doc), 0o644))
+		return "doc.md"
+	}
+	good := "# t\n\n```sh\nunmarked\n```\n\n1. **Step.**\n\n   <!-- runnable: a,b each-cluster -->\n\n   ```sh\n   kubectl --context c1 get ns\n     indented more\n   ```\n" +
+		"<!--runnable: b file=clusters/c1/k.yaml dir=coastguard-->\n```yaml\nkind: X\n```\n```bash\nalso unmarked\n```\n"
+	blocks, unmarked, err := parseRunnable(dir, write(good), known)
+	require.NoError(t, err)
+	assert.Equal(t, []int{3, 19}, unmarked)
+	require.Len(t, blocks, 2)
+	assert.Equal(t, docBlock{file: "doc.md", line: 11, lang: "sh", scenarios: []string{"a", "b"}, each: true,
+		body: "kubectl --context c1 get ns\n  indented more\n"}, blocks[0])
+	assert.Equal(t, docBlock{file: "doc.md", line: 16, lang: "yaml", scenarios: []string{"b"}, writeTo: "clusters/c1/k.yaml",
+		dir: "coastguard", body: "kind: X\n"}, blocks[1])
+
+	for doc, want := range map[string]string{
+		"<!-- runnable: a -->\nprose\n```sh\nx\n```\n":  "doc.md:1: runnable marker not followed by a fenced block",
+		"<!-- runnable: a -->\n":                         "doc.md:1: runnable marker not followed by a fenced block",
+		"<!-- runnable: c -->\n```sh\nx\n```\n":          `doc.md:1: unknown scenario "c"`,
+		"<!-- runnable: a when=now -->\n```sh\nx\n```\n": `doc.md:1: unknown marker option "when=now"`,
+		"<!-- runnable: -->\n```sh\nx\n```\n":            "doc.md:1: runnable marker names no scenario",
+		"<!-- runnable: a -->\n```yaml\nx: 1\n```\n":     `doc.md:2: marked block is "yaml", not sh or bash, and has no file=`,
+		"<!-- runnable: a -->\n```sh\nx\n":               "doc.md:2: unterminated fenced block",
+	} {
+		_, _, err := parseRunnable(dir, write(doc), known)
+		require.Error(t, err, doc)
+		assert.Contains(t, err.Error(), want, doc)
+	}
 }
