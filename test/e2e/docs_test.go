@@ -344,9 +344,8 @@ func TestDocs(t *testing.T) {
 	}
 
 	t.Run("examples", testExamplesKustomize)
-	start := time.Now()
-	tools := docTools(t)
-	t.Logf("tools ready in %s", time.Since(start).Round(time.Millisecond))
+	// The binaries build while the scenarios' clusters start.
+	tools := startDocTools()
 	for _, s := range docScenarios {
 		var mine []docBlock
 		for _, b := range blocks {
@@ -368,25 +367,69 @@ type docToolPaths struct {
 	goenv                              []string
 }
 
-// docTools builds or finds the binaries once for every scenario.
-func docTools(t *testing.T) docToolPaths {
+// docToolsFuture delivers docToolPaths once built.
+type docToolsFuture struct {
+	done  chan struct{}
+	tools docToolPaths
+	err   error
+	took  time.Duration
+}
+
+// startDocTools builds or finds the binaries, once for every scenario, in
+// the background.
+func startDocTools() *docToolsFuture {
+	f := &docToolsFuture{done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		start := time.Now()
+		f.tools, f.err = docTools()
+		f.took = time.Since(start)
+	}()
+	return f
+}
+
+func (f *docToolsFuture) get(t *testing.T) docToolPaths {
 	t.Helper()
+	<-f.done
+	require.NoError(t, f.err)
+	t.Logf("tools built in %s", f.took.Round(time.Millisecond))
+	return f.tools
+}
+
+func docTools() (docToolPaths, error) {
 	var tp docToolPaths
 	var err error
-	tp.kubectl, err = harness.Binary("", harness.BinKubectl)
-	require.NoError(t, err)
-	tp.coastguardd, err = harness.Build("./cmd/coastguardd")
-	require.NoError(t, err)
-	tp.plugin, err = harness.Build("./cmd/kubectl-coastguard")
-	require.NoError(t, err)
-	tp.helm = pinnedHelm(t, t.Context())
-	out, err := exec.CommandContext(t.Context(), "go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
-	require.NoError(t, err)
+	if tp.kubectl, err = harness.Binary("", harness.BinKubectl); err != nil {
+		return tp, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	helm := make(chan error, 1)
+	go func() { // go tool's own build, beside harness.Build's
+		var err error
+		tp.helm, err = pinnedHelm(ctx)
+		helm <- err
+	}()
+	if tp.coastguardd, err = harness.Build("./cmd/coastguardd"); err != nil {
+		return tp, err
+	}
+	if tp.plugin, err = harness.Build("./cmd/kubectl-coastguard"); err != nil {
+		return tp, err
+	}
+	if err := <-helm; err != nil {
+		return tp, err
+	}
+	out, err := exec.CommandContext(ctx, "go", "env", "GOCACHE", "GOMODCACHE", "GOPATH").Output()
+	if err != nil {
+		return tp, fmt.Errorf("go env: %w", err)
+	}
 	v := strings.Split(strings.TrimSpace(string(out)), "\n")
-	require.Len(t, v, 3)
+	if len(v) != 3 {
+		return tp, fmt.Errorf("go env: %q", out)
+	}
 	// The user's Go caches, not a cold one under the blocks' HOME.
 	tp.goenv = []string{"GOCACHE=" + v[0], "GOMODCACHE=" + v[1], "GOPATH=" + v[2]}
-	return tp
+	return tp, nil
 }
 
 // testExamplesKustomize: `kubectl kustomize examples/<cluster>` (what
@@ -484,7 +527,7 @@ func stderrOf(err error) string {
 
 // runDocScenario starts the scenario's clusters, prepares the work
 // directory and runs the blocks in order.
-func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools docToolPaths) {
+func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools *docToolsFuture) {
 	require.NotEmpty(t, blocks, "scenario %s has no marked block", s.name)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
@@ -498,7 +541,7 @@ func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools docToo
 		s.setup(t, ctx, env)
 	}
 	t.Logf("clusters %s ready in %s", strings.Join(s.clusters, ","), time.Since(start).Round(time.Millisecond))
-	work, environ := docWorkdir(t, env, tools)
+	work, environ := docWorkdir(t, env, tools.get(t))
 	for _, b := range blocks {
 		if !b.each {
 			runDocBlock(t, ctx, work, environ, b, "")
@@ -557,19 +600,27 @@ func docWorkdir(t *testing.T, env *harness.Env, tools docToolPaths) (string, []s
 
 // pinnedHelm returns the path of the helm binary that
 // `go tool -modfile=tools/go.mod helm` runs (built into the Go cache).
-func pinnedHelm(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	run := func(args ...string) string {
+func pinnedHelm(ctx context.Context) (string, error) {
+	run := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "-modfile=" + repoPath("tools", "go.mod")}, args...)...)
 		cmd.Dir = repoRoot
 		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, "go tool %s: %s", strings.Join(args, " "), out)
-		return strings.TrimSpace(string(out))
+		if err != nil {
+			return "", fmt.Errorf("go tool %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+		return strings.TrimSpace(string(out)), nil
 	}
-	run("helm", "version", "--short") // builds it if needed
-	p := run("-n", "helm")
-	require.FileExists(t, p)
-	return p
+	if _, err := run("helm", "version", "--short"); err != nil { // builds it if needed
+		return "", err
+	}
+	p, err := run("-n", "helm")
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(p); err != nil {
+		return "", fmt.Errorf("pinned helm: %w", err)
+	}
+	return p, nil
 }
 
 var wordC1 = regexp.MustCompile(`\bc1\b`)
