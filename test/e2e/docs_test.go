@@ -701,7 +701,7 @@ func TestDocsMarkers(t *testing.T) {
 		dir: "coastguard", body: "kind: X\n"}, blocks[1])
 
 	for doc, want := range map[string]string{
-		"<!-- runnable: a -->\nprose\n```sh\nx\n```\n":  "doc.md:1: runnable marker not followed by a fenced block",
+		"<!-- runnable: a -->\nprose\n```sh\nx\n```\n":   "doc.md:1: runnable marker not followed by a fenced block",
 		"<!-- runnable: a -->\n":                         "doc.md:1: runnable marker not followed by a fenced block",
 		"<!-- runnable: c -->\n```sh\nx\n```\n":          `doc.md:1: unknown scenario "c"`,
 		"<!-- runnable: a when=now -->\n```sh\nx\n```\n": `doc.md:1: unknown marker option "when=now"`,
