@@ -48,6 +48,7 @@ func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
 		}
 	case remote && r.Sig != nil && d.originEmpty(r.Origin):
 		d.dropLost(r.Origin, "decommissioned")
+		go d.forgetPins(r.Origin) // API calls: not on gossip's apply path
 	}
 	return ch, err
 }

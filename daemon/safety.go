@@ -213,7 +213,11 @@ func (d *Daemon) gateInput(now time.Time) GateInput {
 	}
 	// the origins of live generated policies: known even with an empty store
 	in.Known = append(in.Known, d.applier.LiveOrigins()...)
-	in.Covered = d.cov.covered(since, local, func(c string) bool { return clusters[c].Alive })
+	// A cluster that beats (origin-signed heartbeats) counts as alive even
+	// when memberlist's view, which a gossip key holder can forge, shows
+	// its members dead: an alive cluster must cover itself (issue 29,
+	// item 2).
+	in.Covered = d.cov.covered(since, local, func(c string) bool { return clusters[c].Alive || clusters[c].Beating })
 	in.SelfSynced = d.inv != nil && d.inv.HasSynced() && d.inv.Pending() == 0
 	return in
 }

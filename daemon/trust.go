@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"time"
 
 	"k8s.io/client-go/tools/record"
 
@@ -52,11 +53,35 @@ func trustFor(o Options, rep *store.Replica, log *slog.Logger) (crdt.Signer, *go
 		return nil, nil, err
 	}
 	t, err := gossip.NewTrust(pins, false, o.ClusterID, own.self, rep.Store().PutPin, log)
-	if err == nil {
-		t.Repin = rep.Store().ReplacePin
-		own.predecessor(t)
+	if err != nil {
+		return nil, nil, err
 	}
-	return sg, t, err
+	t.Repin, t.Forget = rep.Store().ReplacePin, rep.Store().DeletePin
+	own.predecessor(t)
+	adoptSharedPins(o, t, log)
+	return sg, t, nil
+}
+
+// adoptSharedPins takes the cluster's shared pins (pins.go) before gossip
+// starts, so a pod with a fresh store trusts what its cluster already
+// trusts instead of pinning on first use again. Unreadable: the pin loop
+// retries, and the store's pins hold meanwhile.
+func adoptSharedPins(o Options, t *gossip.Trust, log *slog.Logger) {
+	if o.Client == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	shared, err := kube.ReadPins(ctx, o.Client, o.Namespace)
+	if err != nil {
+		log.Warn("cannot read this cluster's shared key pins at start; the pin loop retries", "secret", kube.PinsSecret, "err", err)
+		return
+	}
+	for c, k := range shared.Keys {
+		if _, err := t.Adopt(c, k); err != nil {
+			log.Error("cannot persist an adopted pin; it holds until restart", "remoteCluster", c, "err", err)
+		}
+	}
 }
 
 // ownKey is this cluster's signing identity as the trust policy sees it:

@@ -200,6 +200,7 @@ func (d *Daemon) startLoops(ctx context.Context, cancel context.CancelFunc, k ku
 	goRun(func() { d.keyEventLoop(ctx, k.recorder) })     // SigningKeyMismatch Events (trust.go)
 	goRun(func() { d.consentEventLoop(ctx, k.recorder) }) // MCNPNotAdmitted Events (consent.go)
 	goRun(func() { d.releaseLoop(ctx) })                  // release annotations of lost clusters (lost.go)
+	goRun(func() { d.pinLoop(ctx) })                      // this cluster's shared key pins (pins.go)
 	if o.Submariner != nil {
 		d.startSubmariner(ctx)
 	}

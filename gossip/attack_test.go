@@ -46,8 +46,13 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 	a.write(t, crdt.KindPod, "ns/db", podValue(t, "10.1.0.6"), false)
 	requireConverged(t, waitConverge, a, v, b) // v and b pin c1's key on first use
 
-	// A key holder that claims c1's ID with its own signing key.
-	rogue := startNode(t, "rogue", "c1", keys, signed(t, signingKey(9)))
+	// A key holder that forges c1's records with its own signing key. Its
+	// membership metadata names its own cluster c9: an alive message
+	// claiming c1 with another key than c1's is refused before memberlist
+	// takes it (issue 29, item 2, TestAttackForgedAliveRefused), so the
+	// forgeries travel as relayed data (heads, pulls, the push tree),
+	// which any member may relay.
+	rogue := startNode(t, "rogue", "c1", keys, memberOf(t, "c9", signingKey(9)))
 	joinAll(t, a, v, b, rogue)
 	victimBefore := dump(v.rep)
 	c1Max := v.rep.Digest()["c1"].Max
@@ -57,13 +62,16 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 		t.Helper()
 		enc, err := crdt.EncodeDelta(d)
 		require.NoError(t, err)
-		require.NoError(t, from.ml.SendReliable(from.memberNode(to), encodeDeltaMsg(msgPush, from.Name(), 0, false, [][]byte{enc})))
+		require.NoError(t, from.ml.SendReliable(from.memberNode(to), encodeDeltaMsg(msgForward, from.Name(), 0, false, [][]byte{enc})))
 	}
 
-	// 1. forged entries under c1's ID: the rogue's own writes, pushed and
-	// announced like real ones.
+	// 1. forged entries under c1's ID: the rogue's own writes, relayed
+	// and announced like real ones.
 	rogue.rep.View(func(s *crdt.State) { require.NoError(t, s.SetEpoch(7)) }) // above c1's real versions
-	rogue.write(t, crdt.KindPod, "ns/evil", podValue(t, "169.254.169.254"), false)
+	evil, err := rogue.rep.Write(crdt.KindPod, "ns/evil", podValue(t, "169.254.169.254"), false)
+	require.NoError(t, err)
+	push(rogue, "v", evil)
+	rogue.announce("c1", false)
 	require.Eventually(t, func() bool {
 		return dropped(v, crdt.ReasonKeyMismatch) > 0 && dropped(a, crdt.ReasonKeyMismatch) > 0
 	}, waitConverge, pollEvery, "forged c1 entries not refused at the victim and at c1's writer")
@@ -105,6 +113,20 @@ func TestAttacksRefusedOverGossip(t *testing.T) {
 
 // A graceful decommission is signed by the origin and honoured by members
 // that still see it alive.
+// memberOf starts a node whose memberlist identity is cluster (signed
+// with priv, verifying everyone else on first use) while its replica keeps
+// the origin startNode gave it: a key holder that forges another cluster's
+// records under its own membership.
+func memberOf(t *testing.T, cluster string, priv ed25519.PrivateKey) func(*Config) {
+	return func(c *Config) {
+		sg := NewSigner(priv)
+		tr, err := NewTrust(nil, false, cluster, sg.PublicKey(), nil, testLogger())
+		require.NoError(t, err)
+		c.ClusterID, c.Signer, c.Trust = cluster, sg, tr
+		c.ReconnectTimeout = time.Hour
+	}
+}
+
 func TestSignedDecommissionHonoured(t *testing.T) {
 	keys := [][]byte{bytes.Repeat([]byte{1}, 32)}
 	a := startNode(t, "a", "c1", keys, signed(t, signingKey(1)))

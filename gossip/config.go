@@ -82,6 +82,13 @@ type Config struct {
 	// not sign, and retirements without the origin's signature unless
 	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
 	Trust *Trust
+	// AllowUnsignedMeta accepts alive messages whose node metadata is
+	// unsigned (version 1, what coastguardd before signed metadata sends)
+	// while Trust is set: for a rolling upgrade only. Even then, unsigned
+	// metadata is refused for a node name that presented signed metadata,
+	// and a name stays bound to its cluster (alive.go). Without Trust
+	// every metadata is accepted.
+	AllowUnsignedMeta bool
 	// MaxOrigins bounds the clusters a node tracks (default
 	// DefaultMaxOrigins); MaxEntriesPerOrigin the entries it stores per
 	// remote cluster (default DefaultMaxEntriesPerOrigin). Data beyond is

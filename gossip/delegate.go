@@ -1,14 +1,14 @@
 package gossip
 
 import (
-	"errors"
 	"log/slog"
 	"strings"
 
 	"github.com/hashicorp/memberlist"
 )
 
-// Node metadata (memberlist NodeMeta, ≤ 512 bytes):
+// Node metadata (memberlist NodeMeta, ≤ 512 bytes), version 1 (version 2,
+// signed by the cluster's key, appends an auth trailer: meta.go):
 //
 //	version u8 (1) | flags u8 (bit0 writer, bit1 leaving) | cluster: uvarint len + bytes
 //	[| build version: uvarint len + bytes]
@@ -25,14 +25,11 @@ const (
 	metaLeaving = 2
 )
 
+// encodeMeta encodes version 1 (unsigned) metadata: what a daemon without
+// a signing key (--insecure-gossip) announces. Signed daemons announce
+// version 2 (meta.go).
 func encodeMeta(cluster, build string, writer, leaving bool) []byte {
-	b := wbuf{metaVersion, 0}
-	if writer {
-		b[1] |= metaWriter
-	}
-	if leaving {
-		b[1] |= metaLeaving
-	}
+	b := wbuf{metaVersion, metaFlags(writer, leaving)}
 	b.str(cluster)
 	if build != "" {
 		b.str(build)
@@ -44,20 +41,11 @@ func encodeMeta(cluster, build string, writer, leaving bool) []byte {
 const maxBuildLen = 64
 
 func decodeMeta(p []byte) (cluster, build string, flags byte, err error) {
-	r := &rbuf{b: p}
-	v := r.u8()
-	f := r.u8()
-	cluster = r.str(maxOriginLen)
-	if r.err == nil && len(r.b) > 0 {
-		build = r.str(maxBuildLen)
+	m, err := parseMeta(p)
+	if err != nil {
+		return "", "", 0, err
 	}
-	if r.err != nil {
-		return "", "", 0, r.err
-	}
-	if v < 1 {
-		return "", "", 0, errors.New("bad meta version")
-	}
-	return cluster, build, f, nil
+	return m.cluster, m.build, m.flags, nil
 }
 
 // delegate implements memberlist.Delegate.
@@ -66,7 +54,7 @@ type delegate Node
 func (d *delegate) NodeMeta(limit int) []byte {
 	n := (*Node)(d)
 	w, l := n.members.selfFlags()
-	b := encodeMeta(n.cfg.ClusterID, n.cfg.BuildVersion, w, l)
+	b := encodeSignedMeta(n.cfg.NodeName, n.cfg.ClusterID, n.cfg.BuildVersion, w, l, n.cfg.Signer, limit)
 	if len(b) > limit {
 		return nil
 	}

@@ -36,7 +36,13 @@ func FuzzDecodeMeta(f *testing.F) {
 	f.Add(encodeMeta("cluster-a", "", true, false))
 	f.Add(encodeMeta("", "", false, true))
 	f.Add(encodeMeta("cluster-a", "v1.2.3", true, false))
+	f.Add(encodeSignedMeta("n", "cluster-a", "v1.2.3", true, false, NewSigner(signingKey(1)), 512))
+	f.Add(encodeSignedMeta("n", "cluster-a", "", false, false,
+		NewEndorsedSigner(signingKey(2), Endorse("cluster-a", signingKey(1), pub(signingKey(2)))), 512))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		if m, err := parseMeta(b); err == nil && m.signed() && (len(m.key) != 32 || len(m.sig) != 64) {
+			t.Fatalf("signed meta with a %d-byte key and a %d-byte signature", len(m.key), len(m.sig))
+		}
 		c, v, _, err := decodeMeta(b)
 		if err == nil && len(c) > maxOriginLen {
 			t.Fatalf("cluster too long: %d", len(c))

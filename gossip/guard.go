@@ -90,7 +90,7 @@ func (g *guardTransport) pumpPackets() {
 			}
 			users, err := g.check.packet(p.Buf)
 			if err != nil {
-				g.onDrop(dropCompressed, p.From.String(), err)
+				g.onDrop(frameDropReason(err), p.From.String(), err)
 				continue
 			}
 			if users > 0 && !g.allow(p.From, users) {
@@ -232,14 +232,7 @@ func (g *guardTransport) admit(c net.Conn) {
 	go func() {
 		if err := gc.checkHeader(g.check, g); err != nil {
 			_ = gc.Close()
-			reason := dropPreAuth
-			switch {
-			case errors.Is(err, errCompressed):
-				reason = dropCompressed
-			case errors.Is(err, errSourceRate):
-				reason = dropRateLimited
-			}
-			g.onDrop(reason, ip, err)
+			g.onDrop(frameDropReason(err), ip, err)
 			return
 		}
 		select {

@@ -47,11 +47,14 @@ const (
 
 var errCompressed = errors.New("memberlist compressMsg refused (decompression is never accepted)")
 
-// frameCheck inspects memberlist messages for compressMsg.
+// frameCheck inspects memberlist messages for compressMsg and for
+// membership messages with out-of-bounds incarnations (incarnation.go).
 type frameCheck struct {
 	// keys returns the keyring, primary first; nil: encryption off.
 	keys  func() [][]byte
 	label string
+	// inc bounds incarnations (nil: not checked).
+	inc *incarnations
 }
 
 // open decrypts a memberlist envelope ([version] [nonce] [ciphertext+tag])
@@ -100,19 +103,27 @@ func (f frameCheck) packet(buf []byte) (int, error) {
 		body = body[5:]
 	}
 	users := 0
-	return users, walkCommand(body, 0, &users)
+	if f.inc == nil {
+		return users, walkCommand(body, 0, &users, nil)
+	}
+	var claims []incClaim
+	if err := walkCommand(body, 0, &users, &claims); err != nil {
+		return users, err
+	}
+	return users, f.inc.admit(claims)
 }
 
 // refuseCompressed walks a plaintext memberlist command and its compound
 // parts (as memberlist's handleCommand does) for compressMsg.
 func refuseCompressed(msg []byte, depth int) error {
 	var users int
-	return walkCommand(msg, depth, &users)
+	return walkCommand(msg, depth, &users, nil)
 }
 
-// walkCommand refuses compressMsg in msg and its compound parts and counts
-// its user messages.
-func walkCommand(msg []byte, depth int, users *int) error {
+// walkCommand refuses compressMsg in msg and its compound parts, counts
+// its user messages and, claims non-nil, collects the incarnations its
+// membership messages claim.
+func walkCommand(msg []byte, depth int, users *int, claims *[]incClaim) error {
 	if len(msg) == 0 {
 		return nil
 	}
@@ -124,6 +135,9 @@ func walkCommand(msg []byte, depth int, users *int) error {
 		return nil
 	case mlCompoundMsg:
 	default:
+		if claims != nil {
+			*claims = append(*claims, membershipClaims(msg)...)
+		}
 		return nil
 	}
 	if depth >= maxCompoundDepth {
@@ -140,7 +154,7 @@ func walkCommand(msg []byte, depth int, users *int) error {
 		if l > len(rest) {
 			return nil // memberlist drops the truncated tail unread
 		}
-		if err := walkCommand(rest[:l], depth+1, users); err != nil {
+		if err := walkCommand(rest[:l], depth+1, users, claims); err != nil {
 			return err
 		}
 		rest = rest[l:]
@@ -194,6 +208,11 @@ func (f frameCheck) streamMessageType(br *bufio.Reader, off int, label string) (
 	if plain[0] == mlCompressMsg {
 		return nil, -1, errCompressed
 	}
+	if plain[0] == mlPushPullMsg {
+		if err := f.inc.admit(membershipClaims(plain)); err != nil {
+			return nil, -1, err
+		}
+	}
 	return frame, int(plain[0]), nil
 }
 
@@ -214,11 +233,7 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 		frame, err := c.f.streamMessage(br, 0, c.f.label)
 		if err != nil {
 			c.err = err
-			reason := dropPreAuth
-			if errors.Is(err, errCompressed) {
-				reason = dropCompressed
-			}
-			c.onDrop(reason, remoteIP(c.Conn), err)
+			c.onDrop(frameDropReason(err), remoteIP(c.Conn), err)
 			_ = c.Close()
 		} else {
 			c.r = io.MultiReader(bytes.NewReader(frame), br)
@@ -228,4 +243,17 @@ func (c *checkedConn) Read(p []byte) (int, error) {
 		return 0, c.err
 	}
 	return c.r.Read(p)
+}
+
+// frameDropReason is the drop reason of a frame check error.
+func frameDropReason(err error) string {
+	switch {
+	case errors.Is(err, errCompressed):
+		return dropCompressed
+	case errors.Is(err, errIncarnation):
+		return dropIncarnation
+	case errors.Is(err, errSourceRate):
+		return dropRateLimited
+	}
+	return dropPreAuth
 }

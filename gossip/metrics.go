@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/crdt"
 
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -41,6 +42,7 @@ type metrics struct {
 	retirements   *prometheus.CounterVec
 	lag           prometheus.Histogram
 	rejoins       prometheus.Counter
+	beats         prometheus.Counter
 	broadcastQLen prometheus.GaugeFunc
 	versions      *prometheus.GaugeVec
 	versionSkew   prometheus.Gauge
@@ -72,7 +74,7 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 			Name: "coastguard_gossip_clusters", Help: "Known clusters by state (alive, stale).",
 		}, []string{"state"}),
 		clusterStale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive (its entries are stale but kept until ReconnectTimeout).",
+			Name: "coastguard_gossip_cluster_stale", Help: "1 when no member of the cluster is alive, or for a cluster that sends signed heartbeats, none arrived for three heartbeat periods (its entries are stale but kept until ReconnectTimeout).",
 		}, []string{"remote_cluster"}),
 		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "coastguard_gossip_deltas_total", Help: "Deltas sent (out) and applied (in) by path.",
@@ -96,6 +98,9 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 			Name:    "coastguard_gossip_propagation_lag_seconds",
 			Help:    "Time from the origin's write (Entry.Stamp, origin wall clock) to local apply. Metrics only.",
 			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		beats: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "coastguard_gossip_heartbeats_total", Help: "Fresh origin-signed heartbeats of other clusters received and verified (the reconnect-timeout retirement rests on them).",
 		}),
 		rejoins: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coastguard_gossip_rejoin_attempts_total", Help: "Periodic rejoin attempts that contacted at least one address.",
@@ -123,11 +128,17 @@ func newMetrics(reg prometheus.Registerer, queueLen func() float64) (*metrics, e
 func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
-		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed} {
+		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed,
+		dropMetaInvalid, dropMetaUnsigned, dropMetaSignature, dropMetaCluster, dropIncarnation,
+		// the data layer's trust refusals: an alert on key_mismatch or a
+		// signature drop fires on the first one, from zero
+		crdt.ReasonBadSignature, crdt.ReasonUnsigned, crdt.ReasonUnprovenWatermark, crdt.ReasonUnprovenReset,
+		crdt.ReasonOriginLimit, crdt.ReasonEntryLimit, crdt.ReasonByteLimit, crdt.ReasonRetireRefused,
+		crdt.ReasonKeyMismatch, crdt.ReasonUnknownKey} {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,
-		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.broadcastQLen, m.versions, m.versionSkew); err != nil {
+		m.messages, m.syncs, m.dropped, m.retirements, m.lag, m.rejoins, m.beats, m.broadcastQLen, m.versions, m.versionSkew); err != nil {
 		return fmt.Errorf("gossip metrics: %w", err)
 	}
 	return nil

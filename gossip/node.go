@@ -45,6 +45,13 @@ type ClusterStatus struct {
 	AliveMembers int
 	// LastAlive is when a member of the cluster was last seen alive.
 	LastAlive time.Time
+	// LastBeat is when the cluster's last fresh origin-signed heartbeat
+	// was received (zero: none since this node started, beat.go).
+	LastBeat time.Time
+	// Beating: a heartbeat of the cluster arrived within three heartbeat
+	// periods. Unlike Alive (memberlist's view, which a gossip key holder
+	// can forge), only the cluster itself can make it true.
+	Beating bool
 }
 
 type memberState struct {
@@ -86,7 +93,12 @@ type Node struct {
 	// seedBackoff spaces out lookups of unresolvable seeds.
 	seedBackoff *seedBackoff
 
-	members   *members
+	members *members
+	auth    *memberAuth // alive message checks (alive.go)
+	beats   *beats      // origin-signed heartbeats (beat.go)
+	// quiet stops this node's heartbeats (tests: a cluster that stopped
+	// beating while its members stay alive).
+	quiet     atomic.Bool
 	syncs     *syncer
 	limits    *senderLimits
 	forwarded *forwardLog
@@ -141,6 +153,7 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	mc.Logger = log.New(&mlLogWriter{n: n}, "", 0)
 	mc.Delegate = (*delegate)(n)
 	mc.Events = (*events)(n)
+	mc.Alive = (*aliveDelegate)(n)
 	if cfg.MemberlistHook != nil {
 		cfg.MemberlistHook(mc)
 	}
@@ -165,6 +178,8 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		logLim:      rate.NewLimiter(2, 20),
 		seedBackoff: newSeedBackoff(cfg.RejoinInterval, 5*time.Minute),
 		members:     newMembers(cfg.NodeName, cfg.IsWriter()),
+		auth:        newMemberAuth(cfg.Trust, cfg.AllowUnsignedMeta),
+		beats:       newBeats(cfg.ClusterID),
 		syncs:       newSyncer(cfg.MaxConcurrentSyncs),
 		limits:      newSenderLimits(cfg.PeerRateLimit, cfg.PeerRateBurst),
 		forwarded:   newForwardLog(),
@@ -189,7 +204,10 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 	}
 	n.retirer = &retirer{
 		self: cfg.ClusterID, timeout: cfg.ReconnectTimeout, now: cfg.Now,
-		digest: rep.Digest, status: n.members.noticeOrigins,
+		digest: rep.Digest,
+		status: func(d crdt.Digest, now time.Time) map[string]ClusterStatus {
+			return n.beats.overlay(n.members.noticeOrigins(d, now), now, beatStale(cfg.ReconnectTimeout))
+		},
 		retire: func(r crdt.Retire) bool { return n.applyRetire(r, true) },
 		m:      n.m, log: n.log,
 	}
@@ -250,7 +268,7 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 	if ft, ok := inner.(*FaultTransport); ok {
 		n.fault = ft
 	}
-	check := frameCheck{label: mc.Label}
+	check := frameCheck{label: mc.Label, inc: newIncarnations(n.cfg.Now)}
 	if n.keyring != nil {
 		check.keys = n.keyring.GetKeys
 	}
@@ -265,8 +283,9 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 
 // start runs the node's loops and joins the seeds once.
 func (n *Node) start() {
-	n.wg.Add(5)
+	n.wg.Add(6)
 	go n.worker()
+	go n.every(beatEvery(n.cfg.ReconnectTimeout), n.beatRound)
 	go n.antiEntropyLoop()
 	go n.every(maintenanceEvery(n.cfg.ReconnectTimeout), n.maintain)
 	go n.every(retireEvery(n.cfg.ReconnectTimeout), n.retirer.round)
@@ -308,7 +327,10 @@ func (n *Node) Members() []MemberInfo { return n.members.list() }
 
 // Clusters returns the liveness of every cluster known from membership or
 // state.
-func (n *Node) Clusters() map[string]ClusterStatus { return n.members.clusters(n.cfg.Now()) }
+func (n *Node) Clusters() map[string]ClusterStatus {
+	now := n.cfg.Now()
+	return n.beats.overlay(n.members.clusters(now), now, beatStale(n.cfg.ReconnectTimeout))
+}
 
 // Publish disseminates fresh local deltas (already applied to the Replica)
 // of the own cluster: pushed down the origin's push tree (tree.go: the root

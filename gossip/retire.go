@@ -9,8 +9,10 @@ import (
 )
 
 // The reconnect-timeout retirement policy: a cluster that still holds live
-// entries but of which no member has been alive for ReconnectTimeout is
-// retired (a crdt.Retire up to its watermark), so that a cluster that died
+// entries but from which no fresh origin-signed heartbeat has been
+// received for ReconnectTimeout (beat.go; a cluster that has sent none
+// since this node started: of which no member has been alive for
+// ReconnectTimeout) is retired (a crdt.Retire up to its watermark), so that a cluster that died
 // without decommissioning does not stay in every view for ever. A daemon
 // restart (a new member of the same cluster) is not a death: it is alive
 // again long before the timeout. The decision is pure (clusterVerdicts); the
@@ -32,7 +34,8 @@ type clusterVerdict struct {
 	// retire is set for a stale cluster whose last alive member is
 	// ReconnectTimeout or more in the past.
 	retire *crdt.Retire
-	// lastAlive is when a member of the cluster was last seen alive.
+	// lastAlive is when a member of the cluster was last seen alive, or
+	// for a cluster that beats, when its last heartbeat was received.
 	lastAlive time.Time
 }
 
@@ -42,17 +45,24 @@ type clusterVerdict struct {
 func clusterVerdicts(self string, status map[string]ClusterStatus, digest crdt.Digest,
 	now time.Time, timeout time.Duration) []clusterVerdict {
 	out := make([]clusterVerdict, 0, len(status))
+	staleAfter := beatStale(timeout)
 	for c, st := range status {
 		v := clusterVerdict{cluster: c, lastAlive: st.LastAlive}
+		alive := st.Alive
+		if !st.LastBeat.IsZero() {
+			// it beats: heartbeats alone decide, not the membership view
+			v.lastAlive = st.LastBeat
+			alive = now.Sub(st.LastBeat) < staleAfter
+		}
 		od, inState := digest[c]
 		switch {
-		case st.Alive || c == self:
+		case alive || c == self:
 			v.state = clusterAlive
 		case !inState || od.Max <= od.Retired:
 			v.state = clusterGone
 		default:
 			v.state = clusterStale
-			if now.Sub(st.LastAlive) >= timeout {
+			if now.Sub(v.lastAlive) >= timeout {
 				v.retire = &crdt.Retire{Origin: c, UpTo: od.Max}
 			}
 		}

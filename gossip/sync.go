@@ -195,6 +195,9 @@ func (n *Node) announceAdvanced(ds []crdt.Delta, before crdt.Digest, lazy bool) 
 // onHeads starts a fast pull from the sender for every announced head
 // beyond our watermark.
 func (n *Node) onHeads(m *message) {
+	if m.Beat != nil {
+		n.onBeat(m.Beat)
+	}
 	local := n.rep.Digest()
 	now := n.cfg.Now()
 	for _, h := range m.Heads {

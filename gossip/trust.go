@@ -47,6 +47,9 @@ type Trust struct {
 	// Repin persists a rotated pin (nil: memory only, e.g. strict mode
 	// where the trust bundle stays the root on restart).
 	Repin func(origin string, old, key []byte) error
+	// Forget deletes a persisted pin (Unpin); nil: memory only.
+	Forget func(origin string) error
+	self   string
 }
 
 // KeyMismatch is a peer presenting, for a cluster ID, another key than the
@@ -77,7 +80,7 @@ func NewTrust(pins map[string][]byte, strict bool, self string, selfKey []byte,
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{},
+	t := &Trust{pins: map[string][]byte{}, strict: strict, persist: persist, log: log, warned: map[string]time.Time{}, self: self,
 		mismatches: make(chan KeyMismatch, 64), endorsed: map[string][]byte{}, prev: map[string][]byte{}}
 	for o, k := range pins {
 		if len(k) != ed25519.PublicKeySize {
@@ -300,12 +303,17 @@ type retireSigner interface {
 	SignRetire(crdt.Retire) crdt.Retire
 }
 
-// mayRetire is the membership side of retire authority: no member of
-// cluster c has been alive in our view for ReconnectTimeout (a cluster never
-// seen counts from this node's start).
+// mayRetire is this node's own retire authority: no fresh origin-signed
+// heartbeat of cluster c has been received for ReconnectTimeout (beat.go),
+// whatever the membership view says; for a cluster that has sent none
+// since this node started, no member of it has been alive in our view for
+// ReconnectTimeout (a cluster never seen counts from this node's start).
 func (n *Node) mayRetire(c string) bool {
 	if c == n.cfg.ClusterID {
 		return false
+	}
+	if last, ok := n.beats.last(c); ok {
+		return n.cfg.Now().Sub(last) >= n.cfg.ReconnectTimeout
 	}
 	st, ok := n.members.clusters(n.cfg.Now())[c]
 	if ok && st.Alive {

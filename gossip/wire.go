@@ -73,6 +73,7 @@ type message struct {
 	Sender string
 
 	Heads  []Head       // msgHeads
+	Beat   *beat        // msgHeads: an origin-signed heartbeat (beat.go)
 	Deltas []crdt.Delta // msgPush, msgSyncData
 	ID     uint64       // msgSyncReq, msgSyncData
 	Final  bool         // msgSyncData: last chunk of this answer
@@ -345,6 +346,7 @@ func decodeMessage(p []byte) (*message, error) {
 	switch m.Type {
 	case msgHeads:
 		m.Heads = r.heads()
+		m.Beat = r.beatTrailer()
 	case msgPush, msgSyncData, msgForward:
 		if m.Type == msgSyncData {
 			m.ID = r.uvarint()

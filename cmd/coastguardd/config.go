@@ -58,6 +58,10 @@ type Config struct {
 	MaxNetworkPoliciesPerMCNP   int           `json:"maxNetworkPoliciesPerMCNP"`
 	MaxIPBlocksPerNetworkPolicy int           `json:"maxIPBlocksPerNetworkPolicy"`
 	MaxBytesPerMCNP             int           `json:"maxBytesPerMCNP"`
+
+	// AllowUnsignedMeta: accept gossip members that announce unsigned
+	// (pre-signing) metadata, for a rolling upgrade (docs/SECURITY.md).
+	AllowUnsignedMeta bool `json:"allowUnsignedMeta"`
 }
 
 // fileConfig mirrors Config with durations as strings for YAML ("30s").
@@ -95,6 +99,8 @@ type fileConfig struct {
 	MaxNetworkPoliciesPerMCNP   *int      `json:"maxNetworkPoliciesPerMCNP"`
 	MaxIPBlocksPerNetworkPolicy *int      `json:"maxIPBlocksPerNetworkPolicy"`
 	MaxBytesPerMCNP             *int      `json:"maxBytesPerMCNP"`
+
+	AllowUnsignedMeta *bool `json:"allowUnsignedMeta"`
 }
 
 func defaultConfig() Config {
@@ -264,6 +270,8 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.GossipKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.GossipKeyFile) }},
 		{true, "insecure-gossip", []string{"COASTGUARD_INSECURE_GOSSIP"}, "run gossip WITHOUT encryption and without origin signatures (testing only; required to start without --gossip-key-file)",
 			boolSetter("insecure-gossip", func(c *Config) *bool { return &c.InsecureGossip }), func(f *fileConfig) (string, bool) { return bp(f.InsecureGossip) }},
+		{true, "allow-unsigned-meta", []string{"COASTGUARD_ALLOW_UNSIGNED_META"}, "rolling upgrade from a release without signed gossip metadata: accept members whose metadata is unsigned, except member names that signed (default: refused, dropped{reason=\"meta_unsigned\"})",
+			boolSetter("allow-unsigned-meta", func(c *Config) *bool { return &c.AllowUnsignedMeta }), func(f *fileConfig) (string, bool) { return bp(f.AllowUnsignedMeta) }},
 		{false, "signing-key-file", []string{"COASTGUARD_SIGNING_KEY_FILE"}, "this cluster's Ed25519 signing key (base64 32-byte seed; Secret coastguard-signing-key; see coastguardd keys generate). When absent, the key is read through the API from Secret coastguard-signing-key in --namespace, which is created if missing",
 			strSetter(func(c *Config) *string { return &c.SigningKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.SigningKeyFile) }},
 		{false, "trust-bundle-file", []string{"COASTGUARD_TRUST_BUNDLE_FILE"}, "strict mode: file of \"<cluster-id> <base64 Ed25519 public key>\" lines; only these keys are trusted (default: trust on first use, pinned in the store)",

@@ -103,7 +103,7 @@ func newKeysCmd() *cobra.Command {
 			return failed(cmd, 1, generateKey(cmd.OutOrStdout(), rand.Reader))
 		},
 	})
-	keys.AddCommand(newKeysShowCmd(), newKeysRotateCmd())
+	keys.AddCommand(newKeysShowCmd(), newKeysRotateCmd(), newKeysPinsCmd())
 	return keys
 }
 

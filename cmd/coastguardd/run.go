@@ -43,7 +43,7 @@ func runConfig(cfg Config) int {
 func newLogger(level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return newLoggerTo(os.Stderr, l)
 }
 
 func restConfig(kubeconfig string) (*rest.Config, error) {
@@ -77,6 +77,7 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 	g.Seeds = effectiveSeeds(cfg.Seeds, cfg.Namespace)
 	g.Profile = gossip.Profile(cfg.GossipProfile)
 	g.ReconnectTimeout = cfg.ReconnectTimeout
+	g.AllowUnsignedMeta = cfg.AllowUnsignedMeta
 	if cfg.GossipKeyFile != "" {
 		keys, err := gossip.LoadKeyringFile(cfg.GossipKeyFile)
 		if err != nil {

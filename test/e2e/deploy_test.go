@@ -126,7 +126,10 @@ func TestDeployManifests(t *testing.T) {
 		}
 		// the signing key Secret: read it, create it when absent (#15)
 		allowed = append(allowed, check{"get", "secrets/coastguard-signing-key", deployNS, ""},
-			check{"create", "secrets", deployNS, ""})
+			check{"create", "secrets", deployNS, ""},
+			// the cluster's shared key pins: every pod reads, the leader writes
+			check{"get", "secrets/coastguard-pins", deployNS, ""},
+			check{"update", "secrets/coastguard-pins", deployNS, ""})
 		denied := []check{
 			{"delete", "pods", "shop", ""},
 			{"create", "pods", "shop", ""},
@@ -138,6 +141,7 @@ func TestDeployManifests(t *testing.T) {
 			{"get", "secrets/coastguard-gossip-key", deployNS, ""},
 			{"update", "secrets/coastguard-signing-key", deployNS, ""},
 			{"delete", "secrets/coastguard-signing-key", deployNS, ""},
+			{"delete", "secrets/coastguard-pins", deployNS, ""},
 			{"create", "secrets", "default", ""},
 			{"get", "configmaps", "kube-system", ""},
 			{"create", "leases.coordination.k8s.io", "kube-system", ""},

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -290,5 +291,39 @@ func testInstallConverges(t *testing.T, inst installer) {
 	}
 	log, err := daemons["c2"].TailLog(400)
 	require.NoError(t, err)
-	require.Contains(t, log, `"gossip_profile":"lan"`, "the upgraded pod runs the upgraded configuration")
+	require.Contains(t, log, `"gossipProfile":"lan"`, "the upgraded pod runs the upgraded configuration")
+	for _, d := range env.Daemons() {
+		checkLogConventions(t, d.LogPath)
+	}
+}
+
+// checkLogConventions reads a daemon's whole log: every JSON line has
+// lowerCamelCase top-level keys, each once (Kubernetes structured-logging
+// conventions, cmd/coastguardd/logging.go).
+func checkLogConventions(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	lines := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue // the harness's own header lines
+		}
+		lines++
+		dec := json.NewDecoder(strings.NewReader(line))
+		_, err := dec.Token() // {
+		require.NoError(t, err, line)
+		seen := map[string]bool{}
+		for dec.More() {
+			k, err := dec.Token()
+			require.NoError(t, err, line)
+			key := k.(string)
+			require.Regexp(t, `^[a-z][a-zA-Z0-9]*$`, key, "%s: %s", path, line)
+			require.False(t, seen[key], "%s: key %q twice: %s", path, key, line)
+			seen[key] = true
+			var v json.RawMessage
+			require.NoError(t, dec.Decode(&v), line)
+		}
+	}
+	require.Positive(t, lines, "%s has log lines", path)
 }

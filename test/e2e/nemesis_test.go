@@ -78,12 +78,16 @@ type nemesis struct {
 	slots   map[string]string  // cluster/slot -> pod name
 	mcnpOn  bool
 	mcnpAt  time.Time // when the MCNP was last (re)created
-	seq     int
-	daemons map[string][]*harness.Daemon
-	leaks   []string
-	faults  map[string]int
-	probes  int
-	stale   int
+	// mcnpDeletedAt: when the MCNP was last deleted; failOpen: generated
+	// policies that left a cluster without such a deletion (notePresent)
+	mcnpDeletedAt time.Time
+	failOpen      []string
+	seq           int
+	daemons       map[string][]*harness.Daemon
+	leaks         []string
+	faults        map[string]int
+	probes        int
+	stale         int
 	// observations for the leak checker (nemesis_observe_test.go)
 	nps       map[string]npState   // cluster -> generated policy in its apiserver
 	active    map[string]int       // cluster -> faults touching it now
@@ -222,9 +226,15 @@ func (n *nemesis) setup(ctx context.Context) {
 		}, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
+	args := []string{"--reconnect-timeout=10m"}
+	if n.old != "" {
+		// the documented rollout: current daemons admit the earlier
+		// release's unsigned membership metadata (docs/OPERATIONS.md)
+		args = append(args, "--allow-unsigned-meta")
+	}
 	for _, c := range n.env.Clusters {
 		for range 2 {
-			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: []string{"--reconnect-timeout=10m"}})
+			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: args})
 			require.NoError(t, err)
 			n.daemons[c.Name] = append(n.daemons[c.Name], d)
 		}
@@ -345,6 +355,9 @@ func (n *nemesis) toggleMCNP(ctx context.Context) {
 	on := n.mcnpOn
 	n.mu.Unlock()
 	if on {
+		n.mu.Lock()
+		n.mcnpDeletedAt = time.Now() // before the delete: its effects may be seen first
+		n.mu.Unlock()
 		if _, se, err := origin.Kubectl(ctx, "-n", "shop", "delete", "mcnp", "db-from-web"); err != nil {
 			n.log("MCNP delete failed: %v %s", err, se)
 			return
@@ -783,6 +796,7 @@ func (n *nemesis) check(ctx context.Context) {
 		t.Logf("nemesis explained leak: %s", e)
 	}
 	require.Empty(t, n.leaks, "connections no state ever admitted")
+	require.Empty(t, n.failOpen, "generated policies removed while their MCNP existed")
 }
 
 // TestNemesisCheckerExplains plants the faults the checker must catch: a

@@ -4,12 +4,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
@@ -55,6 +61,13 @@ func TestScenarioDecommission(t *testing.T) {
 	defer cancel()
 	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
 	removalSetup(t, ctx, env)
+	// Each leader shares its first-use pins in Secret coastguard-pins.
+	for _, cl := range []*harness.Cluster{a, b} {
+		require.NoError(t, harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			sec, err := cl.Client.CoreV1().Secrets(harness.DaemonNamespace).Get(ctx, "coastguard-pins", metav1.GetOptions{})
+			return err == nil && len(sec.Data[c.Name]) == 32, nil
+		}), "%s shares its pin of C", cl.Name)
+	}
 
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, bin, "decommission", "--admin-addr", ds[2].AdminAddr).CombinedOutput()
@@ -102,6 +115,37 @@ func TestScenarioDecommission(t *testing.T) {
 		nps, err = cl.ListNetworkPolicies(ctx, "shop", originSel(a.Name))
 		require.NoError(t, err)
 		require.True(t, containsNone(blocksOf(nps...), cidrs("10.3.0.1", "10.3.0.2")...), "%s: %v", cl.Name, blocksOf(nps...))
+	}
+
+	// The decommission cleared C's pin everywhere (and its key from A's and
+	// B's shared pins), so C's ID joins again, as documented, with a new
+	// signing key and a fresh data dir: A and B take its new key on first
+	// use and its pods are admitted again.
+	for _, cl := range []*harness.Cluster{a, b} {
+		var last string
+		require.NoError(t, harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			sec, err := cl.Client.CoreV1().Secrets(harness.DaemonNamespace).Get(ctx, "coastguard-pins", metav1.GetOptions{})
+			if err != nil {
+				last = err.Error()
+				return false, nil
+			}
+			_, pinned := sec.Data[c.Name]
+			_, reset := sec.Annotations["unpin.coastguard.submariner.io/"+c.Name]
+			last = fmt.Sprintf("pinned %v, annotations %v", slices.Sorted(maps.Keys(sec.Data)), sec.Annotations)
+			return !pinned && reset, nil
+		}), "%s's shared pins reset C: last %s", cl.Name, last)
+	}
+	newKey := filepath.Join(env.Dir, "keys", "signing-"+c.Name+"-rejoin.key")
+	out, err = exec.CommandContext(ctx, bin, "keys", "generate").Output()
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(newKey, out, 0o600))
+	_, err = env.StartDaemon(c, harness.DaemonOptions{Binary: bin, NodeName: c.Name + "-rejoin", Args: []string{"--signing-key-file=" + newKey}, T: t})
+	require.NoError(t, err)
+	for _, cl := range []*harness.Cluster{a, b} {
+		want := "10.3.0.1/32"
+		waitNPs(t, ctx, cl, originSel(a.Name), 60*time.Second, func(bl []string, _ []networkingv1.NetworkPolicy) bool {
+			return slices.Contains(bl, want)
+		}, "C's pods admitted again after it rejoined with a new key")
 	}
 }
 

@@ -136,7 +136,7 @@ func TestSubmarinerClusterIdentity(t *testing.T) {
 		require.NoError(t, d.WaitReady(ctx, 60*time.Second))
 		line := identityLine(t, d)
 		require.Contains(t, line, `"cluster":"sub-id"`)
-		require.Contains(t, line, `"pod_cidrs":["10.40.0.0/16"]`)
+		require.Contains(t, line, `"podCidrs":["10.40.0.0/16"]`)
 		stop(d)
 	})
 
