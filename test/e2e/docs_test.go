@@ -38,12 +38,13 @@ import (
 //	<!-- runnable: SCENARIOS [each-cluster] [file=PATH] [dir=DIR] -->
 //
 //   - SCENARIOS: comma-separated names from docScenarios. Each scenario is
-//     a fresh set of clusters (kubeconfig contexts c1, c2, c3) on which its
-//     blocks run in the order of docFiles, then of lines: the order a
-//     reader follows.
+//     a fresh set of clusters (c1, c2, c3, or c1 alone; the kubeconfig
+//     contexts are named after them) on which its blocks run in the order
+//     of docFiles, then of lines: the order a reader follows. Scenarios run
+//     in parallel.
 //   - each-cluster: the block is written for c1 and the docs say to repeat
 //     it in every cluster; it runs once per cluster with the word c1
-//     replaced by that cluster's name (in PATH as well).
+//     replaced by that cluster's name (in file= as well).
 //   - file=PATH: the block (any language) is not run but written to PATH,
 //     as the docs tell the reader to save it (a kustomization, say).
 //   - dir=DIR: run in DIR of the work directory instead of the work
