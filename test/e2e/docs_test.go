@@ -190,6 +190,16 @@ type docScenario struct {
 	check func(t *testing.T, ctx context.Context, env *harness.Env, work string)
 	// never may not appear in any block's output.
 	never []string
+	// hooks do, between blocks, what the harness's clusters lack: a
+	// kubelet running the installed DaemonSet's pods, say.
+	hooks func(env *harness.Env, tools docToolPaths) []docHook
+}
+
+// docHook runs once, before the first block whose text contains before.
+// A hook that never ran fails the scenario: its block was changed.
+type docHook struct {
+	before string
+	run    func(t *testing.T, ctx context.Context)
 }
 
 // docRequired are blocks that must stay marked: (scenario, file, a
@@ -200,6 +210,7 @@ var docRequired = []struct{ scenario, file, contains string }{
 	{"helm", "docs/OPERATIONS.md", "coastguardd keys generate"},
 	{"helm", "docs/OPERATIONS.md", "helm --kube-context c1 install coastguard"},
 	{"helm", "docs/OPERATIONS.md", "helm template coastguard"},
+	{"helm", "docs/OPERATIONS.md", "kubectl coastguard status --wait"},
 	{"helm", "docs/OPERATIONS.md", "apply -k coastguard/examples/eu-1"},
 	{"helm", "docs/OPERATIONS.md", "coastguardd keys rotate"},
 	{"helm", "docs/UNINSTALL.md", "helm --kube-context c1 uninstall coastguard"},
@@ -239,6 +250,31 @@ var docScenarios = []docScenario{
 		name: "helm", clusters: []string{"c1", "c2", "c3"},
 		setup: submarinerStandIn,
 		never: []string{"MISSING"}, // the chart's NOTES: the documented steps leave nothing missing
+		hooks: func(env *harness.Env, tools docToolPaths) []docHook {
+			daemons := map[string]*harness.Daemon{}
+			return []docHook{
+				{before: "kubectl coastguard status", run: func(t *testing.T, ctx context.Context) {
+					// The kubelet's part after the install: each cluster's pod
+					// from its installed DaemonSet, ConfigMap, Secrets and
+					// ServiceAccount (podFromTemplate), seeds standing in for
+					// Lighthouse DNS.
+					for _, c := range env.Clusters {
+						ds, err := c.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
+						require.NoError(t, err)
+						var seeds []string
+						for _, o := range env.Clusters {
+							if o != c {
+								seeds = append(seeds, o.GossipIP+":7946")
+							}
+						}
+						daemons[c.Name] = podFromTemplate(t, ctx, env, c, ds, tools.coastguardd, "coastguard-"+c.Name+"-0", seeds)
+					}
+				}},
+				{before: "helm --kube-context c1 uninstall", run: func(t *testing.T, _ context.Context) {
+					require.NoError(t, daemons["c1"].Stop(), "c1's pod goes with its DaemonSet")
+				}},
+			}
+		},
 		check: func(t *testing.T, ctx context.Context, env *harness.Env, work string) {
 			c1, c2 := env.Clusters[0], env.Clusters[1]
 			_, err := c1.Client.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
@@ -547,6 +583,11 @@ func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools *docTo
 	}
 	t.Logf("clusters %s ready in %s", strings.Join(s.clusters, ","), time.Since(start).Round(time.Millisecond))
 	work, environ := docWorkdir(t, env, tools.get(t))
+	var hooks []docHook
+	if s.hooks != nil {
+		hooks = s.hooks(env, tools.get(t))
+	}
+	ran := make([]bool, len(hooks))
 	run := func(b docBlock, cluster string) {
 		where, out := runDocBlock(t, ctx, work, environ, b, cluster)
 		for _, n := range s.never {
@@ -554,6 +595,14 @@ func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools *docTo
 		}
 	}
 	for _, b := range blocks {
+		for i, h := range hooks {
+			if !ran[i] && strings.Contains(b.body, h.before) {
+				ran[i] = true
+				start := time.Now()
+				h.run(t, ctx)
+				t.Logf("hook before %q: done in %s", h.before, time.Since(start).Round(time.Millisecond))
+			}
+		}
 		if !b.each {
 			run(b, "")
 			continue
@@ -561,6 +610,9 @@ func runDocScenario(t *testing.T, s docScenario, blocks []docBlock, tools *docTo
 		for _, c := range env.Clusters {
 			run(b, c.Name)
 		}
+	}
+	for i, h := range hooks {
+		assert.True(t, ran[i], "no block of scenario %s contains %q any more: update its hook", s.name, h.before)
 	}
 	if s.check != nil {
 		s.check(t, ctx, env, work)
