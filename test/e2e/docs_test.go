@@ -246,7 +246,9 @@ func submarinerStandIn(t *testing.T, ctx context.Context, env *harness.Env) {
 var docScenarios = []docScenario{
 	{
 		// docs/OPERATIONS.md steps 4 and "Or with Helm" in every cluster,
-		// a policy, a signing-key rotation, docs/UNINSTALL.md for Helm.
+		// step 8's kubectl coastguard status with the daemons run from the
+		// installed DaemonSets, a policy, a signing-key rotation, and
+		// docs/UNINSTALL.md for Helm in c1.
 		name: "helm", clusters: []string{"c1", "c2", "c3"},
 		setup: submarinerStandIn,
 		never: []string{"MISSING"}, // the chart's NOTES: the documented steps leave nothing missing
