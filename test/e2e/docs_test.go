@@ -215,6 +215,7 @@ var docRequired = []struct{ scenario, file, contains string }{
 	{"helm", "docs/OPERATIONS.md", "coastguardd keys rotate"},
 	{"helm", "docs/UNINSTALL.md", "helm --kube-context c1 uninstall coastguard"},
 	{"helm", "docs/UNINSTALL.md", "get secret coastguard-signing-key -o yaml"},
+	{"helm", "docs/UNINSTALL.md", "delete coastguardclusters --all"},
 	{"kustomize", "docs/OPERATIONS.md", "create secret generic coastguard-gossip-key"},
 	{"kustomize", "docs/OPERATIONS.md", "COASTGUARD_CLUSTER_ID=c1"}, // step 5's overlay, file=
 	{"kustomize", "docs/OPERATIONS.md", "apply --server-side -k clusters/c1"},
@@ -248,8 +249,8 @@ var docScenarios = []docScenario{
 		// docs/OPERATIONS.md steps 4 and "Or with Helm" in every cluster,
 		// step 8's kubectl coastguard status with the daemons run from the
 		// installed DaemonSets, a policy, a signing-key rotation, and
-		// docs/UNINSTALL.md for Helm in c1.
-		name: "helm", clusters: []string{"c1", "c2", "c3"},
+		// docs/UNINSTALL.md for Helm in c1, down to removing everything.
+		name: "helm", clusters: []string{"c1", "c2", "c3"}, controllerManager: true,
 		setup: submarinerStandIn,
 		never: []string{"MISSING"}, // the chart's NOTES: the documented steps leave nothing missing
 		hooks: func(env *harness.Env, tools docToolPaths) []docHook {
@@ -272,34 +273,29 @@ var docScenarios = []docScenario{
 						daemons[c.Name] = podFromTemplate(t, ctx, env, c, ds, tools.coastguardd, "coastguard-"+c.Name+"-0", seeds)
 					}
 				}},
-				{before: "helm --kube-context c1 uninstall", run: func(t *testing.T, _ context.Context) {
+				{before: "helm --kube-context c1 uninstall", run: func(t *testing.T, ctx context.Context) {
 					require.NoError(t, daemons["c1"].Stop(), "c1's pod goes with its DaemonSet")
+					// What "Removing everything" will remove exists.
+					nps, err := env.Clusters[0].ListNetworkPolicies(ctx, "shop", "app.kubernetes.io/managed-by=coastguard")
+					require.NoError(t, err)
+					assert.NotEmpty(t, nps, "c1 enforced the example MCNP")
+				}},
+				{before: "delete coastguardclusters --all", run: func(t *testing.T, ctx context.Context) {
+					helmUninstalled(t, ctx, env)
 				}},
 			}
 		},
 		check: func(t *testing.T, ctx context.Context, env *harness.Env, work string) {
-			c1, c2 := env.Clusters[0], env.Clusters[1]
+			// After UNINSTALL.md's "Removing everything" in c1.
+			c1 := env.Clusters[0]
 			_, err := c1.Client.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
-			require.NoError(t, err, "helm uninstall leaves the namespace (UNINSTALL.md)")
-			for _, s := range []string{"coastguard-gossip-key", "coastguard-signing-key"} {
-				_, err := c1.Client.CoreV1().Secrets(deployNS).Get(ctx, s, metav1.GetOptions{})
-				require.NoError(t, err, "helm uninstall keeps Secret %s (UNINSTALL.md)", s)
-			}
-			sk, err := c1.Client.CoreV1().Secrets(deployNS).Get(ctx, "coastguard-signing-key", metav1.GetOptions{})
-			require.NoError(t, err)
-			assert.Contains(t, string(sk.Data["signing.key"]), "endorsement", "the rotated key carries the old key's endorsement")
-			_, err = c1.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
-			assert.True(t, apierrors.IsNotFound(err), "the release's DaemonSet is gone from c1: %v", err)
+			assert.True(t, apierrors.IsNotFound(err), "namespace %s removed: %v", deployNS, err)
 			_, err = c1.Dynamic.Resource(gvrCRD).Get(ctx, mcnpCRD, metav1.GetOptions{})
-			assert.NoError(t, err, "Helm never deletes crds/")
-			ds, err := c2.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
-			require.NoError(t, err, "c2 keeps its install")
-			assert.Equal(t, "registry.example.com/coastguard/coastguardd:v0.1.0", ds.Spec.Template.Spec.Containers[0].Image)
-			cm, err := c2.Client.CoreV1().ConfigMaps(deployNS).Get(ctx, "coastguard-config", metav1.GetOptions{})
+			assert.True(t, apierrors.IsNotFound(err), "CRDs removed: %v", err)
+			nps, err := c1.ListNetworkPolicies(ctx, "", "app.kubernetes.io/managed-by=coastguard")
 			require.NoError(t, err)
-			assert.Equal(t, "c2", cm.Data["COASTGUARD_CLUSTER_ID"], "each cluster installed with its own ID")
-			assert.FileExists(t, filepath.Join(work, "coastguard-signing-key.yaml"), "the signing key backed up")
-			checkExamplesApplied(t, ctx, c1, "backend-allow-frontends", "backend-to-payments")
+			assert.Empty(t, nps, "generated NetworkPolicies removed")
+			assert.FileExists(t, filepath.Join(work, "coastguard-signing-key.yaml"), "the signing key backed up before")
 		},
 	},
 	{
@@ -342,6 +338,34 @@ var docScenarios = []docScenario{
 			checkExamplesApplied(t, ctx, env.Clusters[0], "backend-allow-frontends", "backend-to-payments")
 		},
 	},
+}
+
+// helmUninstalled checks what UNINSTALL.md says `helm uninstall` (in c1)
+// leaves: the namespace, both Secrets (the signing key rotated by
+// OPERATIONS.md), the CRDs and the example's MCNPs; the release's
+// DaemonSet is gone, and c2 keeps its own install.
+func helmUninstalled(t *testing.T, ctx context.Context, env *harness.Env) {
+	c1, c2 := env.Clusters[0], env.Clusters[1]
+	_, err := c1.Client.CoreV1().Namespaces().Get(ctx, deployNS, metav1.GetOptions{})
+	require.NoError(t, err, "helm uninstall leaves the namespace (UNINSTALL.md)")
+	for _, s := range []string{"coastguard-gossip-key", "coastguard-signing-key"} {
+		_, err := c1.Client.CoreV1().Secrets(deployNS).Get(ctx, s, metav1.GetOptions{})
+		require.NoError(t, err, "helm uninstall keeps Secret %s (UNINSTALL.md)", s)
+	}
+	sk, err := c1.Client.CoreV1().Secrets(deployNS).Get(ctx, "coastguard-signing-key", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Contains(t, string(sk.Data["signing.key"]), "endorsement", "the rotated key carries the old key's endorsement")
+	_, err = c1.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "the release's DaemonSet is gone from c1: %v", err)
+	_, err = c1.Dynamic.Resource(gvrCRD).Get(ctx, mcnpCRD, metav1.GetOptions{})
+	assert.NoError(t, err, "Helm never deletes crds/")
+	checkExamplesApplied(t, ctx, c1, "backend-allow-frontends", "backend-to-payments")
+	ds, err := c2.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
+	require.NoError(t, err, "c2 keeps its install")
+	assert.Equal(t, "registry.example.com/coastguard/coastguardd:v0.1.0", ds.Spec.Template.Spec.Containers[0].Image)
+	cm, err := c2.Client.CoreV1().ConfigMaps(deployNS).Get(ctx, "coastguard-config", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "c2", cm.Data["COASTGUARD_CLUSTER_ID"], "each cluster installed with its own ID")
 }
 
 // checkExamplesApplied: examples/eu-1 was applied to c (kubectl apply -k):
