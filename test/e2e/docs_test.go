@@ -355,6 +355,7 @@ func helmUninstalled(t *testing.T, ctx context.Context, env *harness.Env) {
 	sk, err := c1.Client.CoreV1().Secrets(deployNS).Get(ctx, "coastguard-signing-key", metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Contains(t, string(sk.Data["signing.key"]), "endorsement", "the rotated key carries the old key's endorsement")
+	assert.NotContains(t, sk.Annotations, "kubectl.kubernetes.io/last-applied-configuration", "no copy of the key in an annotation")
 	_, err = c1.Client.AppsV1().DaemonSets(deployNS).Get(ctx, "coastguard", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "the release's DaemonSet is gone from c1: %v", err)
 	_, err = c1.Dynamic.Resource(gvrCRD).Get(ctx, mcnpCRD, metav1.GetOptions{})
