@@ -26,7 +26,9 @@ func readyPod(ns, name, ip string, l map[string]string, ports ...corev1.Containe
 			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 }
 
-func pg(port int32) corev1.ContainerPort { return corev1.ContainerPort{Name: "pg", ContainerPort: port} }
+func pg(port int32) corev1.ContainerPort {
+	return corev1.ContainerPort{Name: "pg", ContainerPort: port}
+}
 
 // svcWorld is two clusters: a/shop/api (10.1.0.1) is the client; b exports
 // shop/db (ClusterIP 10.97.0.20, 15432 -> targetPort pg) backed by
@@ -313,4 +315,56 @@ func TestVerdictServiceSameCluster(t *testing.T) {
 		assert.True(t, b.Egress.Allowed)
 		assert.Equal(t, "pod", b.Ingress.PeerAs)
 	}
+}
+
+// explain shows the ClusterIP rule among the peers and the exactness
+// decision; what-if shows it for a candidate that admits only the
+// primary backend (no address rule, Degraded naming the Service).
+func TestExplainAndWhatIfShowServiceAddresses(t *testing.T) {
+	l := newSvcWorld().live(t)
+	ex, err := explain(l, "shop", "api-egress")
+	require.NoError(t, err)
+	var a *ClusterExplanation
+	for i := range ex.Clusters {
+		if ex.Clusters[i].Cluster == "a" {
+			a = &ex.Clusters[i]
+		}
+	}
+	require.NotNil(t, a)
+	var svcRules []string
+	for _, p := range a.Peers {
+		svcRules = append(svcRules, p.Services...)
+		assert.NotContains(t, p.Other, "ipBlock 10.97.0.20/32")
+	}
+	assert.Equal(t, []string{"service b/shop/db ClusterIP 10.97.0.20"}, svcRules)
+	require.Len(t, a.Services, 1)
+	sa := a.Services[0]
+	assert.Equal(t, "b/shop/db", sa.Service)
+	assert.True(t, sa.Admitted)
+	require.Len(t, sa.Rules, 1)
+	assert.Contains(t, sa.Rules[0], "on 15432/TCP")
+	assert.Equal(t, []string{"b/shop/db-0", "b/shop/db-1"}, sa.AdmittedBackends)
+	assert.Contains(t, sa.Decision, "address admitted")
+	var out strings.Builder
+	printExplanation(&out, ex, false)
+	assert.Contains(t, out.String(), "admits: service b/shop/db ClusterIP 10.97.0.20")
+	assert.Contains(t, out.String(), "service b/shop/db (10.97.0.20): address admitted by ")
+
+	cand := l.mcnps["a"][0].DeepCopy()
+	require.Equal(t, "api-egress", cand.Name)
+	cand.Spec.Egress[0].To[0].PodSelector.MatchLabels["tier"] = "primary"
+	wi := whatIf(l, "a", cand)
+	require.Equal(t, "a", wi.Clusters[0].Cluster)
+	d := wi.Clusters[0]
+	assert.Equal(t, enforce.ReasonServicePartiallyAdmitted, d.Degraded)
+	require.Len(t, d.Services, 1)
+	assert.False(t, d.Services[0].Admitted)
+	assert.Equal(t, []string{"b/shop/db-0"}, d.Services[0].AdmittedBackends)
+	assert.Contains(t, d.Services[0].Decision, "Degraded "+enforce.ReasonServicePartiallyAdmitted)
+	assert.Contains(t, d.Services[0].Decision, "not admitted by pod IP: b/shop/db-1")
+	assert.Contains(t, d.Diff, "10.97.0.20/32", "the address rule is removed")
+	out.Reset()
+	printWhatIf(&out, wi)
+	assert.Contains(t, out.String(), "service b/shop/db (10.97.0.20): address NOT admitted; 1 of 2 backend(s) admitted by pod IP")
+	assert.Contains(t, out.String(), "degraded: "+enforce.ReasonServicePartiallyAdmitted)
 }
