@@ -368,3 +368,45 @@ func TestExplainAndWhatIfShowServiceAddresses(t *testing.T) {
 	assert.Contains(t, out.String(), "service b/shop/db (10.97.0.20): address NOT admitted; 1 of 2 backend(s) admitted by pod IP")
 	assert.Contains(t, out.String(), "degraded: "+enforce.ReasonServicePartiallyAdmitted)
 }
+
+// conflicts reports the service flows one side admits and the other denies.
+func TestConflictsServiceFlows(t *testing.T) {
+	// everything admitted: no half-open service flow
+	hs, err := newSvcWorld().live(t).serviceConflicts()
+	require.NoError(t, err)
+	assert.Empty(t, hs)
+
+	// a user egress policy admits b's pod CIDR but not its service CIDR
+	w := newSvcWorld()
+	delete(w.mcnps, "api-egress")
+	w.netpols["a"] = []networkingv1.NetworkPolicy{{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "to-b-pods"},
+		Spec: networkingv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"role": "api"}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeEgress},
+			Egress:      []networkingv1.NetworkPolicyEgressRule{{To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.2.0.0/16"}}}}}}}}
+	hs, err = w.live(t).serviceConflicts()
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "%+v", hs)
+	assert.Equal(t, ServiceHalfOpen{Kind: ServiceIngressAllowedAddressDenied, From: "a/shop", Service: "b/shop/db", ClusterIP: "10.97.0.20",
+		Port: "15432/TCP", Flows: 1, Example: "a/shop/api", PodPathOpen: true,
+		AllowedBy: []string{"mcnp a/shop/db-ingress"}, DeniedBy: []string{"np shop/to-b-pods"}}, hs[0])
+
+	// the address is admitted, but db-1's ingress denies
+	w = newSvcWorld()
+	w.mcnps["db-ingress"] = strings.Replace(w.mcnps["db-ingress"], "podSelector: {matchLabels: {role: db}}",
+		"podSelector: {matchLabels: {role: db, tier: primary}}", 1)
+	w.pods["b"][1].Labels["name"] = "db-1"
+	w.netpols["b"] = []networkingv1.NetworkPolicy{denyIngress(map[string]string{"name": "db-1"})}
+	l := w.live(t)
+	hs, err = l.serviceConflicts()
+	require.NoError(t, err)
+	require.Len(t, hs, 1, "%+v", hs)
+	assert.Equal(t, ServiceAddressAllowedIngressDenied, hs[0].Kind)
+	assert.Equal(t, []string{"b/shop/db-1"}, hs[0].DeniedAt)
+	assert.Equal(t, []string{"mcnp a/shop/api-egress"}, hs[0].AllowedBy)
+	assert.Equal(t, []string{"np shop/deny-db-1"}, hs[0].DeniedBy)
+
+	var out strings.Builder
+	printConflicts(&out, ConflictsReport{ServiceHalfOpen: hs})
+	assert.Contains(t, out.String(), "a/shop -> service b/shop/db (10.97.0.20) on 15432/TCP: 1 flow(s), address-allowed-ingress-denied")
+	assert.Contains(t, out.String(), "denied at backends: b/shop/db-1")
+}
