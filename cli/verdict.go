@@ -89,7 +89,8 @@ type Verdict struct {
 	// the port, with why (not Ready, no such named port, terminated).
 	Excluded []string `json:"excluded,omitempty"`
 	// Reason says why a Service flow is denied or partial; Notes explain a
-	// denied egress to a remote ClusterIP (the exactness rule).
+	// denied egress to a remote ClusterIP (the exactness rule) and name
+	// what the verdict does not model (Globalnet).
 	Reason string   `json:"reason,omitempty"`
 	Notes  []string `json:"notes,omitempty"`
 }
@@ -361,7 +362,7 @@ func printServiceVerdict(w *strings.Builder, v *Verdict) {
 		}
 	}
 	if len(v.Notes) > 0 {
-		fmt.Fprintln(w, "\nwhy the egress denies the ClusterIP:")
+		fmt.Fprintln(w, "\nnotes:")
 		for _, n := range v.Notes {
 			fmt.Fprintf(w, "  %s\n", n)
 		}

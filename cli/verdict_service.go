@@ -309,6 +309,16 @@ func verdictService(l *live, src Endpoint, dst Endpoint, port int, proto corev1.
 	if !same && !v.Egress.Allowed && len(backends) > 0 {
 		v.Notes = l.egressNotes(src, sp, dst, backends, proto)
 	}
+	if !same {
+		nets := l.inv.Networks()
+		for _, c := range []string{src.Cluster, dst.Cluster} {
+			if g := nets[c].GlobalCIDRs; len(g) > 0 {
+				v.Notes = append(v.Notes, fmt.Sprintf("cluster %s uses Globalnet (global CIDR %s): there the client dials the Service's "+
+					"global ingress IP and is seen by a global egress IP, which this verdict does not model (it evaluates the ClusterIP and pod IPs)",
+					c, g[0]))
+			}
+		}
+	}
 	return v, nil
 }
 

@@ -175,6 +175,7 @@ func TestVerdictServiceAllowed(t *testing.T) {
 	assert.True(t, v.Ingress.Allowed)
 	assert.Empty(t, v.Reason)
 	require.NoError(t, verdictExit(v, true))
+	assert.Empty(t, v.Notes)
 
 	// a port the Service does not have
 	_, err = verdictService(l, Endpoint{"a", "shop", "api"}, apiToDB, 5432, corev1.ProtocolTCP)
@@ -207,7 +208,7 @@ func TestVerdictServiceEgressDeniedNoAddressRule(t *testing.T) {
 	var out strings.Builder
 	printVerdict(&out, v)
 	assert.Contains(t, out.String(), "a/shop/api -> service b/shop/db (ClusterIP 10.97.0.20) on 15432/TCP: DENIED")
-	assert.Contains(t, out.String(), "why the egress denies the ClusterIP:")
+	assert.Contains(t, out.String(), "\nnotes:\n")
 }
 
 // The ingress MCNP admits api on the primary backend only, and a user
@@ -409,4 +410,17 @@ func TestConflictsServiceFlows(t *testing.T) {
 	printConflicts(&out, ConflictsReport{ServiceHalfOpen: hs})
 	assert.Contains(t, out.String(), "a/shop -> service b/shop/db (10.97.0.20) on 15432/TCP: 1 flow(s), address-allowed-ingress-denied")
 	assert.Contains(t, out.String(), "denied at backends: b/shop/db-1")
+}
+
+// Under Globalnet the verdict says what it does not model.
+func TestVerdictServiceGlobalnetNote(t *testing.T) {
+	l := newSvcWorld().live(t)
+	nets, err := enforce.ParseClusterCIDRs([]string{"a=10.1.0.0/16", "b=10.2.0.0/16", "a:service=10.96.0.0/16", "b:service=10.97.0.0/16",
+		"b:global=242.2.0.0/16"})
+	require.NoError(t, err)
+	l.inv.SetNetworks(nets)
+	v, err := verdictService(l, Endpoint{"a", "shop", "api"}, apiToDB, 15432, corev1.ProtocolTCP)
+	require.NoError(t, err)
+	require.Len(t, v.Notes, 1)
+	assert.Contains(t, v.Notes[0], "cluster b uses Globalnet (global CIDR 242.2.0.0/16)")
 }
