@@ -2,14 +2,12 @@ package cli
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 	"strings"
 
-	"github.com/mattfenwick/cyclonus/pkg/matcher"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 
-	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/reach"
 )
 
@@ -53,54 +51,14 @@ type ConflictsReport struct {
 	ServiceHalfOpen []ServiceHalfOpen `json:"serviceHalfOpen"`
 }
 
-// policySet holds a cluster's NetworkPolicies compiled once for cyclonus.
-func (l *live) policySet(cache map[string]*matcher.Policy, cluster string) *matcher.Policy {
-	if p, ok := cache[cluster]; ok {
-		return p
-	}
-	var all []*networkingv1.NetworkPolicy
-	for i := range l.netpols[cluster] {
-		all = append(all, withTypes(l.netpols[cluster][i]))
-	}
-	p := matcher.BuildNetworkPolicies(false, all)
-	cache[cluster] = p
-	return p
-}
-
-// owners names the policies of targets: "mcnp ORIGIN" for generated ones,
-// "np NS/NAME" for the user's.
-func owners(ts []*matcher.Target) []string {
-	seen := map[string]bool{}
-	for _, t := range ts {
-		for _, np := range t.SourceRules {
-			if generated(np) {
-				seen["mcnp "+np.Annotations[enforce.AnnotationOrigin]] = true
-			} else {
-				seen["np "+np.Namespace+"/"+np.Name] = true
-			}
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for k := range seen {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // serviceConflicts evaluates every service flow: each pod of a cluster to
 // each exported (non-headless) Service of another cluster with ready
 // backends, on each service port, with each cluster's NetworkPolicies
-// compiled once. It reports the half-open ones (see the kinds above); a
+// compiled once (ipEval). It reports the half-open ones (see the kinds above); a
 // flow whose egress or ingress merely falls to the default (no isolating
 // policy) is never half-open.
-func (l *live) serviceConflicts() (out []ServiceHalfOpen, err error) {
-	defer func() {
-		if r := recover(); r != nil { // the matcher panics on malformed policies
-			out, err = nil, fmt.Errorf("evaluating service flows: %v", r)
-		}
-	}()
-	cache := map[string]*matcher.Policy{}
+func (l *live) serviceConflicts() ([]ServiceHalfOpen, error) {
+	cache := map[string]*ipEval{}
 	groups := map[string]*ServiceHalfOpen{}
 	var svcClusters []string
 	for c := range l.services {
@@ -160,7 +118,7 @@ func (l *live) serviceConflicts() (out []ServiceHalfOpen, err error) {
 			}
 		}
 	}
-	out = make([]ServiceHalfOpen, 0, len(groups))
+	out := make([]ServiceHalfOpen, 0, len(groups))
 	for _, g := range groups {
 		out = append(out, *g)
 	}
@@ -180,45 +138,65 @@ func (l *live) serviceConflicts() (out []ServiceHalfOpen, err error) {
 	return out, nil
 }
 
-// serviceFlow judges one service flow; nil when it is not half-open.
-func (l *live) serviceFlow(cache map[string]*matcher.Policy, c string, p *corev1.Pod, sc, cip string, port int,
+// evalOf returns cluster c's compiled NetworkPolicies.
+func (l *live) evalOf(cache map[string]*ipEval, c string) *ipEval {
+	e := cache[c]
+	if e == nil {
+		e = newIPEval(l.netpols[c])
+		cache[c] = e
+	}
+	return e
+}
+
+// serviceFlow judges one service flow; nil when it is not half-open. The
+// backends are evaluated only as far as the verdict needs them.
+func (l *live) serviceFlow(cache map[string]*ipEval, c string, p *corev1.Pod, sc, cip string, port int,
 	proto corev1.Protocol, backends []backend) *ServiceHalfOpen {
-	src := l.trafficPeer(c, p, true)
-	eg := l.policySet(cache, c).IsIngressOrEgressAllowed(&matcher.Traffic{Source: src,
-		Destination: &matcher.TrafficPeer{IP: cip}, ResolvedPort: port, Protocol: proto}, false)
-	egIsolated := len(eg.AllowingTargets)+len(eg.DenyingTargets) > 0
-	remote := l.trafficPeer(c, p, false)
-	allExplicit, podPath := true, true
-	var deniedAt, inAllow, inDeny []string
+	srcIP, err1 := netip.ParseAddr(p.Status.PodIP)
+	dstIP, err2 := netip.ParseAddr(cip)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	eg := l.evalOf(cache, c).eval(p, dstIP, port, "", proto, false)
+	if eg.allowed && !eg.isolated {
+		return nil // only a default: never half-open
+	}
+	in := l.evalOf(cache, sc)
+	from, example := c+"/"+p.Namespace, c+"/"+p.Namespace+"/"+p.Name
+	if !eg.allowed {
+		// ingress-allowed-address-denied needs every backend to admit
+		// the source explicitly
+		var allowBy []string
+		for _, b := range backends {
+			v := in.eval(b.pod, srcIP, b.port, b.portName, proto, true)
+			if !v.allowed || !v.isolated {
+				return nil
+			}
+			allowBy = append(allowBy, v.allowBy...)
+		}
+		podPath := true
+		for _, b := range backends {
+			bIP, err := netip.ParseAddr(b.pod.Status.PodIP)
+			if err != nil || !l.evalOf(cache, c).eval(p, bIP, b.port, "", proto, false).allowed {
+				podPath = false
+				break
+			}
+		}
+		return &ServiceHalfOpen{Kind: ServiceIngressAllowedAddressDenied, From: from, Example: example,
+			PodPathOpen: podPath, AllowedBy: dedup(allowBy), DeniedBy: eg.denyBy}
+	}
+	var deniedAt, denyBy []string
 	for _, b := range backends {
-		in := l.policySet(cache, sc).IsIngressOrEgressAllowed(&matcher.Traffic{Source: remote,
-			Destination: l.trafficPeer(sc, b.pod, true), ResolvedPort: b.port, ResolvedPortName: b.portName, Protocol: proto}, true)
-		if !in.IsAllowed() {
+		if v := in.eval(b.pod, srcIP, b.port, b.portName, proto, true); !v.allowed {
 			deniedAt = append(deniedAt, sc+"/"+b.pod.Namespace+"/"+b.pod.Name)
-			inDeny = append(inDeny, owners(in.DenyingTargets)...)
-			allExplicit = false
-			continue
-		}
-		if len(in.AllowingTargets) == 0 {
-			allExplicit = false
-		}
-		inAllow = append(inAllow, owners(in.AllowingTargets)...)
-		if !eg.IsAllowed() && podPath {
-			pe := l.policySet(cache, c).IsIngressOrEgressAllowed(&matcher.Traffic{Source: src,
-				Destination: &matcher.TrafficPeer{IP: b.pod.Status.PodIP}, ResolvedPort: b.port, Protocol: proto}, false)
-			podPath = pe.IsAllowed()
+			denyBy = append(denyBy, v.denyBy...)
 		}
 	}
-	from := c + "/" + p.Namespace
-	switch {
-	case !eg.IsAllowed() && allExplicit:
-		return &ServiceHalfOpen{Kind: ServiceIngressAllowedAddressDenied, From: from, Example: c + "/" + p.Namespace + "/" + p.Name,
-			PodPathOpen: podPath, AllowedBy: dedup(inAllow), DeniedBy: owners(eg.DenyingTargets)}
-	case eg.IsAllowed() && egIsolated && len(deniedAt) > 0:
-		return &ServiceHalfOpen{Kind: ServiceAddressAllowedIngressDenied, From: from, Example: c + "/" + p.Namespace + "/" + p.Name,
-			DeniedAt: deniedAt, AllowedBy: owners(eg.AllowingTargets), DeniedBy: dedup(inDeny)}
+	if len(deniedAt) == 0 {
+		return nil
 	}
-	return nil
+	return &ServiceHalfOpen{Kind: ServiceAddressAllowedIngressDenied, From: from, Example: example,
+		DeniedAt: deniedAt, AllowedBy: eg.allowBy, DeniedBy: dedup(denyBy)}
 }
 
 func dedup(s []string) []string {
