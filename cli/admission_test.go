@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
+	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
@@ -76,4 +77,41 @@ func TestClusterConsentFromConfigMap(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "b: ConfigMap coastguard-system/coastguard-consent")
 	assert.Contains(t, err.Error(), "name is required")
+}
+
+// status names a cluster whose key fingerprint differs across views, and
+// not one that a view has no key for yet.
+func TestKeyMismatches(t *testing.T) {
+	cc := func(name, fp string) v1.CoastguardCluster {
+		c := v1.CoastguardCluster{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		c.Status.SigningKeyFingerprint = fp
+		return c
+	}
+	views := map[string][]v1.CoastguardCluster{
+		"a": {cc("a", "SHA256:A"), cc("b", "SHA256:B"), cc("c", "SHA256:C")},
+		"b": {cc("a", "SHA256:A"), cc("b", "SHA256:B"), cc("c", "SHA256:rogue")},
+		"c": {cc("a", ""), cc("b", "SHA256:B"), cc("c", "SHA256:C")},
+	}
+	got := keyMismatches(views)
+	require.Len(t, got, 1)
+	assert.Contains(t, got[0], "cluster c's signing key differs across views: SHA256:C in a,c; SHA256:rogue in b")
+}
+
+// The trust bundle is what the other clusters agree each cluster's key is;
+// disagreement or a cluster nobody pins is an error, never a bundle.
+func TestTrustBundle(t *testing.T) {
+	keys := map[string]map[string][]string{
+		"a": {"KA": {"b", "c"}}, "b": {"KB": {"a", "c"}}, "c": {"KC": {"a", "b"}},
+	}
+	b, err := trustBundle(keys, []string{"a", "b", "c"})
+	require.NoError(t, err)
+	assert.Equal(t, "a KA\nb KB\nc KC\n", b)
+
+	keys["c"]["rogue"] = []string{"b"}
+	_, err = trustBundle(keys, []string{"a", "b", "c"})
+	require.ErrorContains(t, err, "cluster c is pinned to different keys: KC in a,b; rogue in b")
+
+	delete(keys, "c")
+	_, err = trustBundle(keys, []string{"a", "b", "c"})
+	require.ErrorContains(t, err, "no other cluster pins c yet")
 }

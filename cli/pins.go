@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/base64"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -40,6 +41,12 @@ the cluster in Secret ` + kube.PinsSecret + `, written by its leader.`,
 		RunE:  func(cmd *cobra.Command, _ []string) error { return o.listPins(cmd) },
 	})
 	pins.AddCommand(&cobra.Command{
+		Use:   "bundle",
+		Short: "Print the strict-mode trust bundle the set agrees on (one \"<cluster> <key>\" line per cluster, the key the others pin for it) for --trust-bundle-file",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return o.bundlePins(cmd) },
+	})
+	pins.AddCommand(&cobra.Command{
 		Use:   "delete CLUSTER",
 		Short: "Reset CLUSTER's pin in every cluster of the set: its next key is pinned on first use (after it lost its key Secret, or to reuse its ID)",
 		Args:  cobra.ExactArgs(1),
@@ -48,12 +55,15 @@ the cluster in Secret ` + kube.PinsSecret + `, written by its leader.`,
 	return pins
 }
 
-func (o *Options) listPins(cmd *cobra.Command) error {
+// collectPins reads every cluster's shared pins: the rows to print, and
+// per pinned cluster which views pin which key (base64).
+func (o *Options) collectPins(cmd *cobra.Command) ([]PinView, map[string]map[string][]string, []string, error) {
 	rs, err := o.reach(cmd.Context())
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	var out []PinView
+	var members []string
 	keys := map[string]map[string][]string{} // pinned cluster -> key -> views
 	for _, r := range rs {
 		switch {
@@ -63,6 +73,7 @@ func (o *Options) listPins(cmd *cobra.Command) error {
 		case r.Member == nil:
 			continue
 		}
+		members = append(members, r.Member.ID)
 		p, err := kube.ReadPins(cmd.Context(), r.Member.Client, o.Namespace)
 		if err != nil {
 			out = append(out, PinView{Context: r.Context, View: r.Member.ID, Error: err.Error()})
@@ -86,11 +97,19 @@ func (o *Options) listPins(cmd *cobra.Command) error {
 		}
 		return out[i].Cluster < out[j].Cluster
 	})
+	sort.Strings(members)
+	return out, keys, members, nil
+}
+
+// pinConflicts names every cluster pinned to different keys by different
+// views.
+func pinConflicts(keys map[string]map[string][]string) []string {
 	var problems []string
 	for c, byKey := range keys {
 		if len(byKey) > 1 {
 			var parts []string
 			for k, views := range byKey {
+				sort.Strings(views)
 				parts = append(parts, fmt.Sprintf("%s in %s", k, strings.Join(views, ",")))
 			}
 			sort.Strings(parts)
@@ -98,6 +117,15 @@ func (o *Options) listPins(cmd *cobra.Command) error {
 		}
 	}
 	sort.Strings(problems)
+	return problems
+}
+
+func (o *Options) listPins(cmd *cobra.Command) error {
+	out, keys, _, err := o.collectPins(cmd)
+	if err != nil {
+		return err
+	}
+	problems := pinConflicts(keys)
 	if err := o.print(out, func(w *strings.Builder) { printPins(w, out, problems) }); err != nil {
 		return err
 	}
@@ -105,6 +133,43 @@ func (o *Options) listPins(cmd *cobra.Command) error {
 		return &ExitError{Code: 1}
 	}
 	return nil
+}
+
+// trustBundle is the strict-mode trust bundle the set agrees on: one
+// "<cluster> <base64 key>" line per member, the key every other member
+// pins for it. It fails when views disagree or a member is pinned nowhere.
+func trustBundle(keys map[string]map[string][]string, members []string) (string, error) {
+	if problems := pinConflicts(keys); len(problems) > 0 {
+		return "", fmt.Errorf("the clusters do not agree: %s", strings.Join(problems, "; "))
+	}
+	var b strings.Builder
+	var missing []string
+	for _, m := range members {
+		if len(keys[m]) == 0 {
+			missing = append(missing, m)
+			continue
+		}
+		for k := range keys[m] {
+			fmt.Fprintf(&b, "%s %s\n", m, k)
+		}
+	}
+	if len(missing) > 0 {
+		return "", fmt.Errorf("no other cluster pins %s yet (wait until the set has converged, or add its line from coastguardd keys show)", strings.Join(missing, ", "))
+	}
+	return b.String(), nil
+}
+
+func (o *Options) bundlePins(cmd *cobra.Command) error {
+	_, keys, members, err := o.collectPins(cmd)
+	if err != nil {
+		return err
+	}
+	bundle, err := trustBundle(keys, members)
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(o.Out, bundle)
+	return err
 }
 
 func printPins(w *strings.Builder, out []PinView, problems []string) {

@@ -211,6 +211,7 @@ func (o *Options) status(ctx context.Context) (*Status, error) {
 		}
 		st.Views = append(st.Views, v)
 	}
+	st.Problems = append(st.Problems, keyMismatches(views)...)
 	if len(versions) > 1 {
 		for ver, cs := range versions {
 			sort.Strings(cs)
@@ -317,4 +318,41 @@ func (o *Options) printStatus(st *Status) error {
 			}
 		}
 	})
+}
+
+// keyMismatches names every cluster whose signing-key fingerprint differs
+// across views (each view shows its own key for itself and the key it
+// trusts for the others): someone claims that cluster's ID, or it lost its
+// key and the others still trust the old one. A view that has no key for a
+// cluster yet is not a mismatch.
+func keyMismatches(views map[string][]v1.CoastguardCluster) []string {
+	byCluster := map[string]map[string][]string{} // cluster -> fingerprint -> views
+	for view, ccs := range views {
+		for _, c := range ccs {
+			fp := c.Status.SigningKeyFingerprint
+			if fp == "" {
+				continue
+			}
+			if byCluster[c.Name] == nil {
+				byCluster[c.Name] = map[string][]string{}
+			}
+			byCluster[c.Name][fp] = append(byCluster[c.Name][fp], view)
+		}
+	}
+	var out []string
+	for cluster, fps := range byCluster {
+		if len(fps) < 2 {
+			continue
+		}
+		var parts []string
+		for fp, vs := range fps {
+			sort.Strings(vs)
+			parts = append(parts, fp+" in "+strings.Join(vs, ","))
+		}
+		sort.Strings(parts)
+		out = append(out, fmt.Sprintf("cluster %s's signing key differs across views: %s (a cluster claims its ID, or it lost its key: kubectl coastguard pins list, docs/SECURITY.md)",
+			cluster, strings.Join(parts, "; ")))
+	}
+	sort.Strings(out)
+	return out
 }

@@ -2,6 +2,7 @@ package gossip
 
 import (
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/crdt"
 
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/prometheus/client_golang/prometheus"
@@ -128,7 +129,12 @@ func (m *metrics) register(reg prometheus.Registerer) error {
 	for _, r := range []string{dropDecode, dropOversize, dropUnknownType, dropRateLimited, dropOriginMismatch,
 		dropUnknownSender, dropUnsolicited, dropInvalid, dropDecrypt, dropLabel, dropMemberlist, dropChecksum,
 		dropQueueFull, dropStateTooLarge, dropStreamLimit, dropPreAuth, dropCompressed,
-		dropMetaInvalid, dropMetaUnsigned, dropMetaSignature, dropMetaCluster, dropIncarnation} {
+		dropMetaInvalid, dropMetaUnsigned, dropMetaSignature, dropMetaCluster, dropIncarnation,
+		// the data layer's trust refusals: an alert on key_mismatch or a
+		// signature drop fires on the first one, from zero
+		crdt.ReasonBadSignature, crdt.ReasonUnsigned, crdt.ReasonUnprovenWatermark, crdt.ReasonUnprovenReset,
+		crdt.ReasonOriginLimit, crdt.ReasonEntryLimit, crdt.ReasonByteLimit, crdt.ReasonRetireRefused,
+		crdt.ReasonKeyMismatch, crdt.ReasonUnknownKey} {
 		m.dropped.WithLabelValues(r)
 	}
 	if err := metricsreg.All(reg, m.members, m.clusters, m.clusterStale, m.deltas, m.bytes,

@@ -224,7 +224,11 @@ func newBenchNode(name, cluster string, rep gossip.Replica, seeds []string, sg c
 		Transport: gossip.NewFaultTransport(inner), IsWriter: func() bool { return true },
 	}
 	if sg != nil {
-		cfg.Signer, cfg.Trust = sg, tr
+		// The members (hub, origin nodes) have no signing key of their own:
+		// the joiner takes their unsigned membership metadata as during a
+		// rollout (--allow-unsigned-meta); every entry is still signed and
+		// verified, which is what the join measures.
+		cfg.Signer, cfg.Trust, cfg.AllowUnsignedMeta = sg, tr, true
 	}
 	return gossip.New(cfg, rep)
 }

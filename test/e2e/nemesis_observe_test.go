@@ -5,7 +5,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -58,13 +61,28 @@ func (n *nemesis) watchGeneratedNPs(ctx context.Context, origin string) {
 	}
 }
 
+// notePresent records a cluster's generated policy appearing or leaving.
+// Leaving is fail-closed only as the MCNP's deletion reaching that
+// cluster: a generated policy that leaves a cluster although the MCNP was
+// not deleted since the policy appeared there opened that cluster's db for
+// no reason (a partition, a lost store, a restart or a failover must keep
+// it: docs/SEMANTICS.md), and fails the run.
 func (n *nemesis) notePresent(cluster, origin string, present bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if st := n.nps[cluster]; present != st.present {
-		n.nps[cluster] = npState{present: present, since: time.Now()}
-		n.history = append(n.history, fmt.Sprintf("%9.3fs  generated NetworkPolicy of %s's MCNP %s in %s's apiserver",
-			time.Since(n.start).Seconds(), origin, map[bool]string{true: "appeared", false: "gone"}[present], cluster))
+	st := n.nps[cluster]
+	if present == st.present {
+		return
+	}
+	now := time.Now()
+	n.nps[cluster] = npState{present: present, since: now}
+	n.history = append(n.history, fmt.Sprintf("%9.3fs  generated NetworkPolicy of %s's MCNP %s in %s's apiserver",
+		now.Sub(n.start).Seconds(), origin, map[bool]string{true: "appeared", false: "gone"}[present], cluster))
+	if !present && !n.mcnpDeletedAt.After(st.since) {
+		msg := fmt.Sprintf("FAIL-OPEN %s's generated NetworkPolicy left %s at %.3fs, present since %.3fs; the MCNP was not deleted since",
+			origin, cluster, now.Sub(n.start).Seconds(), st.since.Sub(n.start).Seconds())
+		n.failOpen = append(n.failOpen, msg)
+		n.history = append(n.history, msg)
 	}
 }
 
@@ -143,4 +161,23 @@ func (n *nemesis) leakCause(origin, dst string, at time.Time) string {
 		}
 	}
 	return ""
+}
+
+// The fail-closed check: a generated policy leaving a cluster is fine only
+// as the MCNP's deletion arriving there.
+func TestNemesisFailClosedCheck(t *testing.T) {
+	n := &nemesis{start: time.Now(), nps: map[string]npState{}}
+	n.notePresent("cluster2", "cluster1", true)
+	n.notePresent("cluster2", "cluster1", false)
+	require.Len(t, n.failOpen, 1, "gone without a deletion: fail-open")
+	require.Contains(t, n.failOpen[0], "left cluster2")
+
+	n.notePresent("cluster2", "cluster1", true)
+	n.mcnpDeletedAt = time.Now()
+	n.notePresent("cluster2", "cluster1", false)
+	require.Len(t, n.failOpen, 1, "gone after the MCNP's deletion: fine")
+
+	n.notePresent("cluster3", "cluster1", true) // appeared after that deletion
+	n.notePresent("cluster3", "cluster1", false)
+	require.Len(t, n.failOpen, 2, "a deletion before the policy appeared explains nothing")
 }

@@ -78,12 +78,16 @@ type nemesis struct {
 	slots   map[string]string  // cluster/slot -> pod name
 	mcnpOn  bool
 	mcnpAt  time.Time // when the MCNP was last (re)created
-	seq     int
-	daemons map[string][]*harness.Daemon
-	leaks   []string
-	faults  map[string]int
-	probes  int
-	stale   int
+	// mcnpDeletedAt: when the MCNP was last deleted; failOpen: generated
+	// policies that left a cluster without such a deletion (notePresent)
+	mcnpDeletedAt time.Time
+	failOpen      []string
+	seq           int
+	daemons       map[string][]*harness.Daemon
+	leaks         []string
+	faults        map[string]int
+	probes        int
+	stale         int
 	// observations for the leak checker (nemesis_observe_test.go)
 	nps       map[string]npState   // cluster -> generated policy in its apiserver
 	active    map[string]int       // cluster -> faults touching it now
@@ -351,6 +355,9 @@ func (n *nemesis) toggleMCNP(ctx context.Context) {
 	on := n.mcnpOn
 	n.mu.Unlock()
 	if on {
+		n.mu.Lock()
+		n.mcnpDeletedAt = time.Now() // before the delete: its effects may be seen first
+		n.mu.Unlock()
 		if _, se, err := origin.Kubectl(ctx, "-n", "shop", "delete", "mcnp", "db-from-web"); err != nil {
 			n.log("MCNP delete failed: %v %s", err, se)
 			return
@@ -789,6 +796,7 @@ func (n *nemesis) check(ctx context.Context) {
 		t.Logf("nemesis explained leak: %s", e)
 	}
 	require.Empty(t, n.leaks, "connections no state ever admitted")
+	require.Empty(t, n.failOpen, "generated policies removed while their MCNP existed")
 }
 
 // TestNemesisCheckerExplains plants the faults the checker must catch: a
