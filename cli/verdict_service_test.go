@@ -424,3 +424,28 @@ func TestVerdictServiceGlobalnetNote(t *testing.T) {
 	require.Len(t, v.Notes, 1)
 	assert.Contains(t, v.Notes[0], "cluster b uses Globalnet (global CIDR 242.2.0.0/16)")
 }
+
+// A ClusterIP outside b's service CIDR as a knows it is never rendered: the
+// verdict denies the ClusterIP and names the Degraded reason, although the
+// egress admits every backend by pod IP.
+func TestVerdictServiceAddressNotOwned(t *testing.T) {
+	w := newSvcWorld()
+	w.svcs["b"][0].Spec.ClusterIP = "10.250.0.20"
+	w.svcs["b"][0].Spec.ClusterIPs = []string{"10.250.0.20"}
+	l := w.live(t)
+	v, err := verdictService(l, Endpoint{"a", "shop", "api"}, apiToDB, 15432, corev1.ProtocolTCP)
+	require.NoError(t, err)
+	assert.False(t, v.Egress.Allowed)
+	require.Len(t, v.Notes, 2, "%q", v.Notes)
+	assert.Contains(t, v.Notes[0], "the egress admits every backend by its pod IP on its target port, but not the ClusterIP: a client that dials db.shop.svc.clusterset.local is denied")
+	assert.Equal(t, "MCNP a/shop/api-egress is Degraded "+enforce.ReasonServiceIPNotOwned+" for b/shop/db: no address rule for its ClusterIP", v.Notes[1])
+
+	ex, err := explain(l, "shop", "api-egress")
+	require.NoError(t, err)
+	require.Equal(t, "a", ex.Clusters[0].Cluster)
+	require.Len(t, ex.Clusters[0].Services, 1)
+	sa := ex.Clusters[0].Services[0]
+	assert.False(t, sa.Admitted)
+	assert.Len(t, sa.AdmittedBackends, 2)
+	assert.Contains(t, sa.Decision, "Degraded "+enforce.ReasonServiceIPNotOwned)
+}
