@@ -18,7 +18,7 @@ func newConflictsCmd(o *Options) *cobra.Command {
 	var intra bool
 	cmd := &cobra.Command{
 		Use:   "conflicts",
-		Short: "Half-open flows, shadowed/redundant MCNP rules, rules and MCNPs selecting nothing, isolated pods",
+		Short: "Half-open flows (pod flows, and flows to other clusters' exported Services), shadowed/redundant MCNP rules, rules and MCNPs selecting nothing, isolated pods",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -34,9 +34,12 @@ func newConflictsCmd(o *Options) *cobra.Command {
 			if err != nil {
 				o.warnf("%v", err)
 			}
-			rep := e.Conflicts()
+			rep := ConflictsReport{Report: e.Conflicts()}
 			if !intra {
 				rep.HalfOpen = crossCluster(rep.HalfOpen)
+			}
+			if rep.ServiceHalfOpen, err = l.serviceConflicts(); err != nil {
+				o.warnf("%v", err)
 			}
 			return o.print(rep, func(w *strings.Builder) { printConflicts(w, rep) })
 		},
@@ -144,8 +147,8 @@ func (l *live) engine() (*reach.Engine, error) {
 	return e, err
 }
 
-func printConflicts(w *strings.Builder, r reach.Report) {
-	fmt.Fprintln(w, r.Summary())
+func printConflicts(w *strings.Builder, r ConflictsReport) {
+	fmt.Fprintf(w, "%s, %d half-open service flow groups\n", r.Summary(), len(r.ServiceHalfOpen))
 	if len(r.HalfOpen) > 0 {
 		fmt.Fprintln(w, "\nHALF-OPEN FLOWS (one end allows, the other denies)")
 		for _, h := range r.HalfOpen {
@@ -153,6 +156,7 @@ func printConflicts(w *strings.Builder, r reach.Report) {
 				h.From, h.To, h.Port, h.Flows, h.Kind, h.Example[0], h.Example[1], strings.Join(h.AllowedBy, ", "), strings.Join(h.DeniedBy, ", "))
 		}
 	}
+	printServiceConflicts(w, r.ServiceHalfOpen)
 	if len(r.Redundant) > 0 {
 		fmt.Fprintln(w, "\nSHADOWED / REDUNDANT RULES (every flow they allow is allowed by other rules)")
 		for _, x := range r.Redundant {

@@ -33,6 +33,9 @@ type ClusterExplanation struct {
 	NetworkPolicies []networkingv1.NetworkPolicy `json:"networkPolicies,omitempty"`
 	// Peers lists, per generated rule, the pods it admits.
 	Peers []RulePeers `json:"peers,omitempty"`
+	// Services are the exactness decisions for the exported Services of
+	// other clusters whose backends or addresses the egress rules admit.
+	Services []ServiceAddress `json:"services,omitempty"`
 }
 
 // RulePeers are the pods one generated rule admits.
@@ -41,7 +44,10 @@ type RulePeers struct {
 	Rule          string   `json:"rule"` // ingress[i] / egress[i]
 	Ports         string   `json:"ports"`
 	Pods          []string `json:"pods"` // cluster/ns/pod
-	Other         []string `json:"other,omitempty"`
+	// Services are the exported Services' addresses among the rule's
+	// ipBlocks ("service CLUSTER/NS/NAME ClusterIP IP").
+	Services []string `json:"services,omitempty"`
+	Other    []string `json:"other,omitempty"`
 }
 
 // Explanation is the explain document.
@@ -118,9 +124,11 @@ func explain(l *live, ns, name string) (*Explanation, error) {
 		if _, isMember := l.pods[c]; isMember {
 			ce.Live = liveDiff(l, c, *ref, res.NetworkPolicies)
 		}
+		svcIdx := l.serviceIndex()
 		for i := range res.NetworkPolicies {
-			ce.Peers = append(ce.Peers, peersOf(l, c, &res.NetworkPolicies[i])...)
+			ce.Peers = append(ce.Peers, peersOf(l, c, &res.NetworkPolicies[i], svcIdx)...)
 		}
+		ce.Services = l.serviceAddresses(c, res.NetworkPolicies, res.DegradedDetails)
 		ex.Clusters = append(ex.Clusters, ce)
 	}
 	return ex, nil
@@ -215,7 +223,7 @@ func portsText(ports []networkingv1.NetworkPolicyPort) string {
 // peersOf resolves a generated rule's peers to pods: ipBlocks by pod IP in
 // any cluster, selectors among the enforcing cluster's pods (apimachinery
 // selectors).
-func peersOf(l *live, c string, np *networkingv1.NetworkPolicy) []RulePeers {
+func peersOf(l *live, c string, np *networkingv1.NetworkPolicy, svcIdx map[netip.Addr]string) []RulePeers {
 	var out []RulePeers
 	do := func(dir string, i int, ports []networkingv1.NetworkPolicyPort, peers []networkingv1.NetworkPolicyPeer) {
 		rp := RulePeers{NetworkPolicy: np.Name, Rule: fmt.Sprintf("%s[%d]", dir, i), Ports: portsText(ports)}
@@ -227,6 +235,10 @@ func peersOf(l *live, c string, np *networkingv1.NetworkPolicy) []RulePeers {
 			if p.IPBlock != nil {
 				pre, err := netip.ParsePrefix(p.IPBlock.CIDR)
 				if err != nil {
+					continue
+				}
+				if svc, ok := svcIdx[pre.Addr()]; ok && pre.Bits() == pre.Addr().BitLen() {
+					rp.Services = append(rp.Services, "service "+svc+" ClusterIP "+pre.Addr().String())
 					continue
 				}
 				found := false
@@ -295,12 +307,18 @@ func printExplanation(w *strings.Builder, ex *Explanation, showYAML bool) {
 			if pods == "" {
 				pods = "(no pod)"
 			}
+			if pods == "(no pod)" && len(p.Services) > 0 {
+				pods = strings.Join(p.Services, " ")
+			} else if len(p.Services) > 0 {
+				pods += " + " + strings.Join(p.Services, ", ")
+			}
 			fmt.Fprintf(w, "  %s %s on %s admits: %s", p.NetworkPolicy, p.Rule, p.Ports, pods)
 			if len(p.Other) > 0 {
 				fmt.Fprintf(w, " + %s", strings.Join(p.Other, ", "))
 			}
 			fmt.Fprintln(w)
 		}
+		printServiceAddresses(w, c.Services)
 		if showYAML {
 			for i := range c.NetworkPolicies {
 				b, _ := yaml.Marshal(&c.NetworkPolicies[i])
@@ -324,6 +342,12 @@ type ClusterDiff struct {
 	Removed []string `json:"removed,omitempty"`
 	Changed []string `json:"changed,omitempty"`
 	Diff    string   `json:"diff,omitempty"`
+	// Degraded and Details are the candidate's Degraded reason there, as
+	// the daemon would report it; Services its exactness decisions for
+	// the exported Services of other clusters (the ClusterIP rules).
+	Degraded string           `json:"degraded,omitempty"`
+	Details  []string         `json:"details,omitempty"`
+	Services []ServiceAddress `json:"services,omitempty"`
 }
 
 // WhatIf is the what-if document.
@@ -407,8 +431,10 @@ func whatIf(l *live, origin string, cand *v1.MultiClusterNetworkPolicy) *WhatIf 
 		wi.Error = err.Error()
 	}
 	for _, c := range l.inv.Clusters() {
-		after := l.admit(c, ref).NetworkPolicies
-		d := ClusterDiff{Cluster: c}
+		res := l.admit(c, ref)
+		after := res.NetworkPolicies
+		d := ClusterDiff{Cluster: c, Degraded: res.Degraded, Details: res.DegradedDetails,
+			Services: l.serviceAddresses(c, after, res.DegradedDetails)}
 		bm := map[string]networkingv1.NetworkPolicy{}
 		for _, np := range before[c] {
 			bm[np.Name] = np
@@ -449,8 +475,12 @@ func printWhatIf(w *strings.Builder, wi *WhatIf) {
 	for _, c := range wi.Clusters {
 		if len(c.Added)+len(c.Removed)+len(c.Changed) == 0 {
 			fmt.Fprintf(w, "\n%s: no change\n", c.Cluster)
-			continue
+		} else {
+			fmt.Fprintf(w, "\n%s: %d added, %d changed, %d removed\n%s\n", c.Cluster, len(c.Added), len(c.Changed), len(c.Removed), indent(c.Diff, "  "))
 		}
-		fmt.Fprintf(w, "\n%s: %d added, %d changed, %d removed\n%s\n", c.Cluster, len(c.Added), len(c.Changed), len(c.Removed), indent(c.Diff, "  "))
+		if c.Degraded != "" {
+			fmt.Fprintf(w, "  degraded: %s %s\n", c.Degraded, strings.Join(c.Details, "; "))
+		}
+		printServiceAddresses(w, c.Services)
 	}
 }

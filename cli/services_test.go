@@ -45,7 +45,8 @@ func TestLoadServicesFeedsTranslation(t *testing.T) {
 	}
 	inv.SetPod("c2", enforce.Pod{Namespace: "shop", Name: "db-0", Labels: map[string]string{"role": "db"}, IPs: []string{"10.2.0.10"},
 		Phase: corev1.PodRunning, Ports: []enforce.Port{{Name: "pg", Port: 5432}}})
-	require.NoError(t, loadServices(context.Background(), &member{ID: "c2", Client: client, Dynamic: dyn}, inv))
+	_, err = loadServices(context.Background(), &member{ID: "c2", Client: client, Dynamic: dyn}, inv)
+	require.NoError(t, err)
 	var spec apiv1.MultiClusterNetworkPolicySpec
 	require.NoError(t, yaml.UnmarshalStrict([]byte(`
 podSelector: {}
@@ -87,7 +88,8 @@ func TestLoadServicesFeedServicePeers(t *testing.T) {
 	}
 	inv.SetPod("c2", enforce.Pod{Namespace: "shop", Name: "db-0", Labels: map[string]string{"role": "db"}, IPs: []string{"10.2.0.10"},
 		Phase: corev1.PodRunning, Ports: []enforce.Port{{Name: "pg", Port: 5432}}})
-	require.NoError(t, loadServices(context.Background(), &member{ID: "c2", Client: client, Dynamic: dyn}, inv))
+	_, err = loadServices(context.Background(), &member{ID: "c2", Client: client, Dynamic: dyn}, inv)
+	require.NoError(t, err)
 	for _, tc := range []struct {
 		svc      string
 		want     []string

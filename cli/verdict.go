@@ -67,32 +67,58 @@ type Side struct {
 	Decisions []Decision `json:"decisions,omitempty"`
 }
 
-// Verdict is the verdict document.
+// Verdict is the verdict document. For a flow to a Service (--to
+// CLUSTER/NS/service/NAME), To is that spelling, Port the service port,
+// Service says which address was evaluated, Backends holds one verdict per
+// ready backend, and Ingress sums them up (allowed when every backend
+// admits the flow; its decisions are per backend).
 type Verdict struct {
 	From    string `json:"from"`
 	To      string `json:"to"`
 	Port    string `json:"port"`
 	Allowed bool   `json:"allowed"`
+	// Result is ALLOWED, DENIED, or PARTIAL (a Service some of whose
+	// backends admit the flow: Allowed is false).
+	Result  string `json:"result"`
 	Egress  Side   `json:"egress"`
 	Ingress Side   `json:"ingress"`
+	// Service flows only.
+	Service  *ServiceTarget   `json:"service,omitempty"`
+	Backends []BackendVerdict `json:"backends,omitempty"`
+	// Excluded lists the pods the Service selects that are not endpoints of
+	// the port, with why (not Ready, no such named port, terminated).
+	Excluded []string `json:"excluded,omitempty"`
+	// Reason says why a Service flow is denied or partial; Notes explain a
+	// denied egress to a remote ClusterIP (the exactness rule) and name
+	// what the verdict does not model (Globalnet).
+	Reason string   `json:"reason,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
 }
 
 func newVerdictCmd(o *Options) *cobra.Command {
 	var from, to, port string
 	var exitCode bool
 	cmd := &cobra.Command{
-		Use:   "verdict --from CLUSTER/NS/POD --to CLUSTER/NS/POD --port PORT[/PROTO]",
+		Use:   "verdict --from CLUSTER/NS/POD --to CLUSTER/NS/POD|CLUSTER/NS/service/NAME --port PORT[/PROTO]",
 		Short: "Is this flow allowed? Evaluates every NetworkPolicy on both ends and names the deciding policies and rules",
-		Args:  cobra.NoArgs,
+		Long: `Is this flow allowed? Evaluates every NetworkPolicy on both ends and names the deciding policies and rules.
+
+--to CLUSTER/NAMESPACE/service/NAME is a flow to an exported Service's ClusterIP on a
+service port (--port), as a client that dials NAME.NAMESPACE.svc.clusterset.local
+sends it: the source's egress is evaluated for the ClusterIP, and the ingress of
+every ready backend for the source's pod IP on the port that backend serves. The
+flow is ALLOWED only if every backend admits it (PARTIAL when some do).`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			src, err := ParseEndpoint(from)
 			if err != nil {
 				return err
 			}
-			dst, err := ParseEndpoint(to)
+			tgt, err := ParseTarget(to)
 			if err != nil {
 				return err
 			}
+			dst := tgt.Endpoint
 			pn, proto, err := ParsePort(port)
 			if err != nil {
 				return err
@@ -113,7 +139,12 @@ func newVerdictCmd(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			v, err := verdict(l, src, dst, pn, proto)
+			var v *Verdict
+			if tgt.Service {
+				v, err = verdictService(l, src, dst, pn, proto)
+			} else {
+				v, err = verdict(l, src, dst, pn, proto)
+			}
 			if err != nil {
 				return err
 			}
@@ -125,8 +156,8 @@ func newVerdictCmd(o *Options) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&exitCode, "exit-code", false, "exit 2 when the flow is DENIED (0 when ALLOWED, 1 on an error)")
 	cmd.Flags().StringVar(&from, "from", "", "source CLUSTER/NAMESPACE/POD (cluster ID or context)")
-	cmd.Flags().StringVar(&to, "to", "", "destination CLUSTER/NAMESPACE/POD")
-	cmd.Flags().StringVar(&port, "port", "", "destination PORT[/PROTO], e.g. 8080/TCP")
+	cmd.Flags().StringVar(&to, "to", "", "destination CLUSTER/NAMESPACE/POD, or CLUSTER/NAMESPACE/service/NAME for an exported Service's ClusterIP")
+	cmd.Flags().StringVar(&port, "port", "", "destination PORT[/PROTO], e.g. 8080/TCP (for a Service: the service port)")
 	for _, f := range []string{"from", "to", "port"} {
 		_ = cmd.MarkFlagRequired(f)
 	}
@@ -196,6 +227,10 @@ func verdict(l *live, src, dst Endpoint, port int, proto corev1.Protocol) (*Verd
 		v.Egress.PeerAs, v.Ingress.PeerAs = "ip "+dp.Status.PodIP, "ip "+sp.Status.PodIP
 	}
 	v.Allowed = v.Egress.Allowed && v.Ingress.Allowed
+	v.Result = ResultDenied
+	if v.Allowed {
+		v.Result = ResultAllowed
+	}
 	return v, nil
 }
 
@@ -273,27 +308,63 @@ func anyAllows(ms []matcher.PeerMatcher, peer *matcher.TrafficPeer, t *matcher.T
 }
 
 func printVerdict(w *strings.Builder, v *Verdict) {
-	word := map[bool]string{true: "ALLOWED", false: "DENIED"}
-	fmt.Fprintf(w, "%s -> %s on %s: %s\n", v.From, v.To, v.Port, word[v.Allowed])
-	for _, s := range []struct {
-		name string
-		side Side
-	}{{"egress", v.Egress}, {"ingress", v.Ingress}} {
-		fmt.Fprintf(w, "\n%s in %s (peer seen as %s): %s\n", s.name, s.side.Cluster, s.side.PeerAs, word[s.side.Allowed])
-		if !s.side.Isolated {
-			fmt.Fprintf(w, "  no NetworkPolicy selects the pod for %s: allowed by default\n", s.name)
-			continue
+	if v.Service != nil {
+		printServiceVerdict(w, v)
+		return
+	}
+	fmt.Fprintf(w, "%s -> %s on %s: %s\n", v.From, v.To, v.Port, v.Result)
+	printSide(w, "egress", "", v.Egress)
+	printSide(w, "ingress", "", v.Ingress)
+}
+
+var allowedWord = map[bool]string{true: "ALLOWED", false: "DENIED"}
+
+func printSide(w *strings.Builder, name, what string, s Side) {
+	fmt.Fprintf(w, "\n%s in %s%s (peer seen as %s): %s\n", name, s.Cluster, what, s.PeerAs, allowedWord[s.Allowed])
+	if !s.Isolated {
+		fmt.Fprintf(w, "  no NetworkPolicy selects the pod for %s: allowed by default\n", name)
+		return
+	}
+	for _, d := range s.Decisions {
+		kind := "user NetworkPolicy"
+		if d.Generated {
+			kind = "from MCNP " + d.Origin
 		}
-		for _, d := range s.side.Decisions {
-			kind := "user NetworkPolicy"
-			if d.Generated {
-				kind = "from MCNP " + d.Origin
-			}
-			if d.Allows {
-				fmt.Fprintf(w, "  allows  %s %s (%s)\n", d.Policy, strings.Join(d.Rules, ","), kind)
-			} else {
-				fmt.Fprintf(w, "  selects %s, no rule admits the flow (%s)\n", d.Policy, kind)
-			}
+		if d.Allows {
+			fmt.Fprintf(w, "  allows  %s %s (%s)\n", d.Policy, strings.Join(d.Rules, ","), kind)
+		} else {
+			fmt.Fprintf(w, "  selects %s, no rule admits the flow (%s)\n", d.Policy, kind)
+		}
+	}
+}
+
+func printServiceVerdict(w *strings.Builder, v *Verdict) {
+	s := v.Service
+	fmt.Fprintf(w, "%s -> %s (ClusterIP %s) on %s: %s\n", v.From, s, s.ClusterIP, v.Port, v.Result)
+	if v.Reason != "" {
+		fmt.Fprintf(w, "  %s\n", v.Reason)
+	}
+	fmt.Fprintf(w, "  targetPort %s, selector %s, %d ready backend(s)\n", s.TargetPort, s.Selector, len(v.Backends))
+	if v.Egress.Cluster != s.Cluster {
+		printSide(w, "egress", "", v.Egress)
+	}
+	for _, b := range v.Backends {
+		what := fmt.Sprintf(", backend %s %s on %s", b.Pod, b.IP, b.Port)
+		if b.Egress != nil {
+			printSide(w, "egress", what, *b.Egress)
+		}
+		printSide(w, "ingress", what, b.Ingress)
+	}
+	if len(v.Excluded) > 0 {
+		fmt.Fprintln(w, "\nnot endpoints of this port:")
+		for _, x := range v.Excluded {
+			fmt.Fprintf(w, "  %s\n", x)
+		}
+	}
+	if len(v.Notes) > 0 {
+		fmt.Fprintln(w, "\nnotes:")
+		for _, n := range v.Notes {
+			fmt.Fprintf(w, "  %s\n", n)
 		}
 	}
 }

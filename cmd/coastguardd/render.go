@@ -41,8 +41,11 @@ docs/SEMANTICS.md "Pod-IP ownership"). For every cluster it writes
 OUT/<clusterID>/networkpolicies.yaml with the NetworkPolicies coastguard
 would apply there (empty when none). Objects without metadata.namespace
 are in "default", as with kubectl; a v1 List (kubectl get -o yaml) is read
-item by item. Unknown kinds are ignored with a warning; invalid input stops
-everything with an error naming the file, document and object.
+item by item. Unknown kinds are ignored with a warning; kustomize files
+(kustomization.yaml, kustomization.yml or Kustomization, and objects of
+kustomize.config.k8s.io) are skipped silently, so a cluster directory can
+also be what "kubectl apply -k" applies. Invalid input stops everything
+with an error naming the file, document and object.
 `
 
 func newRenderCmd() *cobra.Command {
@@ -290,6 +293,9 @@ func (l *renderLoader) loadCluster(id, dir string) {
 		if d.IsDir() {
 			return nil
 		}
+		if isKustomization(d.Name()) {
+			return nil // what kubectl apply -k reads, not inventory
+		}
 		switch strings.ToLower(filepath.Ext(p)) {
 		case ".yaml", ".yml", ".json":
 			files = append(files, p)
@@ -329,6 +335,19 @@ func (l *renderLoader) loadFile(cluster, file string) {
 		}
 		l.loadObject(cluster, fmt.Sprintf("%s: document %d", file, doc), raw)
 	}
+}
+
+// kustomizeGroup is the API group of kustomize's own files.
+const kustomizeGroup = "kustomize.config.k8s.io"
+
+// isKustomization reports whether a file name is one kustomize reads as a
+// kustomization (kubectl apply -k DIR): render skips such files silently.
+func isKustomization(name string) bool {
+	switch name {
+	case "kustomization.yaml", "kustomization.yml", "Kustomization":
+		return true
+	}
+	return false
 }
 
 func strictUnmarshal(raw []byte, into any) error {
@@ -381,6 +400,9 @@ func (l *renderLoader) loadObject(cluster, where string, raw []byte) {
 			l.loadObject(cluster, fmt.Sprintf("%s: items[%d]", where, i), item)
 		}
 		return
+	}
+	if strings.HasPrefix(tm.APIVersion, kustomizeGroup+"/") {
+		return // a Kustomization or Component under another file name
 	}
 	r, ok := renderReaders[tm.Kind]
 	if !ok || (tm.APIVersion != r.apiVersion && r.foreign) {

@@ -46,6 +46,7 @@ func TestRenderExamples(t *testing.T) {
 		}
 	}
 	require.Contains(t, log.String(), "us-1: 2 NetworkPolicies")
+	require.NotContains(t, log.String(), "warning", "examples/ (with its kustomization.yaml files) reads without warnings")
 	// Rendering twice is byte-identical.
 	out2 := t.TempDir()
 	require.NoError(t, render("../../examples", out2, &bytes.Buffer{}))
@@ -116,6 +117,32 @@ items:
 	require.Contains(t, log.String(), "kind ConfigMap (v1) is not used by coastguard, ignored")
 	require.Contains(t, log.String(), "notes.txt: not a .yaml")
 	require.Contains(t, log.String(), "top.yaml: files at the top level are ignored")
+}
+
+// TestRenderSkipsKustomizations: a cluster directory may also be a
+// kustomization (kubectl apply -k examples/<cluster>); render skips the
+// kustomization file, under any of kustomize's names or as an object of
+// kustomize.config.k8s.io under another name, silently, while a truly
+// unknown kind still warns.
+func TestRenderSkipsKustomizations(t *testing.T) {
+	const k = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [ns.yaml]\n"
+	in := writeTree(t, map[string]string{
+		"a/ns.yaml":            nsShop,
+		"a/kustomization.yaml": k,
+		"b/ns.yaml":            nsShop,
+		"b/kustomization.yml":  "resources: [ns.yaml]\n", // no kind: kustomize accepts it, render would not
+		"c/ns.yaml":            nsShop,
+		"c/Kustomization":      "resources:\n- ns.yaml\n",
+		"c/sub/component.yaml": "apiVersion: kustomize.config.k8s.io/v1alpha1\nkind: Component\n",
+		"c/other.yaml":         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n",
+		"c/cm.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+	})
+	var log bytes.Buffer
+	require.NoError(t, render(in, t.TempDir(), &log))
+	for _, name := range []string{"kustomization.y", "c/Kustomization", "other.yaml", "component.yaml", "Component"} {
+		require.NotContains(t, log.String(), name, "kustomize files are skipped silently")
+	}
+	require.Contains(t, log.String(), "kind ConfigMap (v1) is not used by coastguard, ignored")
 }
 
 func TestRenderSkipsMissingNamespace(t *testing.T) {

@@ -307,5 +307,8 @@ func (c *Cluster) controllers() string {
 	if c.env.opts.Services {
 		list += ",endpointslice-controller"
 	}
+	for _, extra := range c.env.opts.ExtraControllers {
+		list += "," + extra
+	}
 	return list
 }

@@ -29,6 +29,11 @@ type Options struct {
 	// ControllerManager starts a kube-controller-manager per cluster for
 	// namespace deletion, garbage collection and service accounts.
 	ControllerManager bool
+	// ExtraControllers are kube-controller-manager controllers to run
+	// besides the harness's own (for example "daemonset-controller", so
+	// that `kubectl rollout status` sees a DaemonSet's spec observed; with
+	// no nodes it schedules nothing). Implies ControllerManager.
+	ExtraControllers []string
 	// BinDir holds etcd, kube-apiserver, kube-controller-manager and kubectl
 	// (default TestbinDir()).
 	BinDir string
@@ -170,6 +175,9 @@ func New(ctx context.Context, opts Options) (env *Env, err error) {
 	}
 	if opts.Services {
 		opts.Dataplane, opts.ControllerManager = true, true
+	}
+	if len(opts.ExtraControllers) > 0 {
+		opts.ControllerManager = true
 	}
 	if opts.BinDir == "" {
 		if opts.BinDir, err = TestbinDir(); err != nil {
