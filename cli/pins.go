@@ -190,45 +190,15 @@ func printPins(w *strings.Builder, out []PinView, problems []string) {
 }
 
 func (o *Options) deletePins(cmd *cobra.Command, cluster string) error {
-	rs, err := o.reach(cmd.Context())
-	if err != nil {
-		return err
-	}
 	resetID := "cli-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	var out []ReleaseResult
-	var failed []string
-	for _, r := range rs {
-		res := ReleaseResult{Context: r.Context}
+	return o.inEveryCluster(cmd, "pins delete "+cluster, func(m *member) (string, bool) {
+		was, err := kube.ResetPin(cmd.Context(), m.Client, o.Namespace, cluster, resetID)
 		switch {
-		case r.Err != nil:
-			res.Result = r.Err.Error()
-			failed = append(failed, r.Context)
-		case r.Member == nil:
-			continue
-		default:
-			res.Cluster = r.Member.ID
-			was, err := kube.ResetPin(cmd.Context(), r.Member.Client, o.Namespace, cluster, resetID)
-			switch {
-			case err != nil:
-				res.Result = err.Error()
-				failed = append(failed, r.Context)
-			case was:
-				res.Result = "reset"
-			default:
-				res.Result = "not pinned here"
-			}
+		case err != nil:
+			return err.Error(), false
+		case was:
+			return "reset", true
 		}
-		out = append(out, res)
-	}
-	if err := o.print(out, func(w *strings.Builder) {
-		for _, r := range out {
-			fmt.Fprintf(w, "%s (%s): %s\n", r.Context, r.Cluster, r.Result)
-		}
-	}); err != nil {
-		return err
-	}
-	if len(failed) > 0 {
-		return fmt.Errorf("pins delete %s failed in %s", cluster, strings.Join(failed, ", "))
-	}
-	return nil
+		return "not pinned here", true
+	})
 }

@@ -38,42 +38,52 @@ annotation.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			lost := args[0]
-			rs, err := o.reach(cmd.Context())
-			if err != nil {
-				return err
-			}
-			var out []ReleaseResult
-			var failed []string
-			for _, r := range rs {
-				res := ReleaseResult{Context: r.Context}
-				switch {
-				case r.Err != nil:
-					res.Result = r.Err.Error()
-					failed = append(failed, r.Context)
-				case r.Member == nil:
-					continue // no coastguard there
-				default:
-					res.Cluster = r.Member.ID
-					res.Result = releaseIn(cmd, r.Member, lost)
-					if res.Result != "released" && res.Result != "not lost here" {
-						failed = append(failed, r.Context)
-					}
-				}
-				out = append(out, res)
-			}
-			if err := o.print(out, func(w *strings.Builder) {
-				for _, r := range out {
-					fmt.Fprintf(w, "%s (%s): %s\n", r.Context, r.Cluster, r.Result)
-				}
-			}); err != nil {
-				return err
-			}
-			if len(failed) > 0 {
-				return fmt.Errorf("release-lost %s failed in %s", lost, strings.Join(failed, ", "))
-			}
-			return nil
+			return o.inEveryCluster(cmd, "release-lost "+lost, func(m *member) (string, bool) {
+				res := releaseIn(cmd, m, lost)
+				return res, res == "released" || res == "not lost here"
+			})
 		},
 	}
+}
+
+// inEveryCluster runs act in every reachable cluster of the set, prints
+// one result line per context and fails naming the contexts where it
+// failed (act reports ok) or that could not be reached.
+func (o *Options) inEveryCluster(cmd *cobra.Command, what string, act func(m *member) (result string, ok bool)) error {
+	rs, err := o.reach(cmd.Context())
+	if err != nil {
+		return err
+	}
+	var out []ReleaseResult
+	var failed []string
+	for _, r := range rs {
+		res := ReleaseResult{Context: r.Context}
+		switch {
+		case r.Err != nil:
+			res.Result = r.Err.Error()
+			failed = append(failed, r.Context)
+		case r.Member == nil:
+			continue // no coastguard there
+		default:
+			var ok bool
+			res.Cluster = r.Member.ID
+			if res.Result, ok = act(r.Member); !ok {
+				failed = append(failed, r.Context)
+			}
+		}
+		out = append(out, res)
+	}
+	if err := o.print(out, func(w *strings.Builder) {
+		for _, r := range out {
+			fmt.Fprintf(w, "%s (%s): %s\n", r.Context, r.Cluster, r.Result)
+		}
+	}); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("%s failed in %s", what, strings.Join(failed, ", "))
+	}
+	return nil
 }
 
 // releaseIn annotates the lost cluster's CoastguardCluster in one cluster
