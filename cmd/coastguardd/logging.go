@@ -69,7 +69,8 @@ func (h *conventionHandler) Handle(ctx context.Context, r slog.Record) error {
 // uniqueAttrs converts attrs and renames a repeated key k to k2, k3, ...
 func uniqueAttrs(as []slog.Attr) []slog.Attr {
 	conv := convertAll(as)
-	seen := map[string]int{slog.TimeKey: 1, slog.LevelKey: 1, slog.MessageKey: 1, slog.SourceKey: 1}
+	// the keys the JSON handler writes itself (no AddSource: "source" is free)
+	seen := map[string]int{slog.TimeKey: 1, slog.LevelKey: 1, slog.MessageKey: 1}
 	for i := range conv {
 		k := conv[i].Key
 		seen[k]++

@@ -106,6 +106,7 @@ func TestKlogLinesFollowConventions(t *testing.T) {
 	require.NotEmpty(t, line)
 	checkConventions(t, line)
 	assert.Contains(t, line, `"retryPeriod":"2s"`)
+	assert.Contains(t, line, `"source":"client-go"`, "the routed logger's own key, not renamed")
 }
 
 // The checker catches each violation.

@@ -168,6 +168,9 @@ func materializeVolume(t *testing.T, ctx context.Context, c *harness.Cluster, ns
 type installer struct {
 	install func(t *testing.T, ctx context.Context, c *harness.Cluster)
 	upgrade func(t *testing.T, ctx context.Context, c *harness.Cluster)
+	// uninstall removes the install the documented way, keeping what
+	// docs/UNINSTALL.md says stays (nil: not exercised).
+	uninstall func(t *testing.T, ctx context.Context, c *harness.Cluster)
 }
 
 // TestHelmInstallThreeClustersConverge installs coastguard into three
@@ -183,6 +186,10 @@ func TestHelmInstallThreeClustersConverge(t *testing.T) {
 		},
 		upgrade: func(t *testing.T, ctx context.Context, c *harness.Cluster) {
 			out, err := helmCmd(ctx, c, "upgrade", "coastguard", chart, "--namespace", deployNS, "--set", "clusterID="+c.Name, "--set", "gossipProfile=lan")
+			require.NoError(t, err, out)
+		},
+		uninstall: func(t *testing.T, ctx context.Context, c *harness.Cluster) {
+			out, err := helmCmd(ctx, c, "uninstall", "coastguard", "--namespace", deployNS)
 			require.NoError(t, err, out)
 		},
 	})
@@ -292,6 +299,31 @@ func testInstallConverges(t *testing.T, inst installer) {
 	log, err := daemons["c2"].TailLog(400)
 	require.NoError(t, err)
 	require.Contains(t, log, `"gossipProfile":"lan"`, "the upgraded pod runs the upgraded configuration")
+
+	if inst.uninstall != nil {
+		// Uninstall c3 and install it again, as documented: its signing key
+		// and its shared pins stay (docs/UNINSTALL.md), so the others keep
+		// trusting it and it keeps trusting them; nothing manual.
+		require.NoError(t, harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(ctx context.Context) (bool, error) {
+			sec, err := c3.Client.CoreV1().Secrets(deployNS).Get(ctx, "coastguard-pins", metav1.GetOptions{})
+			return err == nil && len(sec.Data) == 2, nil
+		}), "c3's leader shares its pins of c1 and c2 (every 10 s)")
+		inst.uninstall(t, ctx, c3)
+		require.NoError(t, daemons["c3"].Stop())
+		for _, name := range []string{"coastguard-signing-key", "coastguard-pins"} {
+			_, err := c3.Client.CoreV1().Secrets(deployNS).Get(ctx, name, metav1.GetOptions{})
+			require.NoError(t, err, "Secret %s survives the uninstall", name)
+		}
+		inst.install(t, ctx, c3)
+		daemons["c3"] = start(c3, 2) // a new pod: fresh data dir
+		ip2 := strings.TrimSuffix(c3.PodCIDR, "0.0/16") + "0.8"
+		runPod(t, ctx, c3, "web-2", ip2, web)
+		for _, c := range []*harness.Cluster{c1, c2} {
+			waitBlocks(t, ctx, c, "shop", 90*time.Second, func(b []string, _ []networkingv1.NetworkPolicy) bool {
+				return slices.Contains(b, ip2+"/32")
+			}, "a pod of the reinstalled c3 admitted")
+		}
+	}
 	for _, d := range env.Daemons() {
 		checkLogConventions(t, d.LogPath)
 	}
