@@ -129,10 +129,10 @@ func TestCompletenessHonestChurnOverGossip(t *testing.T) {
 	joinAll(t, a, b, v)
 	name := func(i int) string { return "ns/p" + string(rune('a'+i%20)) }
 	for i := 0; i < 120; i++ {
-		switch {
-		case i == 60:
+		switch i {
+		case 60:
 			partition([]*tnode{v}, []*tnode{a, b})
-		case i == 90:
+		case 90:
 			for _, n := range []*tnode{a, b, v} {
 				n.Transport().UnblockAll()
 			}
