@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
@@ -121,13 +122,24 @@ func (ma *memberAuth) verify(name string, m *metaInfo, signedBefore bool) (strin
 	tr := ma.trust
 	if pin := tr.Key(m.cluster); m.endorse != nil && pin != nil && !bytes.Equal(pin, m.key) {
 		if err := tr.Endorse(m.cluster, m.key, m.endorse); err != nil {
-			return dropMetaSignature, fmt.Errorf("member %q: %w", name, err)
+			return metaRefusal(err), fmt.Errorf("member %q: %w", name, err)
 		}
 	}
 	if err := tr.Verify(m.cluster, m.key, metaSigMessage(name, m.cluster, m.flags, m.build), m.sig); err != nil {
-		return dropMetaSignature, fmt.Errorf("member %q: %w", name, err)
+		return metaRefusal(err), fmt.Errorf("member %q: %w", name, err)
 	}
 	return "", nil
+}
+
+// metaRefusal is the drop reason of metadata the trust policy refused: a
+// key other than the one trusted for the cluster is key_mismatch, as for
+// entries (someone claims that cluster's ID: the CoastguardKeyMismatch
+// alert), anything else meta_signature.
+func metaRefusal(err error) string {
+	if crdt.TrustReason(err) == crdt.ReasonKeyMismatch {
+		return crdt.ReasonKeyMismatch
+	}
+	return dropMetaSignature
 }
 
 // clusterOf returns the cluster a node name is bound to ("" if none).

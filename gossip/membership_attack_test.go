@@ -185,8 +185,8 @@ func TestAttackForgedAliveRefused(t *testing.T) {
 	// unsigned (version 1) metadata.
 	wrongKey := encodeSignedMeta("x", "c2", "", true, false, rogueSigner, 512)
 	sendUDP(t, v, forgePacket(t, key, mlAliveMsg, forgedAlive(t, x, 51, wrongKey)))
-	require.Eventually(t, func() bool { return dropped(v, dropMetaSignature) > 0 }, waitEvent, pollEvery,
-		"metadata signed by another cluster's key not refused")
+	require.Eventually(t, func() bool { return dropped(v, crdt.ReasonKeyMismatch) > 0 }, waitEvent, pollEvery,
+		"metadata signed by another cluster's key not refused as a key mismatch")
 	sendUDP(t, v, forgePacket(t, key, mlAliveMsg, forgedAlive(t, x, 52, encodeMeta("c2", "", false, true))))
 	require.Eventually(t, func() bool { return dropped(v, dropMetaUnsigned) > 0 }, waitEvent, pollEvery,
 		"unsigned metadata not refused")
@@ -195,9 +195,9 @@ func TestAttackForgedAliveRefused(t *testing.T) {
 	// the retire fallback count members by cluster): it needs c2's key.
 	ghost := forgedAlive(t, x, 1, encodeSignedMeta("ghost", "c2", "", true, false, rogueSigner, 512))
 	ghost.Node = "ghost"
-	n := dropped(v, dropMetaSignature)
+	n := dropped(v, crdt.ReasonKeyMismatch)
 	sendUDP(t, v, forgePacket(t, key, mlAliveMsg, ghost))
-	require.Eventually(t, func() bool { return dropped(v, dropMetaSignature) > n }, waitEvent, pollEvery)
+	require.Eventually(t, func() bool { return dropped(v, crdt.ReasonKeyMismatch) > n }, waitEvent, pollEvery)
 
 	// 5. A dead at 2^32-1 (the refutation would wrap): refused too.
 	n = dropped(v, dropIncarnation)
@@ -326,7 +326,15 @@ func TestMetaEndorsedRotation(t *testing.T) {
 	reason, err := ma.check("m", encodeSignedMeta("m", "c1", "", true, false,
 		NewEndorsedSigner(signingKey(4), Endorse("c1", signingKey(9), pub(signingKey(4)))), 512))
 	require.Error(t, err, "endorsed by a key that is not c1's")
-	require.Equal(t, dropMetaSignature, reason)
+	require.Equal(t, crdt.ReasonKeyMismatch, reason)
+	reason, err = ma.check("k", encodeSignedMeta("k", "c1", "", true, false, NewSigner(signingKey(2)), 512))
+	require.NoError(t, err, "c1's current key")
+	_ = reason
+	bad := encodeSignedMeta("j", "c1", "", true, false, NewSigner(signingKey(2)), 512)
+	bad[len(bad)-1] ^= 0xff // a signature that does not verify under the right key
+	reason, err = ma.check("j", bad)
+	require.Error(t, err)
+	require.Equal(t, dropMetaSignature, reason, "a bad signature, not another key")
 }
 
 func TestIncarnationBounds(t *testing.T) {
