@@ -7,7 +7,6 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
 )
@@ -191,31 +190,5 @@ func (r *ipRule) admits(ip netip.Addr, port int, portName string, proto corev1.P
 }
 
 func ipPortAdmits(ports []networkingv1.NetworkPolicyPort, port int, portName string, proto corev1.Protocol) bool {
-	if len(ports) == 0 {
-		return true
-	}
-	for _, p := range ports {
-		pp := corev1.ProtocolTCP
-		if p.Protocol != nil {
-			pp = *p.Protocol
-		}
-		if pp != proto {
-			continue
-		}
-		switch {
-		case p.Port == nil:
-			return true
-		case p.Port.Type == intstr.String:
-			if portName != "" && p.Port.StrVal == portName {
-				return true
-			}
-		case p.EndPort != nil:
-			if port >= int(p.Port.IntVal) && port <= int(*p.EndPort) {
-				return true
-			}
-		case int(p.Port.IntVal) == port:
-			return true
-		}
-	}
-	return false
+	return enforce.PortAdmits(ports, proto, int32(port), func(name string) bool { return portName != "" && name == portName })
 }

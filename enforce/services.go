@@ -142,6 +142,20 @@ func protoOr(p corev1.Protocol) corev1.Protocol {
 // destination pod with the given container ports (named rule ports are
 // resolved against them, as the destination's CNI would).
 func portAdmits(ports []networkingv1.NetworkPolicyPort, proto corev1.Protocol, port int32, podPorts []Port) bool {
+	return PortAdmits(ports, proto, port, func(name string) bool {
+		for _, cp := range podPorts {
+			if cp.Name == name && protoOr(cp.Protocol) == proto && cp.Port == port {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// PortAdmits reports whether a NetworkPolicy rule's port list admits
+// (proto, port); named reports whether a named rule port is the
+// destination's name for that port. No ports admit every port.
+func PortAdmits(ports []networkingv1.NetworkPolicyPort, proto corev1.Protocol, port int32, named func(name string) bool) bool {
 	if len(ports) == 0 {
 		return true
 	}
@@ -157,10 +171,8 @@ func portAdmits(ports []networkingv1.NetworkPolicyPort, proto corev1.Protocol, p
 		case p.Port == nil:
 			return true
 		case p.Port.Type == intstr.String:
-			for _, cp := range podPorts {
-				if cp.Name == p.Port.StrVal && protoOr(cp.Protocol) == proto && cp.Port == port {
-					return true
-				}
+			if named(p.Port.StrVal) {
+				return true
 			}
 		case p.EndPort != nil:
 			if port >= p.Port.IntVal && port <= *p.EndPort {
