@@ -118,7 +118,8 @@ func (d *Daemon) pinLoop(ctx context.Context) {
 			d.log.Warn("cannot sync this cluster's shared key pins; retrying", "secret", kube.PinsSecret, "err", err)
 		}
 	}
-	round(time.Now())
+	// no round at once: trustFor adopted the shared pins before gossip
+	// started, and a daemon is not the leader yet at start
 	every(ctx, PinSyncInterval, round)
 }
 
