@@ -60,7 +60,7 @@ do, and which policies conflict.`,
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
 	root.PersistentFlags().StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", nil, "trusted CIDRs per cluster, as given to coastguardd (<cluster>[:pod|:service|:global]=<cidr>,...); merged with Submariner's Cluster objects")
 	root.PersistentFlags().StringVar(&o.ConsentFile, "consent-file", "", "consent applied in every cluster, as given to coastguardd (default: each cluster's ConfigMap labelled "+ConsentLabel+"=true in the coastguard namespace, as the Helm chart installs it)")
-	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o), newReleaseLostCmd(o), newPinsCmd(o), newVersionCmd(o))
+	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o), newReleaseLostCmd(o), newPinsCmd(o), newVersionCmd(o), newStoreCmd(o))
 	return root
 }
 

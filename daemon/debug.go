@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"sort"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -56,4 +57,17 @@ func (d *Daemon) DebugState() any {
 		s.PendingInv = d.inv.Pending()
 	}
 	return s
+}
+
+// ScanStore reads the replica's bbolt mirror by path prefix
+// (store.Store.Scan) for `coastguardd store get --daemon`; it fails before
+// the state is open and on a backend without a file.
+func (d *Daemon) ScanStore(prefix string, limit int, fn func(path string, e crdt.Entry) error) error {
+	d.mu.Lock()
+	rep := d.rep
+	d.mu.Unlock()
+	if rep == nil || rep.Store() == nil {
+		return errors.New("the state is not open yet")
+	}
+	return rep.Store().Scan(prefix, limit, fn)
 }

@@ -22,16 +22,9 @@ func benchPod(b testing.TB, origin string, i int, v crdt.Version) *crdt.Entry {
 }
 
 // BenchmarkCommitBatched measures write throughput with 1000-entry batches
-// (one transaction, one fsync each), without (the default) and with the
-// prefix indexes.
+// (one transaction, one fsync each).
 func BenchmarkCommitBatched(b *testing.B) {
-	for _, idx := range []bool{false, true} {
-		b.Run(fmt.Sprintf("indexes=%v", idx), func(b *testing.B) { benchCommitBatched(b, idx) })
-	}
-}
-
-func benchCommitBatched(b *testing.B, indexes bool) {
-	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{Indexes: indexes})
+	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{})
 	require.NoError(b, err)
 	defer s.Close()
 	const batch = 1000
@@ -51,13 +44,7 @@ func benchCommitBatched(b *testing.B, indexes bool) {
 // BenchmarkCommitGroup measures group commit: 64 concurrent writers each
 // committing one entry at a time; the committer coalesces them.
 func BenchmarkCommitGroup(b *testing.B) {
-	for _, idx := range []bool{false, true} {
-		b.Run(fmt.Sprintf("indexes=%v", idx), func(b *testing.B) { benchCommitGroup(b, idx) })
-	}
-}
-
-func benchCommitGroup(b *testing.B, indexes bool) {
-	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{Indexes: indexes})
+	s, err := Open(filepath.Join(b.TempDir(), "s.db"), Options{})
 	require.NoError(b, err)
 	defer s.Close()
 	var n atomic.Int64
@@ -120,34 +107,24 @@ func TestMain(m *testing.M) {
 }
 
 // BenchmarkQueryNamespace1000 measures a (cluster, namespace) prefix scan
-// returning 1000 pods out of 1M entries, and a (label, cluster, namespace)
-// scan returning 1/50 of them.
+// of the primary key order (/coastguard/<cluster>/pod/<ns>/) returning 1000
+// pods out of 1M entries.
 func BenchmarkQueryNamespace1000(b *testing.B) {
 	path := millionStore(b)
-	s, err := Open(path, Options{Check: CheckNever, Indexes: true})
+	s, err := Open(path, Options{Check: CheckNever})
 	require.NoError(b, err)
 	defer s.Close()
-	b.Run("pods-by-namespace", func(b *testing.B) {
-		for i := range b.N {
-			refs, err := s.PodsInNamespace(fmt.Sprintf("cluster-%d", i%10), fmt.Sprintf("ns-%04d", i%100))
-			if err != nil || len(refs) != 1000 {
-				b.Fatalf("got %d refs, err %v", len(refs), err)
-			}
+	for i := range b.N {
+		n := 0
+		err := s.Scan(fmt.Sprintf("/coastguard/cluster-%d/pod/ns-%04d/", i%10, i%100), 0, func(string, crdt.Entry) error { n++; return nil })
+		if err != nil || n != 1000 {
+			b.Fatalf("got %d entries, err %v", n, err)
 		}
-	})
-	b.Run("pods-by-label-namespace", func(b *testing.B) {
-		for i := range b.N {
-			refs, err := s.PodsWithLabelInNamespace("app", "app-7", fmt.Sprintf("cluster-%d", i%10), fmt.Sprintf("ns-%04d", i%100))
-			if err != nil || len(refs) != 20 {
-				b.Fatalf("got %d refs, err %v", len(refs), err)
-			}
-		}
-	})
+	}
 }
 
 // BenchmarkFileBytesPerEntry reports the file size per entry of the 1M
-// store (entries + all indexes + digests; the fixture is built with
-// Options.Indexes for BenchmarkQueryNamespace1000).
+// store (entries and digests).
 func BenchmarkFileBytesPerEntry(b *testing.B) {
 	path := millionStore(b)
 	for range b.N {
@@ -161,7 +138,7 @@ func BenchmarkFileBytesPerEntry(b *testing.B) {
 // buildMillion writes 10 origins x 100,000 pods through real crdt writer
 // states (so digests and hashes are genuine), 10,000 entries per commit.
 func buildMillion(b testing.TB, path string) error {
-	s, err := Open(path, Options{Indexes: true})
+	s, err := Open(path, Options{})
 	if err != nil {
 		return err
 	}
@@ -203,7 +180,7 @@ func BenchmarkColdStart1M(b *testing.B) {
 				mode = CheckAlways
 			}
 			for range b.N {
-				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet, Indexes: true})
+				r, err := OpenReplica(path, "", Options{Check: mode, Logger: quiet})
 				require.NoError(b, err)
 				var n int
 				r.View(func(st *crdt.State) {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"slices"
-	"strings"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
@@ -16,14 +15,15 @@ var (
 	bucketMeta     = []byte("meta")      // schema version, self, writer epoch/version
 	bucketEntries  = []byte("entries")   // (origin, kind, name) -> record
 	bucketOrigins  = []byte("origins")   // (origin) -> digest record
-	bucketPodNS    = []byte("ix_pod_ns") // (cluster, ns, pod) -> IPs
-	bucketPodLabel = []byte("ix_pod_lv") // (key, value, cluster, ns, pod) -> IPs
-	bucketPodLKey  = []byte("ix_pod_lk") // (key, cluster, ns, pod) -> IPs
-	bucketNS       = []byte("ix_ns")     // (cluster, ns) -> ""
-	bucketPolicy   = []byte("ix_policy") // (origin, name) -> ""
 
-	allBuckets   = [][]byte{bucketMeta, bucketEntries, bucketOrigins, bucketPodNS, bucketPodLabel, bucketPodLKey, bucketNS, bucketPolicy}
-	indexBuckets = [][]byte{bucketPodNS, bucketPodLabel, bucketPodLKey, bucketNS, bucketPolicy}
+	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketOrigins}
+
+	// legacyBuckets are the prefix-index buckets of earlier builds (always
+	// empty in production, where the indexes were never turned on). They are
+	// still created empty so that the previous release, which refuses a file
+	// without them as corrupt, can open a file this build created (rollback);
+	// drop them with the next schema version.
+	legacyBuckets = [][]byte{[]byte("ix_pod_ns"), []byte("ix_pod_lv"), []byte("ix_pod_lk"), []byte("ix_ns"), []byte("ix_policy")}
 
 	metaSchema      = []byte("schema")
 	metaSelf        = []byte("self")
@@ -241,67 +241,6 @@ func decodeDigest(b []byte) (crdt.OriginDigest, error) {
 
 func u32(v uint32) []byte { b := make([]byte, 4); binary.BigEndian.PutUint32(b, v); return b }
 func u64(v uint64) []byte { b := make([]byte, 8); binary.BigEndian.PutUint64(b, v); return b }
-
-// splitPodName splits "namespace/name". A name without '/' (never produced
-// by kube/, but possible from a buggy peer) is indexed under namespace "".
-func splitPodName(name string) (ns, pod string) {
-	ns, pod, ok := strings.Cut(name, "/")
-	if !ok {
-		return "", name
-	}
-	return ns, pod
-}
-
-// indexKey is one index key derived from an entry.
-type indexKey struct {
-	bucket []byte
-	key    []byte
-	value  []byte
-}
-
-// indexKeys derives every index key of a stored entry. It is a pure function
-// of the entry, so the keys written for a record are exactly the keys removed
-// when the record is replaced or deleted (no orphans). Tombstones and values
-// that do not decode index nothing beyond what the key alone determines.
-func indexKeys(e *crdt.Entry) []indexKey {
-	if e.Deleted {
-		return nil
-	}
-	switch e.Kind {
-	case crdt.KindPod:
-		ns, pod := splitPodName(e.Name)
-		var v crdt.PodValue
-		decoded := crdt.DecodeValue(e.Value, &v) == nil
-		ips := encodeKey(v.IPs...)
-		out := []indexKey{{bucketPodNS, encodeKey(e.Origin, ns, pod), ips}}
-		if decoded {
-			for k, val := range v.Labels {
-				out = append(out,
-					indexKey{bucketPodLabel, encodeKey(k, val, e.Origin, ns, pod), ips},
-					indexKey{bucketPodLKey, encodeKey(k, e.Origin, ns, pod), ips})
-			}
-		}
-		return out
-	case crdt.KindNamespace:
-		return []indexKey{{bucketNS, encodeKey(e.Origin, e.Name), nil}}
-	case crdt.KindPolicy:
-		return []indexKey{{bucketPolicy, encodeKey(e.Origin, e.Name), nil}}
-	}
-	return nil
-}
-
-func decodeIPs(b []byte) ([]string, error) {
-	var out []string
-	for len(b) > 0 {
-		c, rest, err := nextComponent(b)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, string(c))
-		b = rest
-	}
-	return out, nil
-}
 
 func beU32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
 func beU64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

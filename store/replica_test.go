@@ -65,7 +65,7 @@ func TestOriginHashesMatchCRDT(t *testing.T) {
 func TestReplicaWriteReopen(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	reg := prometheus.NewRegistry()
-	r, err := OpenReplica(path, "c1", Options{Indexes: true, Registerer: reg})
+	r, err := OpenReplica(path, "c1", Options{Registerer: reg})
 	require.NoError(t, err)
 	e1 := r.Epoch()
 	require.GreaterOrEqual(t, e1, uint32(1))
@@ -79,7 +79,7 @@ func TestReplicaWriteReopen(t *testing.T) {
 	dig := r.Digest()
 	require.NoError(t, r.Close())
 
-	r2 := openReplica(t, path, "c1", Options{Indexes: true, Registerer: reg})
+	r2 := openReplica(t, path, "c1", Options{Registerer: reg})
 	require.Equal(t, dig, r2.Digest())
 	require.Empty(t, r2.ResetOrigins())
 	require.Greater(t, r2.Epoch(), e1, "epoch must be bumped on every open")
@@ -87,8 +87,7 @@ func TestReplicaWriteReopen(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, d.To, last, "versions never regress across restarts")
 	require.Equal(t, r2.Epoch(), d.To.Epoch())
-	refs, err := r2.Store().PodsInNamespace("c1", "default")
-	require.NoError(t, err)
+	refs := livePaths(t, r2.Store(), "/coastguard/c1/pod/default/")
 	var live int
 	r2.View(func(st *crdt.State) {
 		st.Range("c1", crdt.KindPod, func(e crdt.Entry) bool {
@@ -99,7 +98,6 @@ func TestReplicaWriteReopen(t *testing.T) {
 		})
 	})
 	require.Len(t, refs, live)
-	checkIndexes(t, r2.Store())
 	require.Equal(t, float64(21), testutil.ToFloat64(r2.Store().m.entriesPerOrigin.WithLabelValues("c1")))
 	n, err := testutil.GatherAndCount(reg, "coastguard_store_commit_seconds", "coastguard_store_corrupt_files_total")
 	require.NoError(t, err)
@@ -108,7 +106,7 @@ func TestReplicaWriteReopen(t *testing.T) {
 
 func TestReplicaApplyRetireAndSubscribe(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r := openReplica(t, path, "c1", Options{Indexes: true})
+	r := openReplica(t, path, "c1", Options{})
 	var mu sync.Mutex
 	var got []crdt.Change
 	r.Subscribe(func(ch []crdt.Change) {
@@ -129,21 +127,14 @@ func TestReplicaApplyRetireAndSubscribe(t *testing.T) {
 	require.Len(t, changes, 31)
 	require.Equal(t, peer.Digest()["peer"].Hash, r.Digest()["peer"].Hash)
 
-	refs, err := r.Store().PodsWithLabelInNamespace("app", "1", "peer", "ns1")
-	require.NoError(t, err)
-	require.Len(t, refs, 5)
-	nss, err := r.Store().NamespacesInCluster("peer")
-	require.NoError(t, err)
-	require.Equal(t, []string{"ns0"}, nss)
+	require.Len(t, livePaths(t, r.Store(), "/coastguard/peer/pod/ns1/"), 10)
+	require.Equal(t, []string{"/coastguard/peer/namespace/ns0"}, livePaths(t, r.Store(), "/coastguard/peer/namespace/"))
 
-	// Retire the peer: everything of it disappears, from state, file and indexes.
+	// Retire the peer: everything of it disappears, from state and file.
 	rc, err := r.ApplyRetire(r.RetireRecord("peer"))
 	require.NoError(t, err)
 	require.Len(t, rc, 31)
-	refs, err = r.Store().PodsWithLabelKey("app")
-	require.NoError(t, err)
-	require.Empty(t, refs)
-	checkIndexes(t, r.Store())
+	require.Empty(t, scanPaths(t, r.Store(), "/coastguard/peer/", 0))
 	require.NoError(t, r.Close())
 
 	mu.Lock()
@@ -153,7 +144,7 @@ func TestReplicaApplyRetireAndSubscribe(t *testing.T) {
 	require.Nil(t, got[31].New)
 	mu.Unlock()
 
-	r2 := openReplica(t, path, "c1", Options{Indexes: true})
+	r2 := openReplica(t, path, "c1", Options{})
 	require.Equal(t, crdt.Version(0), r2.Digest()["c1"].Max)
 	require.NotZero(t, r2.Digest()["peer"].Retired)
 	snap, err := r2.Store().Load()
@@ -173,7 +164,7 @@ func mustEncode(t testing.TB, v any) []byte {
 
 func TestReplicaSetMinEpoch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	require.NoError(t, r.SetMinEpoch(50))
 	require.Equal(t, uint32(50), r.Epoch())
@@ -183,7 +174,7 @@ func TestReplicaSetMinEpoch(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint32(50), d.To.Epoch())
 	require.NoError(t, r.Close())
-	r2 := openReplica(t, path, "c1", Options{Indexes: true})
+	r2 := openReplica(t, path, "c1", Options{})
 	require.Equal(t, uint32(51), r2.Epoch())
 }
 
@@ -200,7 +191,7 @@ func TestReplicaSetMinEpochBelowSeenEpochs(t *testing.T) {
 	_, _, err := old.Write(crdt.KindPod, "ns/p", podValue(t, nil, "10.0.0.1"), false, 0)
 	require.NoError(t, err)
 
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close()) }()
 	_, err = r.Apply(old.DeltaSince(r.Digest(), 0)...)
@@ -214,7 +205,7 @@ func TestReplicaSetMinEpochBelowSeenEpochs(t *testing.T) {
 
 func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	peer := crdt.NewState("peer")
 	require.NoError(t, peer.SetEpoch(1))
@@ -240,28 +231,26 @@ func TestReplicaDigestMismatchResetsOrigin(t *testing.T) {
 	require.NoError(t, db.Close())
 
 	reg := prometheus.NewRegistry()
-	r2 := openReplica(t, path, "c1", Options{Indexes: true, Registerer: reg})
+	r2 := openReplica(t, path, "c1", Options{Registerer: reg})
 	require.Equal(t, []string{"peer"}, r2.ResetOrigins())
 	got := r2.Digest()
 	require.Equal(t, crdt.Version(0), got["peer"].Max, "untrusted origin must be re-pulled")
 	require.Equal(t, want["peer"].Hash, got["peer"].Hash, "hash recomputed from entries")
 	require.Equal(t, want["c1"].Max, got["c1"].Max, "other origins stay trusted")
 	require.Equal(t, 1.0, testutil.ToFloat64(r2.Store().m.resetOrigins))
-	refs, err := r2.Store().PodsInNamespace("peer", "ns")
-	require.NoError(t, err)
-	require.Len(t, refs, 10, "entries stay usable for enforcement meanwhile")
+	require.Len(t, livePaths(t, r2.Store(), "/coastguard/peer/pod/ns/"), 10, "entries stay usable for enforcement meanwhile")
 	// The peer re-sends; the origin converges.
 	_, err = r2.Apply(peer.DeltaSince(got, 0)...)
 	require.NoError(t, err)
 	require.Equal(t, peer.Digest()["peer"].Max, r2.Digest()["peer"].Max)
 	require.NoError(t, r2.Close())
-	r3 := openReplica(t, path, "c1", Options{Indexes: true})
+	r3 := openReplica(t, path, "c1", Options{})
 	require.Empty(t, r3.ResetOrigins())
 }
 
 func TestReplicaCorruptFileStartsEmpty(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
 	require.NoError(t, err)
@@ -273,7 +262,7 @@ func TestReplicaCorruptFileStartsEmpty(t *testing.T) {
 		return tx.Bucket(bucketEntries).Put(entryKey(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}), []byte{7})
 	}))
 	require.NoError(t, db.Close())
-	r2 := openReplica(t, path, "c1", Options{Indexes: true})
+	r2 := openReplica(t, path, "c1", Options{})
 	require.NotEmpty(t, r2.Info().MovedAside)
 	require.ErrorIs(t, r2.Info().Corrupt, ErrCorrupt)
 	require.FileExists(t, r2.Info().MovedAside)
@@ -291,7 +280,7 @@ func commitCount(t *testing.T, r *Replica) uint64 {
 
 func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	_, err = r.Write(crdt.KindPod, "ns/p", podValue(t, nil), false)
 	require.NoError(t, err)
@@ -306,7 +295,7 @@ func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, e, d.To.Epoch())
 	require.NoError(t, r.Close())
-	r2 := openReplica(t, path, "c1", Options{Indexes: true})
+	r2 := openReplica(t, path, "c1", Options{})
 	require.Greater(t, r2.Epoch(), e)
 	var ok bool
 	r2.View(func(st *crdt.State) { _, ok = st.Get(crdt.Key{Origin: "c1", Kind: crdt.KindPod, Name: "ns/p"}) })
@@ -315,7 +304,7 @@ func TestReplicaBumpEpochAfterSelfRetired(t *testing.T) {
 
 func TestReplicaWriteManyOneCommit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	n := commitCount(t, r)
 	ops := make([]WriteOp, 100)
@@ -328,17 +317,15 @@ func TestReplicaWriteManyOneCommit(t *testing.T) {
 	require.Len(t, deltas, 100)
 	require.Equal(t, n+1, commitCount(t, r), "one transaction for the whole batch")
 	require.NoError(t, r.Close())
-	r2 := openReplica(t, path, "c1", Options{Indexes: true})
-	refs, err := r2.Store().PodsWithLabelInCluster("a", "b", "c1")
-	require.NoError(t, err)
-	require.Len(t, refs, 100)
+	r2 := openReplica(t, path, "c1", Options{})
+	require.Len(t, livePaths(t, r2.Store(), "/coastguard/c1/pod/"), 100)
 }
 
 func TestReplicaDeferredPageCheckRejectsDamage(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
 	populated(t, path)
 	// Unclean image (no clean mark) with damage in the second half only.
-	s, err := Open(path, Options{Indexes: true, Check: CheckNever})
+	s, err := Open(path, Options{Check: CheckNever})
 	require.NoError(t, err)
 	img, err := os.ReadFile(path) // taken while open: mark cleared
 	require.NoError(t, err)
@@ -351,7 +338,7 @@ func TestReplicaDeferredPageCheckRejectsDamage(t *testing.T) {
 		}
 	}
 	require.NoError(t, os.WriteFile(path, img, 0o600))
-	rep := openReplica(t, path, "", Options{Indexes: true})
+	rep := openReplica(t, path, "", Options{})
 	info := rep.Info()
 	require.ErrorIs(t, info.Corrupt, ErrCorrupt)
 	require.FileExists(t, info.MovedAside)

@@ -76,15 +76,6 @@ type Options struct {
 	// Now is the clock used for moved-aside file names and write stamps
 	// (default time.Now).
 	Now func() time.Time
-	// Indexes maintains the five prefix indexes (pods by namespace, by
-	// label, by label key; namespaces; policies) behind the PodsIn*/
-	// PodsWith*/NamespacesInCluster/PoliciesOfOrigin queries. Off by default:
-	// no production code reads them, and an index nothing reads must not be
-	// paid for on every commit (docs/PERFORMANCE.md: ~2x the commit cost).
-	// Opening with Indexes rebuilds them from the entries when the file was
-	// last written without; opening without clears them, so they can never
-	// be stale.
-	Indexes bool
 	// OnCommitError, when set, is called once with the first failed
 	// commit: from then on the store (or replica) refuses every write until
 	// it is reopened. A Store calls it from the committer goroutine, a
@@ -108,77 +99,6 @@ type Options struct {
 	// previous one saw, and the last call is the replica's state. A memory
 	// fault while OnLoad reads the file counts as a corrupt file.
 	OnLoad func(entries []crdt.Entry)
-}
-
-// ErrNoIndexes is returned by the index queries of a store opened without
-// Options.Indexes.
-var ErrNoIndexes = errors.New("store: opened without Options.Indexes")
-
-// metaIndexed marks a file whose index buckets are maintained.
-var metaIndexed = []byte("indexed")
-
-// syncIndexes makes the index buckets match Options.Indexes at open:
-// cleared when off, rebuilt from the entries when on and the file was last
-// written without them.
-func (s *Store) syncIndexes() (err error) {
-	needed := false
-	err = func() (err error) {
-		defer guardRead(&err)()
-		return s.db.View(func(tx *bolt.Tx) error {
-			indexed := tx.Bucket(bucketMeta).Get(metaIndexed) != nil
-			needed = indexed != s.opts.Indexes || (!indexed && !indexesEmpty(tx))
-			return nil
-		})
-	}()
-	if err != nil || !needed {
-		return err
-	}
-	return s.update(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		for _, name := range indexBuckets {
-			if err := tx.DeleteBucket(name); err != nil && !errors.Is(err, berrors.ErrBucketNotFound) {
-				return err
-			}
-			if _, err := tx.CreateBucket(name); err != nil {
-				return err
-			}
-		}
-		if !s.opts.Indexes {
-			return meta.Delete(metaIndexed)
-		}
-		w := newTxWriter(tx, true)
-		err := tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
-			key, err := decodeEntryKey(k)
-			if err != nil {
-				return fmt.Errorf("%w: entry key %x: %v", ErrCorrupt, k, err)
-			}
-			e := crdt.Entry{Key: key}
-			if err := decodeRecord(k, v, &e); err != nil {
-				return fmt.Errorf("%w: entry %s: %v", ErrCorrupt, key, err)
-			}
-			for _, ik := range indexKeys(&e) {
-				if err := w.idx[string(ik.bucket)].Put(ik.key, ik.value); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		return meta.Put(metaIndexed, []byte{1})
-	})
-}
-
-func indexesEmpty(tx *bolt.Tx) bool {
-	for _, name := range indexBuckets {
-		if b := tx.Bucket(name); b != nil {
-			if k, _ := b.Cursor().First(); k != nil {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 // CommitError is a failed local commit (disk full, I/O error, file size
@@ -329,12 +249,6 @@ func open(path string, opts Options, deferCheck bool) (*Store, error) {
 	s.db = db
 	s.pending = pending
 	s.info.Created = s.info.Created || created
-	if pending == nil {
-		if err := s.syncIndexes(); err != nil {
-			closeQuietly(db)
-			return nil, fmt.Errorf("store: indexes: %w", err)
-		}
-	}
 	s.start()
 	return s, nil
 }
@@ -351,10 +265,7 @@ func (s *Store) finishOpen() error {
 	if cerr != nil {
 		return cerr
 	}
-	if err := s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) }); err != nil {
-		return err
-	}
-	return s.syncIndexes()
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Delete(metaClean) })
 }
 
 // moveAside renames the current file to <path>.corrupt-<timestamp>.
@@ -474,7 +385,7 @@ func closeQuietly(db *bolt.DB) {
 
 func initBuckets(db *bolt.DB) error {
 	return db.Update(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
+		for _, name := range append(allBuckets, legacyBuckets...) {
 			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 				return err
 			}
@@ -868,7 +779,7 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	nchanges := 0
 	countDelta := map[string]int{}
 	err := s.update(func(tx *bolt.Tx) error {
-		w := newTxWriter(tx, s.opts.Indexes)
+		w := newTxWriter(tx)
 		digests := crdt.Digest{}
 		proofs := map[string]crdt.Proof{}
 		var writer *WriterMeta
@@ -974,11 +885,10 @@ const fillPercent = 0.9
 
 type txWriter struct {
 	entries, origins, meta *bolt.Bucket
-	idx                    map[string]*bolt.Bucket
 	tx                     *bolt.Tx
 }
 
-func newTxWriter(tx *bolt.Tx, indexes bool) *txWriter {
+func newTxWriter(tx *bolt.Tx) *txWriter {
 	w := &txWriter{
 		tx:      tx,
 		entries: tx.Bucket(bucketEntries),
@@ -989,37 +899,15 @@ func newTxWriter(tx *bolt.Tx, indexes bool) *txWriter {
 	// order, so pack pages densely (bbolt's default 0.5 leaves leaves half
 	// empty): this halves the file and the pages a cold start must read.
 	w.entries.FillPercent = fillPercent
-	if !indexes {
-		return w // idx nil: apply maintains no index
-	}
-	w.idx = map[string]*bolt.Bucket{}
-	for _, n := range indexBuckets {
-		b := tx.Bucket(n)
-		b.FillPercent = fillPercent
-		w.idx[string(n)] = b
-	}
 	return w
 }
 
-// apply writes one change. Index keys of the record being replaced are
-// derived from the record AS STORED (not from Change.Old), so the indexes
-// can never keep an orphan even if a caller's Old is stale. It returns the
-// change in the number of stored entries (-1, 0, +1).
+// apply writes one change and returns the change in the number of stored
+// entries (-1, 0, +1).
 func (w *txWriter) apply(ch *crdt.Change) (int, error) {
 	key := entryKey(ch.Key)
 	delta := 0
-	if old := w.entries.Get(key); old != nil && w.idx == nil {
-		delta--
-	} else if old != nil {
-		e := crdt.Entry{Key: ch.Key}
-		if err := decodeRecord(nil, old, &e); err != nil {
-			return 0, fmt.Errorf("store: stored %s: %w", ch.Key, err)
-		}
-		for _, ik := range indexKeys(&e) {
-			if err := w.idx[string(ik.bucket)].Delete(ik.key); err != nil {
-				return 0, err
-			}
-		}
+	if w.entries.Get(key) != nil {
 		delta--
 	}
 	if ch.New == nil {
@@ -1034,68 +922,8 @@ func (w *txWriter) apply(ch *crdt.Change) (int, error) {
 	if err := w.entries.Put(key, encodeRecord(key, ch.New)); err != nil {
 		return 0, fmt.Errorf("store: put %s: %w", ch.Key, err)
 	}
-	if w.idx == nil {
-		return delta + 1, nil
-	}
-	for _, ik := range indexKeys(ch.New) {
-		if err := w.idx[string(ik.bucket)].Put(ik.key, ik.value); err != nil {
-			return 0, fmt.Errorf("store: index %s: %w", ch.Key, err)
-		}
-	}
 	return delta + 1, nil
 }
-
-// ---------------------------------------------------------------- queries
-
-// PodRef is one pod found by an index query.
-type PodRef struct {
-	Cluster   string
-	Namespace string
-	Name      string
-	IPs       []string
-}
-
-// PodsInNamespace returns the live pods of (cluster, namespace), sorted by
-// name. Proposal: `$cluster_$namespace_$pod -> ip`.
-func (s *Store) PodsInNamespace(cluster, namespace string) ([]PodRef, error) {
-	return s.scanPods(bucketPodNS, encodeKey(cluster, namespace), 3, podFields{cluster: 0, ns: 1, pod: 2})
-}
-
-// PodsWithLabelInNamespace returns live pods of (cluster, namespace) whose
-// label key equals value. Proposal: `label_$label_$cluster_$namespace_$pod -> ip`.
-func (s *Store) PodsWithLabelInNamespace(key, value, cluster, namespace string) ([]PodRef, error) {
-	return s.scanPods(bucketPodLabel, encodeKey(key, value, cluster, namespace), 5, podFields{cluster: 2, ns: 3, pod: 4})
-}
-
-// PodsWithLabelInCluster returns live pods of cluster whose label key
-// equals value, sorted by (namespace, name).
-func (s *Store) PodsWithLabelInCluster(key, value, cluster string) ([]PodRef, error) {
-	return s.scanPods(bucketPodLabel, encodeKey(key, value, cluster), 5, podFields{cluster: 2, ns: 3, pod: 4})
-}
-
-// PodsWithLabelKey returns live pods in every cluster that carry label key
-// (any value): the Exists operator. Sorted by (cluster, namespace, name).
-func (s *Store) PodsWithLabelKey(key string) ([]PodRef, error) {
-	return s.scanPods(bucketPodLKey, encodeKey(key), 4, podFields{cluster: 1, ns: 2, pod: 3})
-}
-
-// PodsWithLabelKeyInCluster is PodsWithLabelKey scoped to one cluster.
-func (s *Store) PodsWithLabelKeyInCluster(key, cluster string) ([]PodRef, error) {
-	return s.scanPods(bucketPodLKey, encodeKey(key, cluster), 4, podFields{cluster: 1, ns: 2, pod: 3})
-}
-
-// NamespacesInCluster returns the live namespaces of cluster, sorted.
-func (s *Store) NamespacesInCluster(cluster string) ([]string, error) {
-	return s.scanNames(bucketNS, encodeKey(cluster))
-}
-
-// PoliciesOfOrigin returns the names ("namespace/name") of the live
-// MultiClusterNetworkPolicies created in origin, sorted.
-func (s *Store) PoliciesOfOrigin(origin string) ([]string, error) {
-	return s.scanNames(bucketPolicy, encodeKey(origin))
-}
-
-type podFields struct{ cluster, ns, pod int }
 
 // update is db.Update guarded like reads: a write transaction that walks
 // into damaged pages fails with ErrCorrupt instead of crashing the daemon.
@@ -1122,48 +950,4 @@ func guardRead(err *error) func() {
 			*err = fmt.Errorf("%w: panic while reading: %v", ErrCorrupt, r)
 		}
 	}
-}
-
-func (s *Store) scanPods(bucket, prefix []byte, n int, f podFields) (out []PodRef, err error) {
-	if !s.opts.Indexes {
-		return nil, ErrNoIndexes
-	}
-	defer s.noteCorrupt(&err)
-	defer guardRead(&err)()
-	err = s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucket).Cursor()
-		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			comps, err := decodeKey(k, n)
-			if err != nil {
-				return fmt.Errorf("%w: index %s key %x: %v", ErrCorrupt, bucket, k, err)
-			}
-			ips, err := decodeIPs(v)
-			if err != nil {
-				return fmt.Errorf("%w: index %s value: %v", ErrCorrupt, bucket, err)
-			}
-			out = append(out, PodRef{Cluster: comps[f.cluster], Namespace: comps[f.ns], Name: comps[f.pod], IPs: ips})
-		}
-		return nil
-	})
-	return out, err
-}
-
-func (s *Store) scanNames(bucket, prefix []byte) (out []string, err error) {
-	if !s.opts.Indexes {
-		return nil, ErrNoIndexes
-	}
-	defer s.noteCorrupt(&err)
-	defer guardRead(&err)()
-	err = s.db.View(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucket).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			comps, err := decodeKey(k, 2)
-			if err != nil {
-				return fmt.Errorf("%w: index %s key %x: %v", ErrCorrupt, bucket, k, err)
-			}
-			out = append(out, comps[1])
-		}
-		return nil
-	})
-	return out, err
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -47,16 +48,40 @@ func policyEntry(t testing.TB, origin, name string, v crdt.Version) *crdt.Entry 
 
 func put(e *crdt.Entry) crdt.Change { return crdt.Change{Key: e.Key, New: e} }
 
-func names(refs []PodRef) []string {
-	out := make([]string, len(refs))
-	for i, r := range refs {
-		out[i] = r.Cluster + "|" + r.Namespace + "|" + r.Name
+// scanPaths returns the paths of the entries under prefix, "(deleted)"
+// appended to tombstones.
+func scanPaths(t *testing.T, s *Store, prefix string, limit int) []string {
+	t.Helper()
+	var out []string
+	require.NoError(t, s.Scan(prefix, limit, func(path string, e crdt.Entry) error {
+		require.Equal(t, path, Path(e.Key))
+		if e.Deleted {
+			path += " (deleted)"
+		}
+		out = append(out, path)
+		return nil
+	}))
+	return out
+}
+
+// livePaths is scanPaths without tombstones.
+func livePaths(t *testing.T, s *Store, prefix string) []string {
+	t.Helper()
+	var out []string
+	for _, p := range scanPaths(t, s, prefix, 0) {
+		if !strings.HasSuffix(p, " (deleted)") {
+			out = append(out, p)
+		}
 	}
 	return out
 }
 
-func TestQueries(t *testing.T) {
-	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
+// TestScanPrefix reads the proposal's etcd queries as prefixes of the
+// primary key order: whole components never over-match (foo vs foobar,
+// foo_bar; default vs default_x), partial ones match like etcd's byte
+// prefixes, and the order is the key order (origin, kind number, name).
+func TestScanPrefix(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
 	require.True(t, s.Info().Created)
 	app := func(v string) map[string]string { return map[string]string{"app": v} }
 	tomb := podEntry(t, "foo", "default/dead", 9, app("web"), "10.0.0.9")
@@ -80,54 +105,33 @@ func TestQueries(t *testing.T) {
 	digests := crdt.Digest{"foo": {Max: 10}, "foobar": {Max: 3}, "foo_bar": {Max: 1}}
 	require.NoError(t, s.Commit(changes, digests, nil))
 
-	refs, err := s.PodsInNamespace("foo", "default")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo|default|db-1", "foo|default|nolabel", "foo|default|web-1", "foo|default|web-2"}, names(refs))
-	require.Equal(t, []string{"10.0.0.1", "fd00::1"}, refs[2].IPs)
+	require.Equal(t, []string{"/coastguard/foo/pod/default/db-1", "/coastguard/foo/pod/default/dead (deleted)",
+		"/coastguard/foo/pod/default/nolabel", "/coastguard/foo/pod/default/web-1", "/coastguard/foo/pod/default/web-2"},
+		scanPaths(t, s, "/coastguard/foo/pod/default/", 0))
+	require.Equal(t, []string{"/coastguard/foo/pod/default_x/web-3"}, scanPaths(t, s, "/coastguard/foo/pod/default_x/", 0))
+	require.Equal(t, []string{"/coastguard/foo/pod/default/web-1", "/coastguard/foo/pod/default/web-2", "/coastguard/foo/pod/default_x/web-3"},
+		scanPaths(t, s, "/coastguard/foo/pod/default", 0)[3:], "a partial name is a byte prefix")
+	require.Equal(t, []string{"/coastguard/foo/namespace/default", "/coastguard/foo/namespace/default_x"},
+		scanPaths(t, s, "/coastguard/foo/namespace/", 0))
+	require.Equal(t, []string{"/coastguard/foobar/policy/default/deny"}, scanPaths(t, s, "/coastguard/foobar/policy/", 0))
+	require.Equal(t, []string{"/coastguard/foo/pod/default/db-1", "/coastguard/foo/pod/default/dead (deleted)"},
+		scanPaths(t, s, "/coastguard/foo/po", 2), "a partial kind name filters the origin's entries (pods before policies: kind order)")
+	require.Len(t, scanPaths(t, s, "/coastguard/foo/po", 0), 8)
+	require.Len(t, scanPaths(t, s, "/coastguard/foo/", 0), 10)
+	require.Len(t, scanPaths(t, s, "/coastguard/fo", 0), 14, "a partial origin")
+	require.Len(t, scanPaths(t, s, "", 0), 14)
+	require.Len(t, scanPaths(t, s, "/coastguard/foo/", 3), 3, "limit")
+	require.Empty(t, scanPaths(t, s, "/coastguard/foo/nokind/", 0))
+	require.Empty(t, scanPaths(t, s, "/other/", 0))
 
-	refs, err = s.PodsInNamespace("foo", "default_x")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo|default_x|web-3"}, names(refs))
-
-	refs, err = s.PodsWithLabelInNamespace("app", "web", "foo", "default")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo|default|web-1", "foo|default|web-2"}, names(refs))
-	require.Equal(t, []string{"10.0.0.2"}, refs[1].IPs)
-
-	refs, err = s.PodsWithLabelInCluster("app", "web", "foo")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo|default|web-1", "foo|default|web-2", "foo|default_x|web-3", "foo|kube|web-4"}, names(refs))
-
-	refs, err = s.PodsWithLabelInCluster("app", "web", "foobar")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foobar|default|web-5"}, names(refs))
-
-	refs, err = s.PodsWithLabelKey("app")
-	require.NoError(t, err)
-	require.Len(t, refs, 7)
-	refs, err = s.PodsWithLabelKeyInCluster("tier", "foo")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo|default|web-1"}, names(refs))
-	refs, err = s.PodsWithLabelKeyInCluster("app", "foo_bar")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo_bar|default|web-6"}, names(refs))
-	refs, err = s.PodsWithLabelKeyInCluster("app", "fo")
-	require.NoError(t, err)
-	require.Empty(t, refs)
-
-	nss, err := s.NamespacesInCluster("foo")
-	require.NoError(t, err)
-	require.Equal(t, []string{"default", "default_x"}, nss)
-	nss, err = s.NamespacesInCluster("foobar")
-	require.NoError(t, err)
-	require.Equal(t, []string{"other"}, nss)
-
-	pols, err := s.PoliciesOfOrigin("foo")
-	require.NoError(t, err)
-	require.Equal(t, []string{"default/allow"}, pols)
-	pols, err = s.PoliciesOfOrigin("foobar")
-	require.NoError(t, err)
-	require.Equal(t, []string{"default/deny"}, pols)
+	// The value is the stored one (valid during the callback).
+	require.NoError(t, s.Scan("/coastguard/foo/pod/default/web-1", 0, func(_ string, e crdt.Entry) error {
+		var v crdt.PodValue
+		require.NoError(t, crdt.DecodeValue(e.Value, &v))
+		require.Equal(t, []string{"10.0.0.1", "fd00::1"}, v.IPs)
+		require.Equal(t, crdt.Version(1), e.Version)
+		return nil
+	}))
 
 	// Update: relabel web-2 to db; delete web-1 by tombstone; drop the policy.
 	web1Tomb := &crdt.Entry{Key: changes[0].Key, Version: 20, Deleted: true}
@@ -136,20 +140,10 @@ func TestQueries(t *testing.T) {
 		{Key: changes[0].Key, Old: changes[0].New, New: web1Tomb},
 		{Key: changes[12].Key, Old: changes[12].New, New: nil},
 	}, crdt.Digest{"foo": {Max: 21}}, nil))
-	refs, err = s.PodsWithLabelInNamespace("app", "db", "foo", "default")
-	require.NoError(t, err)
-	require.Equal(t, []string{"foo|default|db-1", "foo|default|web-2"}, names(refs))
-	require.Equal(t, []string{"10.0.0.22"}, refs[1].IPs)
-	refs, err = s.PodsWithLabelInNamespace("app", "web", "foo", "default")
-	require.NoError(t, err)
-	require.Empty(t, refs)
-	refs, err = s.PodsWithLabelKeyInCluster("tier", "foo")
-	require.NoError(t, err)
-	require.Empty(t, refs)
-	pols, err = s.PoliciesOfOrigin("foo")
-	require.NoError(t, err)
-	require.Empty(t, pols)
-	checkIndexes(t, s)
+	require.Equal(t, []string{"/coastguard/foo/pod/default/db-1", "/coastguard/foo/pod/default/dead (deleted)",
+		"/coastguard/foo/pod/default/nolabel", "/coastguard/foo/pod/default/web-1 (deleted)", "/coastguard/foo/pod/default/web-2"},
+		scanPaths(t, s, "/coastguard/foo/pod/default/", 0))
+	require.Empty(t, scanPaths(t, s, "/coastguard/foo/policy/", 0))
 
 	// The snapshot carries the tombstone, the digests and every value.
 	snap, err := s.Load()
@@ -171,45 +165,11 @@ func TestQueries(t *testing.T) {
 	require.Equal(t, int64(42), got[changes[2].Key].Stamp)
 }
 
-// expectedIndexes brute-forces the index content from the entries bucket.
-func expectedIndexes(t *testing.T, tx *bolt.Tx) map[string]map[string]string {
-	want := map[string]map[string]string{}
-	for _, b := range indexBuckets {
-		want[string(b)] = map[string]string{}
-	}
-	require.NoError(t, tx.Bucket(bucketEntries).ForEach(func(k, v []byte) error {
-		key, err := decodeEntryKey(k)
-		require.NoError(t, err)
-		e := crdt.Entry{Key: key}
-		require.NoError(t, decodeRecord(k, v, &e))
-		for _, ik := range indexKeys(&e) {
-			want[string(ik.bucket)][string(ik.key)] = string(ik.value)
-		}
-		return nil
-	}))
-	return want
-}
-
-// checkIndexes asserts every index bucket equals the brute-force derivation
-// from the entries: nothing missing, nothing orphaned.
-func checkIndexes(t *testing.T, s *Store) {
-	t.Helper()
-	require.NoError(t, s.db.View(func(tx *bolt.Tx) error {
-		want := expectedIndexes(t, tx)
-		for _, b := range indexBuckets {
-			got := map[string]string{}
-			require.NoError(t, tx.Bucket(b).ForEach(func(k, v []byte) error {
-				got[string(k)] = string(v)
-				return nil
-			}))
-			require.Equal(t, want[string(b)], got, "index %s", b)
-		}
-		return nil
-	}))
-}
-
-func TestIndexConsistencyRandom(t *testing.T) {
-	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
+// TestEntriesRandom commits random upserts, tombstones and removals (with
+// stale Old values, undecodable values and adversarial names) and checks
+// the stored entries and every namespace prefix against a model.
+func TestEntriesRandom(t *testing.T) {
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
 	r := rand.New(rand.NewPCG(7, 8))
 	origins := []string{"a", "a_b", "ab", "b"}
 	nss := []string{"default", "default_x", "kube", "x\x00y"}
@@ -261,7 +221,7 @@ func TestIndexConsistencyRandom(t *testing.T) {
 					ne = &crdt.Entry{Key: k, Version: v, Value: []byte{0x80}}
 				}
 				if r.IntN(20) == 0 {
-					ne.Value = []byte("not msgpack") // undecodable values must not break indexing
+					ne.Value = []byte("not msgpack") // undecodable values are stored as they are
 				}
 			case op < 8: // tombstone
 				ne = &crdt.Entry{Key: k, Version: v, Deleted: true}
@@ -282,11 +242,7 @@ func TestIndexConsistencyRandom(t *testing.T) {
 			digests[o] = crdt.OriginDigest{Max: version[o]}
 		}
 		require.NoError(t, s.Commit(changes, digests, nil))
-		if round%10 == 0 {
-			checkIndexes(t, s)
-		}
 	}
-	checkIndexes(t, s)
 	// Entries equal the model.
 	snap, err := s.Load()
 	require.NoError(t, err)
@@ -301,31 +257,31 @@ func TestIndexConsistencyRandom(t *testing.T) {
 	// Brute-force query comparison for every (label, cluster, ns).
 	for _, o := range origins {
 		for _, ns := range nss {
-			refs, err := s.PodsInNamespace(o, ns)
-			require.NoError(t, err)
+			prefix := PathRoot + o + "/pod/" + ns + "/"
 			var want []string
 			for k, e := range current {
-				if k.Kind == crdt.KindPod && k.Origin == o && !e.Deleted {
-					if pns, pod := splitPodName(k.Name); pns == ns {
-						want = append(want, o+"|"+ns+"|"+pod)
+				if path := Path(k); strings.HasPrefix(path, prefix) {
+					if e.Deleted {
+						path += " (deleted)"
 					}
+					want = append(want, path)
 				}
 			}
 			slices.Sort(want)
-			require.Equal(t, want, append([]string(nil), names(refs)...), "%s/%s", o, ns)
+			require.Equal(t, want, scanPaths(t, s, prefix, 0), "%s/%s", o, ns)
 		}
 	}
 }
 
 func TestSchemaVersionNewerRefused(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, Options{Indexes: true})
+	s, err := Open(path, Options{})
 	require.NoError(t, err)
 	require.NoError(t, s.db.Update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketMeta).Put(metaSchema, u32(SchemaVersion+1))
 	}))
 	require.NoError(t, s.Close())
-	_, err = Open(path, Options{Indexes: true})
+	_, err = Open(path, Options{})
 	var se *SchemaError
 	require.ErrorAs(t, err, &se)
 	require.Equal(t, SchemaVersion+1, se.Found)
@@ -340,12 +296,12 @@ func TestSchemaVersionNewerRefused(t *testing.T) {
 
 func TestReopenKeepsData(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	s, err := Open(path, Options{Indexes: true})
+	s, err := Open(path, Options{})
 	require.NoError(t, err)
 	require.NoError(t, s.Commit([]crdt.Change{put(podEntry(t, "c", "ns/p", 1, nil, "1.2.3.4"))},
 		crdt.Digest{"c": {Max: 1, Hash: 5}}, &WriterMeta{Epoch: 3, LastVersion: 7}))
 	require.NoError(t, s.Close())
-	s2 := openTestStore(t, path, Options{Indexes: true})
+	s2 := openTestStore(t, path, Options{})
 	require.False(t, s2.Info().Created)
 	snap, err := s2.Load()
 	require.NoError(t, err)
@@ -355,8 +311,8 @@ func TestReopenKeepsData(t *testing.T) {
 
 func TestLockedFileIsAnErrorNotCorruption(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
-	openTestStore(t, path, Options{Indexes: true})
-	_, err := Open(path, Options{Indexes: true, LockTimeout: 100 * time.Millisecond})
+	openTestStore(t, path, Options{})
+	_, err := Open(path, Options{LockTimeout: 100 * time.Millisecond})
 	require.ErrorContains(t, err, "locked")
 	matches, _ := filepath.Glob(path + ".corrupt-*")
 	require.Empty(t, matches)
@@ -364,7 +320,7 @@ func TestLockedFileIsAnErrorNotCorruption(t *testing.T) {
 
 // populated writes a store with enough data to span many pages.
 func populated(t *testing.T, path string) []byte {
-	s, err := Open(path, Options{Indexes: true})
+	s, err := Open(path, Options{})
 	require.NoError(t, err)
 	var changes []crdt.Change
 	for i := range 3000 {
@@ -421,7 +377,7 @@ func TestCorruptFileMovedAside(t *testing.T) {
 			bad := mutate(append([]byte(nil), orig...))
 			require.NoError(t, os.WriteFile(path, bad, 0o600))
 			reg := prometheus.NewRegistry()
-			s, err := Open(path, Options{Indexes: true, Registerer: reg, Check: CheckAlways})
+			s, err := Open(path, Options{Registerer: reg, Check: CheckAlways})
 			require.NoError(t, err)
 			defer s.Close()
 			info := s.Info()
@@ -442,7 +398,7 @@ func TestCorruptFileMovedAside(t *testing.T) {
 }
 
 func TestCommitAfterCloseFails(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
+	s, err := Open(filepath.Join(t.TempDir(), "s.db"), Options{})
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.ErrorIs(t, s.Commit(nil, nil, nil), ErrClosed)
@@ -452,7 +408,7 @@ func TestCommitAfterCloseFails(t *testing.T) {
 func TestFullCheckAfterUncleanShutdownOnly(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "s.db")
-	s, err := Open(path, Options{Indexes: true})
+	s, err := Open(path, Options{})
 	require.NoError(t, err)
 	require.NoError(t, s.Commit([]crdt.Change{put(podEntry(t, "c", "ns/p", 1, nil, "1.1.1.1"))}, crdt.Digest{"c": {Max: 1}}, nil))
 	// A copy taken while the store is open is exactly what a crash leaves.
@@ -460,13 +416,13 @@ func TestFullCheckAfterUncleanShutdownOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 
-	s2 := openTestStore(t, path, Options{Indexes: true})
+	s2 := openTestStore(t, path, Options{})
 	require.False(t, s2.Info().Unclean)
 	require.False(t, s2.Info().Checked, "clean shutdown: no full page check")
 
 	crashed := filepath.Join(dir, "crashed.db")
 	require.NoError(t, os.WriteFile(crashed, img, 0o600))
-	s3 := openTestStore(t, crashed, Options{Indexes: true})
+	s3 := openTestStore(t, crashed, Options{})
 	require.True(t, s3.Info().Unclean)
 	require.True(t, s3.Info().Checked, "unclean shutdown: full page check")
 	require.Empty(t, s3.Info().MovedAside)
@@ -477,7 +433,7 @@ func TestFullCheckAfterUncleanShutdownOnly(t *testing.T) {
 
 func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "r.db")
-	r, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	for i := range 20 {
 		_, err := r.Write(crdt.KindPod, fmt.Sprintf("ns/p%d", i), podValue(t, nil, fmt.Sprintf("10.77.77.%d", i)), false)
@@ -503,7 +459,7 @@ func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 	}
 	b[i+9] ^= 0x01 // "10.77.77.13" -> "10.77.77.03"
 	require.NoError(t, os.WriteFile(path, b, 0o600))
-	r2, err := OpenReplica(path, "c1", Options{Indexes: true})
+	r2, err := OpenReplica(path, "c1", Options{})
 	require.NoError(t, err)
 	defer r2.Close()
 	require.ErrorContains(t, r2.Info().Corrupt, "checksum")
@@ -511,21 +467,19 @@ func TestRecordChecksumDetectsDamagedValue(t *testing.T) {
 }
 
 func TestCommitFailureIsSticky(t *testing.T) {
-	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{Indexes: true})
+	s := openTestStore(t, filepath.Join(t.TempDir(), "s.db"), Options{})
 	good := put(podEntry(t, "c", "ns/ok", 1, nil))
 	huge := put(podEntry(t, "c", "ns/"+string(bytes.Repeat([]byte("x"), bolt.MaxKeySize)), 2, nil))
 	err := s.Commit([]crdt.Change{good, huge}, crdt.Digest{"c": {Max: 2}}, nil)
 	require.Error(t, err)
 	// Nothing of the failed transaction is visible, and later writes are
 	// refused: memory would otherwise run ahead of disk unnoticed.
-	refs, qerr := s.PodsInNamespace("c", "ns")
-	require.NoError(t, qerr)
-	require.Empty(t, refs)
+	require.Empty(t, scanPaths(t, s, "/coastguard/c/", 0))
 	err2 := s.Commit([]crdt.Change{good}, nil, nil)
 	require.ErrorContains(t, err2, "refusing further writes")
 }
 
-func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
+func TestScansOnDamagedPagesReturnErrors(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.db")
 	b := populated(t, path)
 	r := rand.New(rand.NewPCG(13, 14))
@@ -540,24 +494,14 @@ func TestQueriesOnDamagedPagesReturnErrors(t *testing.T) {
 	// damage must surface as ErrCorrupt errors, never as a crash.
 	db, err := bolt.Open(path, 0o600, nil)
 	require.NoError(t, err, "bbolt's own open does not notice page damage")
-	s := &Store{db: db, path: path, opts: Options{Indexes: true}, m: mustMetrics(t), counts: map[string]int{}}
+	s := &Store{db: db, path: path, opts: Options{}, m: mustMetrics(t), counts: map[string]int{}}
 	s.opts.defaults()
 	s.log = s.opts.Logger
 	s.start()
 	defer s.Close()
 	var errs int
 	for i := range 7 {
-		if _, err := s.PodsInNamespace("c", fmt.Sprintf("ns%d", i)); err != nil {
-			require.ErrorIs(t, err, ErrCorrupt)
-			errs++
-		}
-	}
-	for _, q := range []func() error{
-		func() error { _, err := s.PodsWithLabelKey("app"); return err },
-		func() error { _, err := s.PodsWithLabelInCluster("app", "3", "c"); return err },
-		func() error { _, err := s.NamespacesInCluster("c"); return err },
-	} {
-		if err := q(); err != nil {
+		if err := s.Scan(fmt.Sprintf("/coastguard/c/pod/ns%d/", i), 0, func(string, crdt.Entry) error { return nil }); err != nil {
 			require.ErrorIs(t, err, ErrCorrupt)
 			errs++
 		}

@@ -55,6 +55,7 @@ func (h *health) ready() (bool, map[string]string) {
 type adminHandler struct {
 	decommission func(ctx context.Context) error
 	status       func() any
+	scan         scanFunc // the replica's store (store get --daemon)
 }
 
 // newHTTPServer serves the network-facing endpoints: /metrics (wrapped by
@@ -106,6 +107,13 @@ func newAdminServer(addr string, admin adminHandler, log *slog.Logger) *http.Ser
 			return
 		}
 		_ = json.NewEncoder(w).Encode(admin.status())
+	})
+	mux.HandleFunc("/admin/store", func(w http.ResponseWriter, r *http.Request) {
+		if !fromLoopback(r.RemoteAddr) {
+			http.Error(w, "the admin endpoints are only served to loopback (kubectl exec into the daemon)", http.StatusForbidden)
+			return
+		}
+		serveStoreGet(w, r, admin.scan)
 	})
 	mux.HandleFunc("/admin/decommission", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

@@ -221,7 +221,7 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	if cfg.AdminAddr != "" {
 		admin := newAdminServer(cfg.AdminAddr, adminHandler{decommission: d.Decommission,
-			status: func() any { return debugStateWithVersions(d.DebugState()) }}, log)
+			status: func() any { return debugStateWithVersions(d.DebugState()) }, scan: d.ScanStore}, log)
 		if err := serveHTTP(admin, log); err != nil {
 			return fmt.Errorf("admin-addr %s: %w", cfg.AdminAddr, err)
 		}
