@@ -12,9 +12,9 @@ import (
 
 // Bucket names. Every bucket is top level; see docs/ARCHITECTURE.md, "Store".
 var (
-	bucketMeta     = []byte("meta")      // schema version, self, writer epoch/version
-	bucketEntries  = []byte("entries")   // (origin, kind, name) -> record
-	bucketOrigins  = []byte("origins")   // (origin) -> digest record
+	bucketMeta    = []byte("meta")    // schema version, self, writer epoch/version
+	bucketEntries = []byte("entries") // (origin, kind, name) -> record
+	bucketOrigins = []byte("origins") // (origin) -> digest record
 
 	allBuckets = [][]byte{bucketMeta, bucketEntries, bucketOrigins}
 
