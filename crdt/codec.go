@@ -38,8 +38,6 @@ const (
 	MaxDigestOrigins = 4096
 	// MaxDigestBytes bounds an encoded digest.
 	MaxDigestBytes = MaxDigestOrigins * (MaxOriginBytes + 64)
-	// MaxRetireBytes bounds an encoded retirement.
-	MaxRetireBytes = MaxOriginBytes + 32 + SigSize + KeySize + 8
 )
 
 const (
@@ -511,63 +509,4 @@ func DecodeDigest(b []byte) (Digest, error) {
 		return nil, wireErr("digest", err)
 	}
 	return d, nil
-}
-
-// EncodeRetire validates and encodes a retirement.
-func EncodeRetire(r Retire) ([]byte, error) {
-	if err := validOrigin(r.Origin); err != nil {
-		return nil, err
-	}
-	if r.UpTo == 0 {
-		return nil, fmt.Errorf("%w: retire %s up to version 0", ErrInvalid, r.Origin)
-	}
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	signed := r.Sig != nil || r.Key != nil
-	n := 3
-	if signed {
-		n = 5
-	}
-	if err := firstErr(
-		enc.EncodeArrayLen(n),
-		enc.EncodeUint8(WireFormat),
-		enc.EncodeString(r.Origin),
-		enc.EncodeUint64(uint64(r.UpTo)),
-	); err != nil {
-		return nil, err
-	}
-	if signed {
-		if err := firstErr(enc.EncodeBytes(r.Sig), enc.EncodeBytes(r.Key)); err != nil {
-			return nil, err
-		}
-	}
-	return buf.Bytes(), nil
-}
-
-// DecodeRetire decodes and validates a retirement.
-func DecodeRetire(b []byte) (Retire, error) {
-	if len(b) > MaxRetireBytes {
-		return Retire{}, fmt.Errorf("%w: retire of %d bytes exceeds %d", ErrInvalid, len(b), MaxRetireBytes)
-	}
-	w := newWireDecoder(b)
-	rn := w.arrayLen(3, 5)
-	if w.err == nil && rn == 4 {
-		w.err = fmt.Errorf("retire of 4 elements, want 3 or 5")
-	}
-	w.format()
-	r := Retire{Origin: w.str(MaxOriginBytes), UpTo: Version(w.u64())}
-	if rn == 5 {
-		r.Sig = w.bin(SigSize)
-		r.Key = w.bin(KeySize)
-	}
-	if err := w.finish(); err != nil {
-		return Retire{}, wireErr("retire", err)
-	}
-	if err := validOrigin(r.Origin); err != nil {
-		return Retire{}, err
-	}
-	if r.UpTo == 0 {
-		return Retire{}, fmt.Errorf("%w: retire %s up to version 0", ErrInvalid, r.Origin)
-	}
-	return r, nil
 }

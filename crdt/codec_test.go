@@ -124,17 +124,3 @@ func TestDigestRoundTrip(t *testing.T) {
 	_, err = EncodeDigest(Digest{"": {}})
 	assert.ErrorIs(t, err, ErrInvalid)
 }
-
-func TestRetireRoundTrip(t *testing.T) {
-	r := Retire{Origin: "x", UpTo: MakeVersion(3, 4)}
-	b, err := EncodeRetire(r)
-	require.NoError(t, err)
-	got, err := DecodeRetire(b)
-	require.NoError(t, err)
-	assert.Equal(t, r, got)
-	_, err = EncodeRetire(Retire{Origin: "x"})
-	assert.ErrorIs(t, err, ErrInvalid)
-	zero, _ := msgpack.Marshal([]any{1, "x", 0})
-	_, err = DecodeRetire(zero)
-	assert.ErrorIs(t, err, ErrInvalid)
-}

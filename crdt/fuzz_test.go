@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"reflect"
 	"testing"
 )
 
@@ -78,18 +77,6 @@ func corpusDigests(t testing.TB) [][]byte {
 	return out
 }
 
-func corpusRetires(t testing.TB) [][]byte {
-	var out [][]byte
-	for _, r := range []Retire{{Origin: "a", UpTo: 1}, {Origin: "cluster-b", UpTo: MakeVersion(MaxEpoch, 1<<40-1)}} {
-		b, err := EncodeRetire(r)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, b)
-	}
-	return out
-}
-
 func FuzzDecodeDelta(f *testing.F) {
 	for _, b := range corpusDeltas(f) {
 		f.Add(b)
@@ -138,25 +125,6 @@ func FuzzDecodeDigest(f *testing.F) {
 		s := NewState("")
 		_ = s.Behind(d)
 		_ = s.DeltaSince(d, 3)
-	})
-}
-
-func FuzzDecodeRetire(f *testing.F) {
-	for _, b := range corpusRetires(f) {
-		f.Add(b)
-	}
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := DecodeRetire(b)
-		if err != nil {
-			return
-		}
-		b2, err := EncodeRetire(r)
-		if err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
-		if r2, err := DecodeRetire(b2); err != nil || !reflect.DeepEqual(r2, r) {
-			t.Fatalf("round trip: %v", err)
-		}
 	})
 }
 
@@ -247,5 +215,4 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	write("FuzzDecodeDelta", corpusDeltas(t))
 	write("FuzzApply", corpusDeltas(t))
 	write("FuzzDecodeDigest", corpusDigests(t))
-	write("FuzzDecodeRetire", corpusRetires(t))
 }

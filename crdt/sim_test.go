@@ -52,6 +52,7 @@ type simMsg struct {
 	from    int
 	to      int
 	payload []byte
+	retire  Retire // msgRetire (gossip, not crdt, encodes retirements)
 }
 
 type snapshot struct {
@@ -376,11 +377,7 @@ func (s *sim) deliver(m simMsg) {
 		}
 		s.afterChanges(nd, ch)
 	case msgRetire:
-		r, err := DecodeRetire(m.payload)
-		if err != nil {
-			s.fatalf("decode retire: %v", err)
-		}
-		ch, err := nd.st.ApplyRetire(r)
+		ch, err := nd.st.ApplyRetire(m.retire)
 		if !s.tolerated(err) {
 			s.fatalf("%s retire: %v", nd.name, err)
 		}
@@ -545,13 +542,9 @@ func (s *sim) seal(nd *simNode) {
 }
 
 func (s *sim) sendRetire(nd *simNode, r Retire) {
-	b, err := EncodeRetire(r)
-	if err != nil {
-		s.fatalf("encode retire: %v", err)
-	}
 	for i := 0; i < 3; i++ {
 		if to := s.rng.Intn(len(s.nodes)); to != nd.id {
-			s.send(simMsg{kind: msgRetire, from: nd.id, to: to, payload: b})
+			s.send(simMsg{kind: msgRetire, from: nd.id, to: to, retire: r})
 		}
 	}
 }
