@@ -173,50 +173,9 @@ func TestDecide(t *testing.T) {
 	}
 }
 
-func TestPlan(t *testing.T) {
-	desired := []networkingv1.NetworkPolicy{
-		genNP("b", "new", "h1"),
-		genNP("a", "same", "h1"),
-		genNP("a", "changed", "h2"),
-		genNP("a", "taken", "h1"),
-	}
-	foreign := genNP("a", "foreign", "h1")
-	live := []*networkingv1.NetworkPolicy{
-		ptrNP(liveNP("a", "same", "h1")),
-		ptrNP(liveNP("a", "changed", "h1")),
-		ptrNP(liveNP("a", "stale", "h1")),
-		ptrNP(liveNP("c", "stale", "h9")),
-		ptrNP(userNP("a", "taken")),
-		ptrNP(userNP("a", "mine")),
-		&foreign,
-	}
-	res := Plan(desired, live)
-	var applied []string
-	for _, np := range res.Apply {
-		applied = append(applied, np.Namespace+"/"+np.Name)
-	}
-	assert.Equal(t, []string{"a/changed", "b/new"}, applied)
-	assert.Equal(t, "h2", res.Apply[0].Annotations[ContentHashAnnotation])
-	assert.Equal(t, []types.NamespacedName{{Namespace: "a", Name: "stale"}, {Namespace: "c", Name: "stale"}}, res.Delete)
-	assert.Equal(t, []types.NamespacedName{{Namespace: "a", Name: "taken"}}, res.Conflicts)
-	assert.Equal(t, []types.NamespacedName{{Namespace: "a", Name: "foreign"}}, res.Foreign)
-
-	// empty desired deletes every generated object and nothing else
-	res = Plan(nil, live)
-	assert.Len(t, res.Delete, 4)
-	assert.Empty(t, res.Apply)
-
-	// applying the plan converges
-	res = Plan(desired, []*networkingv1.NetworkPolicy{
-		ptrNP(liveNP("a", "same", "h1")), ptrNP(liveNP("a", "changed", "h2")), ptrNP(liveNP("b", "new", "h1")), ptrNP(userNP("a", "taken")),
-	})
-	assert.Empty(t, res.Apply)
-	assert.Empty(t, res.Delete)
-}
-
 // One invalid or colliding desired object affects only its own name and
-// origin; everything else is planned.
-func TestPlanIsolatesInvalidDesired(t *testing.T) {
+// origin; everything else is installed (SetDesired's index).
+func TestIndexDesiredIsolatesInvalid(t *testing.T) {
 	unlabelled := genNP("a", "x", "h")
 	unlabelled.Labels = nil
 	dupA := genNP("a", "x", "h")
@@ -239,17 +198,18 @@ func TestPlanIsolatesInvalidDesired(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			desired := append([]networkingv1.NetworkPolicy{genNP("a", "good", "h1")}, bad...)
-			live := []*networkingv1.NetworkPolicy{ptrNP(liveNP("a", "x", "h0"))}
-			res := Plan(desired, live)
-			require.Len(t, res.Apply, 1, "the valid object is still applied")
-			assert.Equal(t, "good", res.Apply[0].Name)
-			assert.Empty(t, res.Delete, "the live objects of a refused origin are not deleted")
-			assert.NotEmpty(t, res.Rejected)
-			assert.NotContains(t, res.Rejected, "eu-1/a/good")
+			res := indexDesired(desired)
+			require.Len(t, res.want, 1, "the valid object is still applied")
+			assert.Contains(t, res.want, types.NamespacedName{Namespace: "a", Name: "good"})
+			if name != "no name" && name != "no ns" && name != "bad name" {
+				assert.Contains(t, res.broken, types.NamespacedName{Namespace: "a", Name: "x"}, "the live object of a refused name is not deleted")
+			}
+			assert.NotEmpty(t, res.rejected)
+			assert.NotContains(t, res.rejected, "eu-1/a/good")
 			if name == "duplicate" {
-				assert.Contains(t, res.Rejected, "eu-1/a/x")
-				assert.Contains(t, res.Rejected, "eu-2/a/big.p2-3675f42a7e")
-				assert.Contains(t, res.Rejected["eu-1/a/x"][0], "eu-2/a/big.p2-3675f42a7e")
+				assert.Contains(t, res.rejected, "eu-1/a/x")
+				assert.Contains(t, res.rejected, "eu-2/a/big.p2-3675f42a7e")
+				assert.Contains(t, res.rejected["eu-1/a/x"][0], "eu-2/a/big.p2-3675f42a7e")
 			}
 		})
 	}
@@ -496,28 +456,6 @@ func TestApplierMetricsDoubleRegistration(t *testing.T) {
 	require.NoError(t, err)
 	_, err = NewApplierMetrics(reg)
 	assert.Error(t, err)
-}
-
-func BenchmarkPlan(b *testing.B) {
-	var desired []networkingv1.NetworkPolicy
-	var live []*networkingv1.NetworkPolicy
-	for i := 0; i < 300; i++ {
-		d := genNP(fmt.Sprint("ns", i%20), fmt.Sprint("mcnp-", i), "h1")
-		desired = append(desired, d)
-		l := liveNP(d.Namespace, d.Name, "h1")
-		if i%10 == 0 {
-			l.Annotations[ContentHashAnnotation] = "old"
-		}
-		live = append(live, &l)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		res := Plan(desired, live)
-		if len(res.Apply) != 30 {
-			b.Fatal(len(res.Apply))
-		}
-	}
 }
 
 // Drift repair through the informer: a hand edit that keeps the hash, a

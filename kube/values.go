@@ -4,7 +4,7 @@
 // the NetworkPolicy applier, MCNP status aggregation and the debounced
 // enforcer trigger.
 //
-// Everything that decides something (value conversion, Diff, Plan,
+// Everything that decides something (value conversion, Diff,
 // Aggregate, the debounce deadline) is a pure function and tested as such;
 // the controllers around them follow the informer -> workqueue -> reconcile
 // pattern and need nothing but a real (or fake) clientset.
