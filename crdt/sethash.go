@@ -104,19 +104,6 @@ func (h *setHash) digest(count int) [StateHashSize]byte {
 	return sha256.Sum256(b)
 }
 
-// StateDigest is the completeness digest of a set of entries (tombstones
-// included), as an origin signs it in a StateMark. Exported so tests and
-// tools can compute it independently of a State.
-func StateDigest(entries []Entry) [StateHashSize]byte {
-	var h setHash
-	var eh elemHasher
-	for i := range entries {
-		e := &entries[i]
-		h.add(&eh, e.Kind, e.Name, e.Version, e.Deleted, false)
-	}
-	return h.digest(len(entries))
-}
-
 // stateAt returns the set hash and count of o's records with version <= v:
 // the whole-state sum minus the few records above v (usually none).
 func (o *originState) stateAt(v Version) (setHash, int) {

@@ -190,7 +190,7 @@ func MarkSigMessage(origin string, kind MarkKind, v Version) []byte {
 // StateMark is an origin's signed statement of its whole state: at Head,
 // with tombstones up to GC collected and versions up to Retired retired
 // (a takeover's seal), its stored records have the completeness digest
-// Hash (StateDigest, sethash.go). A replica with a verifier moves its
+// Hash (sethash.go). A replica with a verifier moves its
 // watermark to Head only when its own records at or below Head, at the
 // same GC and retirement watermarks, have that digest (issue 29, item 1:
 // a signature per entry does not sign a delta's range).

@@ -40,7 +40,7 @@ type Change struct {
 
 // Affected returns, sorted, the policies whose translation for the
 // enforcing cluster may differ after the change (a superset of those that
-// do differ). Recompute them with Evaluate/TranslatePolicy; every other
+// do differ). Recompute them with Evaluate; every other
 // policy's output is unchanged. Apply the change to the inventory first:
 // the check uses current cluster labels (cluster label changes are
 // ChangeCluster, which affects every policy).

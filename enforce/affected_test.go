@@ -243,7 +243,7 @@ func checkAffectedSuperset(t *testing.T, seed int64, peers []string, services bo
 			for _, c := range fuzzClusters {
 				var one []networkingv1.NetworkPolicy
 				for _, ref := range inv.Policies() {
-					one = append(one, TranslatePolicy(c, inv, ref)...)
+					one = append(one, Evaluate(c, inv, ref).NetworkPolicies...)
 				}
 				slices.SortFunc(one, func(a, b networkingv1.NetworkPolicy) int {
 					return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)

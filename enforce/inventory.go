@@ -4,7 +4,7 @@
 //
 // The package is pure: no goroutines, no clock, no network, no client-go.
 // The daemon keeps an Inventory up to date from replicated state and calls
-// TranslatePolicy for the policies Affected by each change; `coastguardd
+// Evaluate for the policies Affected by each change; `coastguardd
 // render` builds an Inventory from files and calls Translate. Both therefore
 // run exactly the same code. The semantics are written down in
 // docs/SEMANTICS.md.

@@ -780,12 +780,6 @@ func EvaluateAll(enforcing string, inv *Inventory, refs []PolicyRef) []Result {
 	return out
 }
 
-// TranslatePolicy returns the NetworkPolicies one policy generates in an
-// enforcing cluster (nil when it generates none).
-func TranslatePolicy(enforcing string, inv *Inventory, ref PolicyRef) []networkingv1.NetworkPolicy {
-	return Evaluate(enforcing, inv, ref).NetworkPolicies
-}
-
 // Translate returns every NetworkPolicy the enforcing cluster must hold,
 // sorted by name. The output is deterministic: identical inventories give
 // identical (byte for byte, once serialised) output.

@@ -53,7 +53,7 @@ func TestUnknownLabelsMatchNothingButTheirID(t *testing.T) {
 				require.Equal(t, want, contains(got, "ap-1"), "enforcing clusters %v", got)
 				require.Equal(t, want, Evaluate("ap-1", inv, ref).Selected)
 				var admitted []string
-				for _, np := range TranslatePolicy("eu-1", inv, peer) {
+				for _, np := range Evaluate("eu-1", inv, peer).NetworkPolicies {
 					for _, r := range np.Spec.Ingress {
 						admitted = append(admitted, cidrs(r.From)...)
 					}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/enforce"
 	"log/slog"
 	"sort"
 	"strings"
@@ -40,21 +39,6 @@ const (
 	ReasonNotDegraded      = "AsExpected"
 	ReasonMultipleDegraded = "MultipleReasons"
 )
-
-// ReportName is the KindReport entry name an enforcing cluster uses for
-// the MCNP <policyOrigin>/<namespace>/<name>.
-func ReportName(policyOrigin, namespace, name string) string {
-	return enforce.PolicyRef{Origin: policyOrigin, Namespace: namespace, Name: name}.String()
-}
-
-// ParseReportName splits a KindReport entry name.
-func ParseReportName(s string) (policyOrigin, namespace, name string, err error) {
-	parts := strings.SplitN(s, "/", 3)
-	if len(parts) != 3 || parts[0] == "" || parts[1] == "" || parts[2] == "" {
-		return "", "", "", fmt.Errorf("malformed report name %q (want origin/namespace/name)", s)
-	}
-	return parts[0], parts[1], parts[2], nil
-}
 
 // AggregateInput is everything the status of one MCNP depends on.
 type AggregateInput struct {

@@ -24,17 +24,6 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-func TestReportName(t *testing.T) {
-	n := ReportName("c1", "shop", "allow-web")
-	o, ns, name, err := ParseReportName(n)
-	require.NoError(t, err)
-	assert.Equal(t, []string{"c1", "shop", "allow-web"}, []string{o, ns, name})
-	for _, bad := range []string{"", "a/b", "/b/c", "a//c", "a/b/"} {
-		_, _, _, err := ParseReportName(bad)
-		assert.Error(t, err, bad)
-	}
-}
-
 func cond(st v1.MultiClusterNetworkPolicyStatus, typ string) metav1.Condition {
 	c := meta.FindStatusCondition(st.Conditions, typ)
 	if c == nil {
