@@ -145,12 +145,6 @@ func (a Action) String() string {
 	return fmt.Sprintf("action(%d)", int(a))
 }
 
-// Decide is the per-name decision with the gate open. desired and live may
-// be nil.
-func Decide(desired, live *networkingv1.NetworkPolicy) Action {
-	return DecideGated(desired, live, false)
-}
-
 // DecideGated is the per-name decision. hold is the empty-view gate: while
 // it is set nothing is deleted and no generated policy's content is
 // replaced by content that could allow less (see Widens); creating a missing
@@ -428,7 +422,7 @@ type ApplierOptions struct {
 // set. It is level-triggered: every add, update or delete event of a
 // NetworkPolicy that is desired, labelled as coastguard's or written by
 // coastguard's field manager queues its name, and the worker compares the
-// live object with the desired one (Decide). It server-side applies missing
+// live object with the desired one (DecideGated). It server-side applies missing
 // and drifted objects (hand edits of spec, labels or annotations, a removed
 // managed-by label), deletes owned objects no longer desired, and never
 // touches objects coastguard did not write (Owned). Keys (namespace/name)
