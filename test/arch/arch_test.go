@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -22,27 +23,79 @@ type rule struct {
 	why       string
 }
 
+// m names coastguard packages.
+func m(pkgs ...string) []string {
+	out := make([]string, len(pkgs))
+	for i, p := range pkgs {
+		out[i] = module + "/" + p
+	}
+	return out
+}
+
+// every coastguard top-level package directory: a rule that lists all of
+// them forbids any coastguard import.
+var allPackages = []string{"api", "crdt", "enforce", "store", "gossip", "kube", "daemon", "reach", "cli", "internal", "cmd", "test"}
+
+// except returns allPackages without the given ones.
+func except(keep ...string) []string {
+	var out []string
+	for _, p := range allPackages {
+		if !slices.Contains(keep, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+const clientGo = "k8s.io/client-go"
+
 var rules = []rule{
-	{"crdt", []string{module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", "k8s.io/client-go", "net/http"},
-		"crdt is the pure replicated state: no I/O, no Kubernetes client"},
-	{"enforce", []string{module + "/gossip", module + "/store", module + "/kube", module + "/daemon", "k8s.io/client-go"},
+	{"crdt", append(m(except()...), clientGo, "net/http"),
+		"crdt is the pure replicated state: no I/O, no Kubernetes client, no other coastguard package"},
+	{"enforce", append(m("gossip", "store", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
 		"enforce is the pure translator: MCNP + inventory -> NetworkPolicies"},
-	{"gossip", []string{module + "/enforce", module + "/kube", module + "/daemon", "k8s.io/client-go"},
-		"gossip moves crdt deltas; it knows nothing of Kubernetes or policy"},
-	{"store", []string{module + "/gossip", module + "/enforce", module + "/kube", module + "/daemon", "k8s.io/client-go"},
+	{"gossip", append(m("api", "store", "enforce", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
+		"gossip moves crdt deltas through the gossip.Replica interface; it knows nothing of Kubernetes, policy or the store"},
+	{"gossip/sim", append(m("api", "enforce", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
+		"the simulator runs gossip nodes over in-memory replicas, without Kubernetes"},
+	{"store", append(m("api", "gossip", "enforce", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
 		"store persists crdt state; it knows nothing of the network or Kubernetes"},
-	{"api/v1", []string{module + "/crdt", module + "/enforce", module + "/gossip", module + "/store", module + "/kube", module + "/daemon", "k8s.io/client-go"},
+	{"api/v1", append(m(except("api")...), clientGo),
 		"api holds CRD types only"},
-	{"kube", []string{module + "/gossip", module + "/store", module + "/daemon"},
+	{"api/mcs/v1alpha1", append(m(except("api")...), clientGo),
+		"api holds CRD types only"},
+	{"kube", m("gossip", "store", "daemon", "reach", "cli", "cmd", "test"),
 		"kube adapts Kubernetes objects; wiring belongs to daemon"},
-	{"reach", []string{module + "/crdt", module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", module + "/cli", "k8s.io/client-go"},
+	{"daemon", m("reach", "cli", "cmd", "test"),
+		"daemon is one coastguardd: it never runs the plugin's parts"},
+	{"reach", append(m(except()...), clientGo),
 		"reach is the pure reachability engine over compiled rules"},
-	{"cli", []string{module + "/gossip", module + "/store", module + "/daemon"},
+	{"cli", m("gossip", "store", "daemon", "cmd", "test"),
 		"the plugin reads clusters through their apiservers; it never runs a daemon's parts"},
-	{"internal/metricsreg", []string{module + "/api", module + "/crdt", module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", module + "/reach", module + "/cli"},
+	{"internal/metricsreg", m(except()...),
 		"one registration policy, below every package"},
-	{"internal/version", []string{module + "/api", module + "/crdt", module + "/gossip", module + "/store", module + "/enforce", module + "/kube", module + "/daemon", module + "/reach", module + "/cli"},
+	{"internal/version", m(except()...),
 		"the build's version, below every package"},
+	{"cmd/coastguardd", m("test", "gossip/sim"),
+		"the daemon binary ships no test harness and no simulator"},
+	{"cmd/kubectl-coastguard", m("gossip", "store", "daemon", "test"),
+		"the plugin binary is cli/ alone"},
+	{"gossip/sim/cmd/gossipsim", append(m("api", "enforce", "kube", "daemon", "reach", "cli", "test"), clientGo),
+		"the simulator's command line"},
+}
+
+// unruled are the packages without an import rule, each with its reason.
+// TestEveryPackageHasARule keeps every other package of the module covered.
+var unruled = map[string]string{
+	"cmd/coastguard-bench":           "make bench measures every layer, the e2e harness included",
+	"deploy":                         "tests of the manifests only",
+	"hack/crdschema":                 "a generator run by make generate",
+	"hack/release":                   "release tooling",
+	"test/arch":                      "these tests",
+	"test/demo":                      "make demo: wires the harness",
+	"test/harness":                   "the e2e harness starts real daemons",
+	"test/harness/internal/podagent": "a pod's agent in the harness",
+	"test/harness/internal/probe":    "the harness's packet probe",
 }
 
 type listed struct {
@@ -114,5 +167,39 @@ func TestRulesCatchAViolation(t *testing.T) {
 	}
 	if got := violations([]string{module + "/gossipx"}, []string{module + "/gossip"}); len(got) != 0 {
 		t.Errorf("a sibling path with a shared prefix is not a violation: %v", got)
+	}
+}
+
+// TestEveryPackageHasARule fails when a package of the module has no import
+// rule and is not declared unruled (with a reason), and when either table
+// names a package that does not exist.
+func TestEveryPackageHasARule(t *testing.T) {
+	cmd := exec.Command("go", "list", "./...")
+	cmd.Dir = "../.."
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list ./...: %v", err)
+	}
+	have := map[string]bool{}
+	for _, r := range rules {
+		have[r.pkg] = true
+	}
+	listed := map[string]bool{}
+	for _, p := range strings.Fields(string(out)) {
+		p = strings.TrimPrefix(p, module+"/")
+		listed[p] = true
+		if _, ok := unruled[p]; !have[p] && !ok {
+			t.Errorf("package %s has no import rule: add one to rules (and to docs/ARCHITECTURE.md, \"Package rules\"), or declare it in unruled with a reason", p)
+		}
+	}
+	for p := range have {
+		if !listed[p] {
+			t.Errorf("rules names %s, which is not a package of the module", p)
+		}
+	}
+	for p := range unruled {
+		if !listed[p] {
+			t.Errorf("unruled names %s, which is not a package of the module", p)
+		}
 	}
 }
