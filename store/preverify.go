@@ -123,6 +123,12 @@ func (p *preVerifier) prepare(deltas []crdt.Delta, done []bool, held crdt.Digest
 	if len(jobs) < preVerifyMin {
 		return
 	}
+	p.verifyJobs(jobs)
+}
+
+// verifyJobs verifies the signatures on p.workers goroutines and records
+// the good ones.
+func (p *preVerifier) verifyJobs(jobs []sigJob) {
 	good := make([]bool, len(jobs))
 	var wg sync.WaitGroup
 	per := (len(jobs) + p.workers - 1) / p.workers

@@ -83,15 +83,51 @@ func OpenReplica(path, self string, opts Options) (*Replica, error) {
 // (Close closes it); on error the caller still does.
 func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
 	opts.defaults()
-	var (
-		st        *crdt.State
-		writer    WriterMeta
-		reset     []string
-		resetDigs crdt.Digest
-		entries   int
-	)
 	start := time.Now()
-	// Called again with an empty snapshot if the stored data is corrupt.
+	l, err := restore(backend, self, opts)
+	if err != nil {
+		return nil, err
+	}
+	r := &Replica{state: l.st, backend: backend, self: self, opts: opts, reset: l.reset,
+		log: opts.Logger.With("component", "store")}
+	info := r.Info()
+	r.log.Info("store loaded", "backend", describe(backend), "entries", l.entries, "duration", time.Since(start), "self", self,
+		"unclean_shutdown", info.Unclean, "page_check", info.Checked, "reset_origins", l.reset)
+	r.notify = newNotifier(r.deliver)
+	b := &Batch{Self: &self, Digests: l.resetDigs}
+	if self != "" {
+		epoch := max(l.writer.Epoch+1, l.st.MinEpoch())
+		if l.writer.Epoch >= crdt.MaxEpoch || epoch > crdt.MaxEpoch {
+			r.notify.close()
+			return nil, fmt.Errorf("store: writer epoch exhausted (persisted %d)", l.writer.Epoch)
+		}
+		if err := l.st.SetEpoch(epoch); err != nil {
+			r.notify.close()
+			return nil, fmt.Errorf("store: set epoch: %w", err)
+		}
+		b.Writer = r.writerMeta()
+	}
+	// Persist the new epoch (and any reset digests) before the first write.
+	if err := <-backend.Commit(b); err != nil {
+		r.notify.close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// loaded is what a replica restores from its backend.
+type loaded struct {
+	st        *crdt.State
+	writer    WriterMeta
+	reset     []string
+	resetDigs crdt.Digest
+	entries   int
+}
+
+// restore loads the backend into a fresh crdt.State (OnLoad running
+// alongside); a corrupt backend calls back again with an empty snapshot.
+func restore(backend Backend, self string, opts Options) (loaded, error) {
+	var l loaded
 	err := backend.Load(func(snap *Snapshot) (err error) {
 		if snap.Self != "" && snap.Self != self {
 			return fmt.Errorf("store: %s belongs to cluster %q, not %q; refusing to mix identities (move the file away to start over)",
@@ -108,46 +144,19 @@ func NewReplica(backend Backend, self string, opts Options) (*Replica, error) {
 				}
 			}()
 		}
-		st = crdt.NewState(self)
-		if err := st.Restore(snap.Digest, snap.Entries); err != nil {
+		l.st = crdt.NewState(self)
+		if err := l.st.Restore(snap.Digest, snap.Entries); err != nil {
 			return fmt.Errorf("%w: restore: %v", ErrCorrupt, err)
 		}
-		st.RestoreProofs(snap.Proofs)
-		writer, reset, entries = snap.Writer, snap.Reset, len(snap.Entries)
-		resetDigs = crdt.Digest{}
-		for _, o := range reset {
-			resetDigs[o] = snap.Digest[o]
+		l.st.RestoreProofs(snap.Proofs)
+		l.writer, l.reset, l.entries = snap.Writer, snap.Reset, len(snap.Entries)
+		l.resetDigs = crdt.Digest{}
+		for _, o := range l.reset {
+			l.resetDigs[o] = snap.Digest[o]
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	r := &Replica{state: st, backend: backend, self: self, opts: opts, reset: reset,
-		log: opts.Logger.With("component", "store")}
-	info := r.Info()
-	r.log.Info("store loaded", "backend", describe(backend), "entries", entries, "duration", time.Since(start), "self", self,
-		"unclean_shutdown", info.Unclean, "page_check", info.Checked, "reset_origins", reset)
-	r.notify = newNotifier(r.deliver)
-	b := &Batch{Self: &self, Digests: resetDigs}
-	if self != "" {
-		epoch := max(writer.Epoch+1, st.MinEpoch())
-		if writer.Epoch >= crdt.MaxEpoch || epoch > crdt.MaxEpoch {
-			r.notify.close()
-			return nil, fmt.Errorf("store: writer epoch exhausted (persisted %d)", writer.Epoch)
-		}
-		if err := st.SetEpoch(epoch); err != nil {
-			r.notify.close()
-			return nil, fmt.Errorf("store: set epoch: %w", err)
-		}
-		b.Writer = r.writerMeta()
-	}
-	// Persist the new epoch (and any reset digests) before the first write.
-	if err := <-backend.Commit(b); err != nil {
-		r.notify.close()
-		return nil, err
-	}
-	return r, nil
+	return l, err
 }
 
 // observeLoad runs Options.OnLoad. A memory fault while it reads the

@@ -302,29 +302,17 @@ func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *b
 			corrupt = fmt.Errorf("%w: panic while opening: %v", ErrCorrupt, r)
 		}
 	}()
-	fi, statErr := os.Stat(path)
-	switch {
-	case errors.Is(statErr, fs.ErrNotExist):
-		created = true
-	case statErr != nil:
-		return nil, nil, false, nil, fmt.Errorf("store: %w", statErr)
-	case !fi.Mode().IsRegular():
-		return nil, nil, false, nil, fmt.Errorf("store: %s is not a regular file", path)
-	case fi.Size() == 0:
-		return nil, nil, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil
+	var size int64
+	if size, created, corrupt, err = statFile(path); corrupt != nil || err != nil {
+		return nil, nil, false, corrupt, err
 	}
 	if !created && !opts.NoPrefetch {
 		prefetch(path)
 	}
 	db, err = bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout})
 	if err != nil {
-		switch {
-		case errors.Is(err, berrors.ErrTimeout):
-			return nil, nil, false, nil, fmt.Errorf("store: %s is locked by another process: %w", path, err)
-		case errors.Is(err, fs.ErrPermission):
-			return nil, nil, false, nil, fmt.Errorf("store: %w", err)
-		}
-		return nil, nil, false, fmt.Errorf("%w: %v", ErrCorrupt, err), nil
+		corrupt, err = classifyOpenError(path, err)
+		return nil, nil, false, corrupt, err
 	}
 	if created {
 		if err := initBuckets(db); err != nil {
@@ -333,7 +321,7 @@ func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *b
 		}
 		return db, nil, true, nil, nil
 	}
-	needCheck, corrupt, err := verify(db, path, fi.Size(), opts.Check, info)
+	needCheck, corrupt, err := verify(db, path, size, opts.Check, info)
 	if corrupt == nil && err == nil && needCheck {
 		if deferCheck {
 			ch := make(chan error, 1)
@@ -351,6 +339,35 @@ func tryOpen(path string, opts *Options, info *OpenInfo, deferCheck bool) (db *b
 		return nil, nil, false, nil, fmt.Errorf("store: %s: %w", path, err)
 	}
 	return db, nil, false, nil, nil
+}
+
+// statFile classifies path before it is opened: missing (to be created),
+// unusable (err: not a regular file, not readable) or empty (corrupt).
+func statFile(path string) (size int64, missing bool, corrupt, err error) {
+	fi, statErr := os.Stat(path)
+	switch {
+	case errors.Is(statErr, fs.ErrNotExist):
+		return 0, true, nil, nil
+	case statErr != nil:
+		return 0, false, nil, fmt.Errorf("store: %w", statErr)
+	case !fi.Mode().IsRegular():
+		return 0, false, nil, fmt.Errorf("store: %s is not a regular file", path)
+	case fi.Size() == 0:
+		return 0, false, fmt.Errorf("%w: empty file", ErrCorrupt), nil
+	}
+	return fi.Size(), false, nil, nil
+}
+
+// classifyOpenError tells a bbolt open failure that is the file's content
+// (corrupt: move it aside) from one that is not (err: locked, permission).
+func classifyOpenError(path string, openErr error) (corrupt, err error) {
+	switch {
+	case errors.Is(openErr, berrors.ErrTimeout):
+		return nil, fmt.Errorf("store: %s is locked by another process: %w", path, openErr)
+	case errors.Is(openErr, fs.ErrPermission):
+		return nil, fmt.Errorf("store: %w", openErr)
+	}
+	return fmt.Errorf("%w: %v", ErrCorrupt, openErr), nil
 }
 
 // prefetch reads the file sequentially once so the page cache holds it
@@ -564,36 +581,8 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 		if b := meta.Get(metaLastVersion); len(b) == 8 {
 			snap.Writer.LastVersion = crdt.Version(beU64(b))
 		}
-		if err := tx.Bucket(bucketOrigins).ForEach(func(k, v []byte) error {
-			c, err := decodeKey(k, 1)
-			if err != nil {
-				return fmt.Errorf("%w: origin key %x: %v", ErrCorrupt, k, err)
-			}
-			d, err := decodeDigest(v)
-			if err != nil {
-				return fmt.Errorf("%w: origin %q: %v", ErrCorrupt, c[0], err)
-			}
-			snap.Digest[c[0]] = d
-			return nil
-		}); err != nil {
+		if err := loadDigests(tx, snap); err != nil {
 			return err
-		}
-		snap.Proofs = map[string]crdt.Proof{}
-		if pb := tx.Bucket(bucketProofs); pb != nil {
-			if err := pb.ForEach(func(k, v []byte) error {
-				c, err := decodeKey(k, 1)
-				if err != nil {
-					return fmt.Errorf("%w: proof key %x: %v", ErrCorrupt, k, err)
-				}
-				p, err := decodeProof(v)
-				if err != nil {
-					return fmt.Errorf("%w: proof of %q: %v", ErrCorrupt, c[0], err)
-				}
-				snap.Proofs[c[0]] = p
-				return nil
-			}); err != nil {
-				return err
-			}
 		}
 		hint := 0
 		if b := meta.Get(metaEntryCount); len(b) == 8 {
@@ -604,24 +593,65 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 			return err
 		}
 		snap.Entries = entries
-		counts := map[string]int{}
-		for i := range entries {
-			counts[entries[i].Origin]++
-		}
 		snap.Reset = reconcileDigests(snap.Digest, entries)
 		for _, o := range snap.Reset {
 			s.m.resetOrigins.Inc()
 			s.log.Warn("persisted digest disagrees with stored entries; origin will be re-pulled from peers", "origin", o)
 		}
-		s.countMu.Lock()
-		s.counts = counts
-		s.m.entriesPerOrigin.Reset()
-		for o, n := range counts {
-			s.m.entriesPerOrigin.WithLabelValues(o).Set(float64(n))
-		}
-		s.countMu.Unlock()
+		s.setCounts(entries)
 		return fn(snap)
 	})
+}
+
+// loadDigests reads every origin's digest and proof into snap.
+func loadDigests(tx *bolt.Tx, snap *Snapshot) error {
+	if err := tx.Bucket(bucketOrigins).ForEach(func(k, v []byte) error {
+		c, err := decodeKey(k, 1)
+		if err != nil {
+			return fmt.Errorf("%w: origin key %x: %v", ErrCorrupt, k, err)
+		}
+		d, err := decodeDigest(v)
+		if err != nil {
+			return fmt.Errorf("%w: origin %q: %v", ErrCorrupt, c[0], err)
+		}
+		snap.Digest[c[0]] = d
+		return nil
+	}); err != nil {
+		return err
+	}
+	snap.Proofs = map[string]crdt.Proof{}
+	pb := tx.Bucket(bucketProofs)
+	if pb == nil {
+		return nil
+	}
+	return pb.ForEach(func(k, v []byte) error {
+		c, err := decodeKey(k, 1)
+		if err != nil {
+			return fmt.Errorf("%w: proof key %x: %v", ErrCorrupt, k, err)
+		}
+		p, err := decodeProof(v)
+		if err != nil {
+			return fmt.Errorf("%w: proof of %q: %v", ErrCorrupt, c[0], err)
+		}
+		snap.Proofs[c[0]] = p
+		return nil
+	})
+}
+
+// setCounts replaces the per-origin entry counts (and their gauge) with
+// those of the loaded entries.
+func (s *Store) setCounts(entries []crdt.Entry) {
+	counts := map[string]int{}
+	for i := range entries {
+		counts[entries[i].Origin]++
+	}
+	s.countMu.Lock()
+	s.counts = counts
+	s.m.entriesPerOrigin.Reset()
+	for o, n := range counts {
+		s.m.entriesPerOrigin.WithLabelValues(o).Set(float64(n))
+	}
+	s.countMu.Unlock()
 }
 
 const slabSize = 4 << 20
@@ -780,91 +810,15 @@ func (s *Store) commitBatch(batch []*commitReq) {
 	countDelta := map[string]int{}
 	err := s.update(func(tx *bolt.Tx) error {
 		w := newTxWriter(tx)
-		digests := crdt.Digest{}
-		proofs := map[string]crdt.Proof{}
-		var writer *WriterMeta
-		for _, r := range batch {
-			for i := range r.Changes {
-				d, err := w.apply(&r.Changes[i])
-				if err != nil {
-					return err
-				}
-				if d != 0 {
-					countDelta[r.Changes[i].Key.Origin] += d
-				}
-			}
-			nchanges += len(r.Changes)
-			for o, d := range r.Digests {
-				digests[o] = d
-			}
-			for o, p := range r.Proofs {
-				proofs[o] = p
-			}
-			if r.Writer != nil {
-				writer = r.Writer
-			}
-			if r.Self != nil {
-				if err := w.meta.Put(metaSelf, []byte(*r.Self)); err != nil {
-					return err
-				}
-			}
-		}
-		for o, d := range digests {
-			if err := w.origins.Put(encodeKey(o), encodeDigest(d)); err != nil {
-				return fmt.Errorf("store: persist digest of %q: %w", o, err)
-			}
-		}
-		if len(proofs) > 0 {
-			pb, err := tx.CreateBucketIfNotExists(bucketProofs)
-			if err != nil {
-				return err
-			}
-			for o, p := range proofs {
-				if err := pb.Put(encodeKey(o), encodeProof(p)); err != nil {
-					return fmt.Errorf("store: persist proof of %q: %w", o, err)
-				}
-			}
-		}
-		total := int64(0)
-		for _, d := range countDelta {
-			total += int64(d)
-		}
-		if total != 0 {
-			n := int64(0)
-			if b := w.meta.Get(metaEntryCount); len(b) == 8 {
-				n = int64(beU64(b))
-			}
-			if n += total; n < 0 {
-				n = 0
-			}
-			if err := w.meta.Put(metaEntryCount, u64(uint64(n))); err != nil {
-				return err
-			}
-		}
-		if writer != nil {
-			if err := w.meta.Put(metaEpoch, u32(writer.Epoch)); err != nil {
-				return err
-			}
-			if err := w.meta.Put(metaLastVersion, u64(uint64(writer.LastVersion))); err != nil {
-				return err
-			}
-		}
-		return nil
+		var err error
+		nchanges, err = w.writeBatch(batch, countDelta)
+		return err
 	})
 	s.m.commitLatency.Observe(time.Since(start).Seconds())
 	s.m.batchRequests.Observe(float64(len(batch)))
 	s.m.batchChanges.Observe(float64(nchanges))
 	if err != nil {
-		err = &CommitError{Err: err}
-		s.log.Error("store commit failed", "err", err)
-		s.m.commitErrors.Inc()
-		s.mu.Lock()
-		first := s.failed == nil
-		s.failed = err
-		s.mu.Unlock()
-		if first && s.opts.OnCommitError != nil {
-			s.opts.OnCommitError(err)
-		}
+		err = s.commitFailed(err)
 	} else {
 		s.countMu.Lock()
 		for o, d := range countDelta {
@@ -879,6 +833,119 @@ func (s *Store) commitBatch(batch []*commitReq) {
 		}
 		r.done <- err
 	}
+}
+
+// commitFailed makes the store refuse every later write, reports the
+// first failure, and returns err as the *CommitError the writers get.
+func (s *Store) commitFailed(err error) error {
+	err = &CommitError{Err: err}
+	s.log.Error("store commit failed", "err", err)
+	s.m.commitErrors.Inc()
+	s.mu.Lock()
+	first := s.failed == nil
+	s.failed = err
+	s.mu.Unlock()
+	if first && s.opts.OnCommitError != nil {
+		s.opts.OnCommitError(err)
+	}
+	return err
+}
+
+// writeBatch writes the requests of one transaction: their changes (the
+// entry count change per origin added to countDelta), the last digest and
+// proof per origin, the self ID, the entry count and the last writer
+// metadata. It returns the number of changes.
+func (w *txWriter) writeBatch(batch []*commitReq, countDelta map[string]int) (int, error) {
+	nchanges := 0
+	digests := crdt.Digest{}
+	proofs := map[string]crdt.Proof{}
+	var writer *WriterMeta
+	for _, r := range batch {
+		for i := range r.Changes {
+			d, err := w.apply(&r.Changes[i])
+			if err != nil {
+				return nchanges, err
+			}
+			if d != 0 {
+				countDelta[r.Changes[i].Key.Origin] += d
+			}
+		}
+		nchanges += len(r.Changes)
+		for o, d := range r.Digests {
+			digests[o] = d
+		}
+		for o, p := range r.Proofs {
+			proofs[o] = p
+		}
+		if r.Writer != nil {
+			writer = r.Writer
+		}
+		if r.Self != nil {
+			if err := w.meta.Put(metaSelf, []byte(*r.Self)); err != nil {
+				return nchanges, err
+			}
+		}
+	}
+	if err := w.putDigests(digests, proofs); err != nil {
+		return nchanges, err
+	}
+	if err := w.addEntryCount(countDelta); err != nil {
+		return nchanges, err
+	}
+	return nchanges, w.putWriter(writer)
+}
+
+// putDigests persists the digests and proofs of the touched origins.
+func (w *txWriter) putDigests(digests crdt.Digest, proofs map[string]crdt.Proof) error {
+	for o, d := range digests {
+		if err := w.origins.Put(encodeKey(o), encodeDigest(d)); err != nil {
+			return fmt.Errorf("store: persist digest of %q: %w", o, err)
+		}
+	}
+	if len(proofs) == 0 {
+		return nil
+	}
+	pb, err := w.tx.CreateBucketIfNotExists(bucketProofs)
+	if err != nil {
+		return err
+	}
+	for o, p := range proofs {
+		if err := pb.Put(encodeKey(o), encodeProof(p)); err != nil {
+			return fmt.Errorf("store: persist proof of %q: %w", o, err)
+		}
+	}
+	return nil
+}
+
+// addEntryCount adds the batch's entry count change to meta/entry_count
+// (a load size hint, never below 0).
+func (w *txWriter) addEntryCount(countDelta map[string]int) error {
+	total := int64(0)
+	for _, d := range countDelta {
+		total += int64(d)
+	}
+	if total == 0 {
+		return nil
+	}
+	n := int64(0)
+	if b := w.meta.Get(metaEntryCount); len(b) == 8 {
+		n = int64(beU64(b))
+	}
+	if n += total; n < 0 {
+		n = 0
+	}
+	return w.meta.Put(metaEntryCount, u64(uint64(n)))
+}
+
+// putWriter persists the writer metadata, if any.
+func (w *txWriter) putWriter(writer *WriterMeta) error {
+	if writer == nil {
+		return nil
+	}
+	if err := w.meta.Put(metaEpoch, u32(writer.Epoch)); err != nil {
+		return err
+	}
+	return w.meta.Put(metaLastVersion, u64(uint64(writer.LastVersion)))
 }
 
 const fillPercent = 0.9
