@@ -431,45 +431,9 @@ func (s *State) verifyDeltaSigs(o *originState, d *Delta) (Proof, *StateMark, er
 		bound = d.Head
 		p.Head, p.HeadSig = d.Head, d.HeadSig
 	}
-	// A delta that is exactly a segment of the origin's checkpoint carries
-	// the origin's own records (checkpoint.go): their signatures are
-	// covered by the checkpoint's. A checkpoint also proves every version
-	// up to its Max was written.
-	cp := s.trustedCheckpoint(d.Origin)
-	if cp != nil && (o.max >= cp.Max || d.From >= cp.Max) {
-		cp = nil // nothing left to vouch for
-	}
-	vouched := s.checkpointMatch(cp, d)
-	if cp != nil && d.To <= cp.Max {
-		bound = max(bound, d.To)
-	}
-	headEntry := s.markVouchedEntry(o, &p, d)
-	for i := range d.Entries {
-		e := &d.Entries[i]
-		if e.Version <= o.retired {
-			continue
-		}
-		if r := o.lookup(e.Kind, e.Name); r != nil && (!wins(e, r) || sameContent(e, r)) {
-			continue // changes nothing: no need to verify (replays are cheap)
-		}
-		if !d.Reset && e.Version <= o.max {
-			continue // ignored by applyNormal
-		}
-		if len(e.Sig) == 0 {
-			return p, nil, trustErr(ReasonUnsigned, d.Origin, "entry %s version %s carries no signature", e.Key, e.Version)
-		}
-		switch {
-		case vouched:
-			s.cpStats.SkippedVerifies++
-		case headEntry != nil && e.Version == d.Mark.Head && headEntryMatches(e, headEntry):
-			// the state mark signed this very record (and its signature)
-			s.cpStats.MarkVouched++
-		default:
-			if err := v.Verify(d.Origin, d.Key, EntrySigMessage(e), e.Sig); err != nil {
-				return p, nil, err
-			}
-		}
-		bound = max(bound, e.Version)
+	bound, err := s.verifyEntries(o, d, &p, bound)
+	if err != nil {
+		return p, nil, err
 	}
 	if d.Mark.newer(&p.Mark) && !s.predecessor(d.Origin, d.Key) {
 		// The origin's signed state at its head: a proof of the head
@@ -485,12 +449,73 @@ func (s *State) verifyDeltaSigs(o *originState, d *Delta) (Proof, *StateMark, er
 		cand = &m
 		bound = max(bound, d.Mark.Head)
 	}
+	if bound, err = s.verifyWatermarks(o, d, &p, bound); err != nil {
+		return p, nil, err
+	}
+	if d.To > bound && d.To > o.max {
+		return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "watermark %s above the highest signed version %s", d.To, bound)
+	}
+	return p, cand, nil
+}
+
+// verifyEntries verifies the signatures of the entries of d that would
+// change something (a checkpoint segment or the state mark vouches for
+// some) and returns bound raised to the highest version proven.
+func (s *State) verifyEntries(o *originState, d *Delta, p *Proof, bound Version) (Version, error) {
+	v := s.verifier
+	// A delta that is exactly a segment of the origin's checkpoint carries
+	// the origin's own records (checkpoint.go): their signatures are
+	// covered by the checkpoint's. A checkpoint also proves every version
+	// up to its Max was written.
+	cp := s.trustedCheckpoint(d.Origin)
+	if cp != nil && (o.max >= cp.Max || d.From >= cp.Max) {
+		cp = nil // nothing left to vouch for
+	}
+	vouched := s.checkpointMatch(cp, d)
+	if cp != nil && d.To <= cp.Max {
+		bound = max(bound, d.To)
+	}
+	headEntry := s.markVouchedEntry(o, p, d)
+	for i := range d.Entries {
+		e := &d.Entries[i]
+		if e.Version <= o.retired {
+			continue
+		}
+		if r := o.lookup(e.Kind, e.Name); r != nil && (!wins(e, r) || sameContent(e, r)) {
+			continue // changes nothing: no need to verify (replays are cheap)
+		}
+		if !d.Reset && e.Version <= o.max {
+			continue // ignored by applyNormal
+		}
+		if len(e.Sig) == 0 {
+			return bound, trustErr(ReasonUnsigned, d.Origin, "entry %s version %s carries no signature", e.Key, e.Version)
+		}
+		switch {
+		case vouched:
+			s.cpStats.SkippedVerifies++
+		case headEntry != nil && e.Version == d.Mark.Head && headEntryMatches(e, headEntry):
+			// the state mark signed this very record (and its signature)
+			s.cpStats.MarkVouched++
+		default:
+			if err := v.Verify(d.Origin, d.Key, EntrySigMessage(e), e.Sig); err != nil {
+				return bound, err
+			}
+		}
+		bound = max(bound, e.Version)
+	}
+	return bound, nil
+}
+
+// verifyWatermarks verifies d's GC and retirement watermarks above ours,
+// records their signatures in p and returns bound raised by the GC.
+func (s *State) verifyWatermarks(o *originState, d *Delta, p *Proof, bound Version) (Version, error) {
+	v := s.verifier
 	if d.GC > o.gc {
 		if len(d.GCSig) == 0 {
-			return p, nil, trustErr(ReasonUnsigned, d.Origin, "GC watermark %s is not signed", d.GC)
+			return bound, trustErr(ReasonUnsigned, d.Origin, "GC watermark %s is not signed", d.GC)
 		}
 		if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkGC, d.GC), d.GCSig); err != nil {
-			return p, nil, err
+			return bound, err
 		}
 		p.GCSig = d.GCSig
 		bound = max(bound, d.GC)
@@ -498,26 +523,23 @@ func (s *State) verifyDeltaSigs(o *originState, d *Delta) (Proof, *StateMark, er
 	if d.Retired > o.retired {
 		if len(d.RetiredSig) > 0 {
 			if err := v.Verify(d.Origin, d.Key, MarkSigMessage(d.Origin, MarkRetire, d.Retired), d.RetiredSig); err != nil {
-				return p, nil, err
+				return bound, err
 			}
 			if d.Retired > bound {
-				return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "signed retirement %s above the highest signed version %s", d.Retired, bound)
+				return bound, trustErr(ReasonUnprovenWatermark, d.Origin, "signed retirement %s above the highest signed version %s", d.Retired, bound)
 			}
 			p.RetiredSig = d.RetiredSig
 		} else {
 			if s.authority == nil || !s.authority(d.Origin) {
-				return p, nil, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
+				return bound, trustErr(ReasonRetireRefused, d.Origin, "unsigned retirement %s of a cluster with live members", d.Retired)
 			}
 			if d.Retired > bound {
-				return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "retirement %s above the highest signed version %s", d.Retired, bound)
+				return bound, trustErr(ReasonUnprovenWatermark, d.Origin, "retirement %s above the highest signed version %s", d.Retired, bound)
 			}
 			p.RetiredSig = nil
 		}
 	}
-	if d.To > bound && d.To > o.max {
-		return p, nil, trustErr(ReasonUnprovenWatermark, d.Origin, "watermark %s above the highest signed version %s", d.To, bound)
-	}
-	return p, cand, nil
+	return bound, nil
 }
 
 // verifyRetire checks a retirement before ApplyRetire merges it.

@@ -1090,6 +1090,26 @@ func (o *originState) extend(to Version, proven bool) {
 // version 0, drops every entry <= To that the stream did not confirm. So no
 // live key is dropped before the stream ends, and nothing stale survives it.
 func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *StateMark, changes []Change) []Change {
+	if !s.joinReset(o, d, gcBefore) {
+		// Not contiguous with a session we hold: the chunk is still a
+		// truthful slice, so merge it the ordinary way.
+		return o.applyNormal(d, changes, s.verifier != nil)
+	}
+	changes = o.mergeResetEntries(d, changes)
+	o.rsProgress = d.To
+	proven := s.verifier != nil
+	if !o.stale() && o.progress() >= d.From && d.To > o.max {
+		o.extend(d.To, proven)
+	}
+	if !d.Final {
+		return changes
+	}
+	return s.finishReset(o, d, cand, changes)
+}
+
+// joinReset starts a reset session with a chunk from 0 or continues the
+// one the chunk follows; false: the chunk belongs to no session.
+func (s *State) joinReset(o *originState, d *Delta, gcBefore Version) bool {
 	switch {
 	case d.From == 0 && d.GC >= gcBefore:
 		// A sender serves only origins it is not stale for, so its Max is
@@ -1101,13 +1121,16 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *Sta
 		}
 		o.rsID, o.rsProgress, o.rsGC = s.rsNext, 0, o.gc
 		o.rsStale = o.max < gcBefore || o.stale()
+		return true
 	case o.rsID != 0 && d.From == o.rsProgress:
-		// continues the session
-	default:
-		// Not contiguous with a session we hold: the chunk is still a
-		// truthful slice, so merge it the ordinary way.
-		return o.applyNormal(d, changes, s.verifier != nil)
+		return true // continues the session
 	}
+	return false
+}
+
+// mergeResetEntries merges a reset chunk's entries and marks every key the
+// sender holds as confirmed by the session.
+func (o *originState) mergeResetEntries(d *Delta, changes []Change) []Change {
 	for i := range d.Entries {
 		e := &d.Entries[i]
 		if e.Version <= o.retired {
@@ -1139,14 +1162,14 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *Sta
 		// Confirmed: the sender holds this key (ours is the same or newer).
 		r.mark = o.rsID
 	}
-	o.rsProgress = d.To
+	return changes
+}
+
+// finishReset ends a reset session at its final chunk: the records at or
+// below To that the session did not confirm are removed, unless (with
+// signatures on) the origin's signed state does not explain their removal.
+func (s *State) finishReset(o *originState, d *Delta, cand *StateMark, changes []Change) []Change {
 	proven := s.verifier != nil
-	if !o.stale() && o.progress() >= d.From && d.To > o.max {
-		o.extend(d.To, proven)
-	}
-	if !d.Final {
-		return changes
-	}
 	staleAtStart := o.rsStale
 	// With signatures on, the origin's signed state at To decides: when
 	// the records this stream confirmed reproduce its digest, they are
@@ -1158,41 +1181,10 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *Sta
 	checkable := proven && m != nil && o.top() <= d.To
 	vouched := false
 	if checkable {
-		var h setHash
-		n := 0
-		o.byVer.Ascend(func(r *record) bool {
-			if r.version > d.To {
-				return false
-			}
-			if r.mark == o.rsID {
-				h.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
-				n++
-			}
-			return true
-		})
-		dg := h.digest(n)
+		dg := o.confirmedDigest(d.To)
 		vouched = bytes.Equal(dg[:], m.Hash)
 	}
-	var victims []*record
-	kept := 0
-	o.byVer.Ascend(func(r *record) bool {
-		if r.version > d.To {
-			return false
-		}
-		if r.mark == o.rsID {
-			return true
-		}
-		if !proven || vouched || (staleAtStart && r.version <= o.gc) {
-			victims = append(victims, r)
-		} else {
-			// With signatures on, a relay could omit entries from a reset
-			// stream to wipe them (attack 2): only what the origin's
-			// signed GC watermark explains (a successor was collected)
-			// is dropped; the rest is kept and the stream refused.
-			kept++
-		}
-		return true
-	})
+	victims, kept := o.unconfirmed(d.To, !proven || vouched, staleAtStart)
 	switch {
 	case kept > 0:
 		s.resetRefused = trustErr(ReasonUnprovenReset, o.name,
@@ -1217,6 +1209,49 @@ func (s *State) applyReset(o *originState, d *Delta, gcBefore Version, cand *Sta
 	}
 	o.rsID, o.rsProgress, o.rsGC = 0, 0, 0
 	return o.collect(changes)
+}
+
+// confirmedDigest is the completeness digest of the records at or below to
+// that the current reset session confirmed.
+func (o *originState) confirmedDigest(to Version) [StateHashSize]byte {
+	var h setHash
+	n := 0
+	o.byVer.Ascend(func(r *record) bool {
+		if r.version > to {
+			return false
+		}
+		if r.mark == o.rsID {
+			h.add(&o.eh, r.kind, r.name, r.version, r.deleted, false)
+			n++
+		}
+		return true
+	})
+	return h.digest(n)
+}
+
+// unconfirmed returns the records at or below to that the reset session
+// did not confirm: victims to remove (all of them when drop, else those
+// the stale start's GC explains) and the number kept.
+func (o *originState) unconfirmed(to Version, drop, staleAtStart bool) (victims []*record, kept int) {
+	o.byVer.Ascend(func(r *record) bool {
+		if r.version > to {
+			return false
+		}
+		if r.mark == o.rsID {
+			return true
+		}
+		if drop || (staleAtStart && r.version <= o.gc) {
+			victims = append(victims, r)
+		} else {
+			// With signatures on, a relay could omit entries from a reset
+			// stream to wipe them (attack 2): only what the origin's
+			// signed GC watermark explains (a successor was collected)
+			// is dropped; the rest is kept and the stream refused.
+			kept++
+		}
+		return true
+	})
+	return victims, kept
 }
 
 // ApplyRetire merges a retirement: every entry of r.Origin with version <=
