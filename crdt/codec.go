@@ -57,6 +57,37 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	enc := msgpack.NewEncoder(&buf)
+	signed, n := deltaShape(&d)
+	err := firstErr(
+		enc.EncodeArrayLen(n),
+		enc.EncodeUint8(WireFormat),
+		enc.EncodeString(d.Origin),
+		enc.EncodeUint64(uint64(d.From)),
+		enc.EncodeUint64(uint64(d.To)),
+		enc.EncodeUint64(uint64(d.GC)),
+		enc.EncodeUint64(uint64(d.Retired)),
+		enc.EncodeUint8(deltaFlags(&d)),
+		enc.EncodeArrayLen(len(d.Entries)),
+	)
+	if err != nil {
+		return nil, err
+	}
+	for i := range d.Entries {
+		if err := encodeEntry(enc, &d.Entries[i], signed); err != nil {
+			return nil, err
+		}
+	}
+	if err := encodeDeltaTrailer(enc, &d, signed, n); err != nil {
+		return nil, err
+	}
+	if buf.Len() > MaxDeltaBytes {
+		return nil, fmt.Errorf("%w: encoded delta of %d bytes exceeds %d", ErrInvalid, buf.Len(), MaxDeltaBytes)
+	}
+	return buf.Bytes(), nil
+}
+
+// deltaFlags is the flags element of d's wire form.
+func deltaFlags(d *Delta) uint8 {
 	var flags uint8
 	if d.Reset {
 		flags |= flagReset
@@ -67,11 +98,17 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	if d.Gap {
 		flags |= flagGap
 	}
-	signed := d.HeadSig != nil || d.GCSig != nil || d.RetiredSig != nil || d.Key != nil || d.Head != 0 || d.Endorse != nil
+	return flags
+}
+
+// deltaShape says whether d's wire form is signed and its element count:
+// 8 unsigned, 13 signed, 14 with an endorsement, 20 with a state mark.
+func deltaShape(d *Delta) (signed bool, n int) {
+	signed = d.HeadSig != nil || d.GCSig != nil || d.RetiredSig != nil || d.Key != nil || d.Head != 0 || d.Endorse != nil
 	for i := range d.Entries {
 		signed = signed || d.Entries[i].Sig != nil
 	}
-	n := 8
+	n = 8
 	if signed {
 		n = 13
 	}
@@ -81,43 +118,35 @@ func EncodeDelta(d Delta) ([]byte, error) {
 	if !d.Mark.IsZero() {
 		signed, n = true, 20
 	}
-	err := firstErr(
-		enc.EncodeArrayLen(n),
-		enc.EncodeUint8(WireFormat),
-		enc.EncodeString(d.Origin),
-		enc.EncodeUint64(uint64(d.From)),
-		enc.EncodeUint64(uint64(d.To)),
-		enc.EncodeUint64(uint64(d.GC)),
-		enc.EncodeUint64(uint64(d.Retired)),
-		enc.EncodeUint8(flags),
-		enc.EncodeArrayLen(len(d.Entries)),
-	)
-	if err != nil {
-		return nil, err
+	return signed, n
+}
+
+// encodeEntry writes one entry: 6 elements, 7 with its signature.
+func encodeEntry(enc *msgpack.Encoder, e *Entry, signed bool) error {
+	en := 6
+	if signed {
+		en = 7
 	}
-	for i := range d.Entries {
-		e := &d.Entries[i]
-		en := 6
-		if signed {
-			en = 7
-		}
-		if err := firstErr(
-			enc.EncodeArrayLen(en),
-			enc.EncodeUint8(uint8(e.Kind)),
-			enc.EncodeString(e.Name),
-			enc.EncodeUint64(uint64(e.Version)),
-			enc.EncodeBool(e.Deleted),
-			enc.EncodeBytes(e.Value),
-			enc.EncodeInt64(e.Stamp),
-		); err != nil {
-			return nil, err
-		}
-		if signed {
-			if err := enc.EncodeBytes(e.Sig); err != nil {
-				return nil, err
-			}
-		}
+	if err := firstErr(
+		enc.EncodeArrayLen(en),
+		enc.EncodeUint8(uint8(e.Kind)),
+		enc.EncodeString(e.Name),
+		enc.EncodeUint64(uint64(e.Version)),
+		enc.EncodeBool(e.Deleted),
+		enc.EncodeBytes(e.Value),
+		enc.EncodeInt64(e.Stamp),
+	); err != nil {
+		return err
 	}
+	if signed {
+		return enc.EncodeBytes(e.Sig)
+	}
+	return nil
+}
+
+// encodeDeltaTrailer writes what follows the entries in a signed delta of
+// n elements: head and signatures, the endorsement, the state mark.
+func encodeDeltaTrailer(enc *msgpack.Encoder, d *Delta, signed bool, n int) error {
 	if signed {
 		if err := firstErr(
 			enc.EncodeUint64(uint64(d.Head)),
@@ -126,30 +155,25 @@ func EncodeDelta(d Delta) ([]byte, error) {
 			enc.EncodeBytes(d.RetiredSig),
 			enc.EncodeBytes(d.Key),
 		); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if n >= 14 {
 		if err := enc.EncodeBytes(d.Endorse); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if n == 20 {
-		if err := firstErr(
+		return firstErr(
 			enc.EncodeUint64(uint64(d.Mark.Head)),
 			enc.EncodeUint64(uint64(d.Mark.GC)),
 			enc.EncodeUint64(uint64(d.Mark.Retired)),
 			enc.EncodeBytes(d.Mark.Hash),
 			enc.EncodeBytes(d.Mark.HeadEntry),
 			enc.EncodeBytes(d.Mark.Sig),
-		); err != nil {
-			return nil, err
-		}
+		)
 	}
-	if buf.Len() > MaxDeltaBytes {
-		return nil, fmt.Errorf("%w: encoded delta of %d bytes exceeds %d", ErrInvalid, buf.Len(), MaxDeltaBytes)
-	}
-	return buf.Bytes(), nil
+	return nil
 }
 
 func firstErr(errs ...error) error {
@@ -394,20 +418,37 @@ func DecodeDelta(b []byte) (Delta, error) {
 		d.Entries = make([]Entry, 0, n)
 	}
 	for i := 0; i < n && w.err == nil; i++ {
-		en := w.arrayLen(6, 7)
-		var e Entry
-		e.Origin = d.Origin
-		e.Kind = Kind(w.u8())
-		e.Name = w.str(MaxNameBytes)
-		e.Version = Version(w.u64())
-		e.Deleted = w.boolean()
-		e.Value = w.bin(MaxValueBytes)
-		e.Stamp = w.i64()
-		if en == 7 {
-			e.Sig = w.bin(SigSize)
-		}
-		d.Entries = append(d.Entries, e)
+		d.Entries = append(d.Entries, w.entry(d.Origin))
 	}
+	w.deltaTrailer(&d, dn)
+	if err := w.finish(); err != nil {
+		return Delta{}, wireErr("delta", err)
+	}
+	if err := ValidateDelta(&d); err != nil {
+		return Delta{}, err
+	}
+	return d, nil
+}
+
+// entry reads one entry of origin (6 elements, 7 with its signature).
+func (w *wireDecoder) entry(origin string) Entry {
+	en := w.arrayLen(6, 7)
+	var e Entry
+	e.Origin = origin
+	e.Kind = Kind(w.u8())
+	e.Name = w.str(MaxNameBytes)
+	e.Version = Version(w.u64())
+	e.Deleted = w.boolean()
+	e.Value = w.bin(MaxValueBytes)
+	e.Stamp = w.i64()
+	if en == 7 {
+		e.Sig = w.bin(SigSize)
+	}
+	return e
+}
+
+// deltaTrailer reads what follows the entries of a delta of dn elements.
+func (w *wireDecoder) deltaTrailer(d *Delta, dn int) {
 	if dn >= 13 {
 		d.Head = Version(w.u64())
 		d.HeadSig = w.bin(SigSize)
@@ -426,13 +467,6 @@ func DecodeDelta(b []byte) (Delta, error) {
 		d.Mark.HeadEntry = w.bin(StateHashSize)
 		d.Mark.Sig = w.bin(SigSize)
 	}
-	if err := w.finish(); err != nil {
-		return Delta{}, wireErr("delta", err)
-	}
-	if err := ValidateDelta(&d); err != nil {
-		return Delta{}, err
-	}
-	return d, nil
 }
 
 // EncodeDigest encodes a digest (origins sorted, so equal digests encode
