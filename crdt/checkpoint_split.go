@@ -130,20 +130,48 @@ func splitRun(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
 
 // recut is splitRun for a run that is not aligned.
 func recut(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
-	from, to := run[0].From, run[len(run)-1].To
+	from := run[0].From
 	n := 0
 	for i := range run {
 		n += len(run[i].Entries)
 	}
-	entries := make([]Entry, 0, n)
+	entries := make(runEntries, 0, n)
 	for i := range run {
 		entries = append(entries, run[i].Entries...)
 	}
-	count := func(lo, hi Version) int { // entries in (lo, hi]
-		a := sort.Search(len(entries), func(k int) bool { return entries[k].Version > lo })
-		b := sort.Search(len(entries), func(k int) bool { return entries[k].Version > hi })
-		return b - a
+	points := entries.cutPoints(run, cp)
+	holdFrom := entries.holdFrom(run, cp, final)
+	lo, k := from, 0
+	for _, hi := range points {
+		p := piece(run, lo, hi)
+		n := sort.Search(len(entries)-k, func(x int) bool { return entries[k+x].Version > hi })
+		p.Entries = entries[k : k+n : k+n]
+		k += n
+		if lo >= holdFrom {
+			tail = append(tail, p)
+		} else {
+			pieces = append(pieces, p)
+		}
+		lo = hi
 	}
+	return pieces, tail
+}
+
+// runEntries are a run's entries, in version order.
+type runEntries []Entry
+
+// count is the number of entries in (lo, hi].
+func (entries runEntries) count(lo, hi Version) int {
+	a := sort.Search(len(entries), func(k int) bool { return entries[k].Version > lo })
+	b := sort.Search(len(entries), func(k int) bool { return entries[k].Version > hi })
+	return b - a
+}
+
+// cutPoints returns where recut cuts the run, sorted, ending at its To:
+// every checkpoint bound inside it, and every boundary between the run's
+// deltas that no whole segment covers.
+func (entries runEntries) cutPoints(run []Delta, cp *Checkpoint) []Version {
+	from, to := run[0].From, run[len(run)-1].To
 	covered := func(c Version) bool { // c lies inside a segment the run covers whole
 		i := sort.Search(len(cp.Bounds), func(i int) bool { return cp.Bounds[i] > c })
 		if i == len(cp.Bounds) {
@@ -153,7 +181,7 @@ func recut(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
 		if i > 0 {
 			lo = cp.Bounds[i-1]
 		}
-		return lo < c && from <= lo && cp.Bounds[i] <= to && count(lo, cp.Bounds[i]) <= MaxDeltaEntries
+		return lo < c && from <= lo && cp.Bounds[i] <= to && entries.count(lo, cp.Bounds[i]) <= MaxDeltaEntries
 	}
 	cuts := map[Version]bool{}
 	for _, b := range cp.Bounds {
@@ -172,33 +200,26 @@ func recut(run []Delta, cp *Checkpoint, final bool) (pieces, tail []Delta) {
 	}
 	points = append(points, to)
 	sort.Slice(points, func(i, j int) bool { return points[i] < points[j] })
-	// The held tail starts after the last checkpoint bound in the run.
+	return points
+}
+
+// holdFrom is where the held tail starts: after the last checkpoint bound
+// in the run (its To when nothing is held).
+func (entries runEntries) holdFrom(run []Delta, cp *Checkpoint, final bool) Version {
+	from, to := run[0].From, run[len(run)-1].To
 	holdFrom := to
-	if !final && !run[len(run)-1].Final && to < cp.Max && count(from, to) > 0 {
+	if !final && !run[len(run)-1].Final && to < cp.Max && entries.count(from, to) > 0 {
 		holdFrom = from
 		for _, b := range cp.Bounds {
 			if b > from && b <= to {
 				holdFrom = b
 			}
 		}
-		if count(holdFrom, to) > MaxDeltaEntries {
+		if entries.count(holdFrom, to) > MaxDeltaEntries {
 			holdFrom = to // too much to hold: apply as it is
 		}
 	}
-	lo, k := from, 0
-	for _, hi := range points {
-		p := piece(run, lo, hi)
-		n := sort.Search(len(entries)-k, func(x int) bool { return entries[k+x].Version > hi })
-		p.Entries = entries[k : k+n : k+n]
-		k += n
-		if lo >= holdFrom {
-			tail = append(tail, p)
-		} else {
-			pieces = append(pieces, p)
-		}
-		lo = hi
-	}
-	return pieces, tail
+	return holdFrom
 }
 
 // piece builds the delta (lo, hi] of a run (entries filled by the caller):

@@ -163,61 +163,73 @@ func (pd *PodDecoder) fast(v *PodValue) error {
 		return err
 	}
 	var seen uint8
-	once := func(bit uint8) error {
-		if seen&bit != 0 {
-			return errSlowPath
-		}
-		seen |= bit
-		return nil
-	}
 	for range n {
 		key, err := pd.raw()
 		if err != nil {
 			return err
 		}
-		switch string(key) {
-		case "v":
-			if err = once(1); err == nil {
-				if err = pd.peek(isUint); err == nil {
-					var f uint64
-					f, err = pd.d.DecodeUint64()
-					v.Format = uint8(f) // as reflection sets a uint8 field
-				}
+		if bit := podFieldBit(key); bit != 0 {
+			if seen&bit != 0 {
+				return errSlowPath // a repeated field: reflection's rules decide
 			}
-		case "l":
-			if err = once(2); err == nil {
-				err = pd.labels(v)
-			}
-		case "ip":
-			if err = once(4); err == nil {
-				v.IPs, err = pd.strs(v.IPs)
-			}
-		case "ph":
-			if err = once(8); err == nil {
-				v.Phase, err = pd.str()
-			}
-		case "hn":
-			if err = once(16); err == nil {
-				if err = pd.peek(func(c byte) bool { return c == msgpcode.True || c == msgpcode.False }); err == nil {
-					v.HostNetwork, err = pd.d.DecodeBool()
-				}
-			}
-		case "po":
-			if err = once(32); err == nil {
-				err = pd.ports(v)
-			}
-		case "eg":
-			if err = once(64); err == nil {
-				v.EgressIPs, err = pd.strs(v.EgressIPs)
-			}
-		default:
-			err = pd.d.Skip()
+			seen |= bit
 		}
-		if err != nil {
+		if err := pd.field(v, key); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// podFieldBit is the bit of a PodValue field's msgpack key in fast's set
+// of fields seen; 0 for a key PodValue does not have.
+func podFieldBit(key []byte) uint8 {
+	switch string(key) { // no allocation: a switch on converted bytes
+	case "v":
+		return 1
+	case "l":
+		return 2
+	case "ip":
+		return 4
+	case "ph":
+		return 8
+	case "hn":
+		return 16
+	case "po":
+		return 32
+	case "eg":
+		return 64
+	}
+	return 0
+}
+
+// field decodes the value of key into v (skips an unknown key's value).
+func (pd *PodDecoder) field(v *PodValue, key []byte) (err error) {
+	switch string(key) {
+	case "v":
+		if err = pd.peek(isUint); err == nil {
+			var f uint64
+			f, err = pd.d.DecodeUint64()
+			v.Format = uint8(f) // as reflection sets a uint8 field
+		}
+	case "l":
+		err = pd.labels(v)
+	case "ip":
+		v.IPs, err = pd.strs(v.IPs)
+	case "ph":
+		v.Phase, err = pd.str()
+	case "hn":
+		if err = pd.peek(func(c byte) bool { return c == msgpcode.True || c == msgpcode.False }); err == nil {
+			v.HostNetwork, err = pd.d.DecodeBool()
+		}
+	case "po":
+		err = pd.ports(v)
+	case "eg":
+		v.EgressIPs, err = pd.strs(v.EgressIPs)
+	default:
+		err = pd.d.Skip()
+	}
+	return err
 }
 
 func (pd *PodDecoder) labels(v *PodValue) error {

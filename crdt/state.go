@@ -1660,10 +1660,31 @@ func OriginBehind(local OriginDigest, present bool, remote OriginDigest) bool {
 // hash is recomputed and must equal d's; on any error the state is left
 // unchanged. The writer epoch is not restored: call SetEpoch afterwards.
 func (s *State) Restore(d Digest, entries []Entry) error {
+	origins, err := s.restoreOrigins(d)
+	if err != nil {
+		return err
+	}
+	presize(origins, entries)
+	for i := range entries {
+		if err := restoreEntry(origins, &entries[i]); err != nil {
+			return err
+		}
+	}
+	for name, o := range origins {
+		if want := d[name].Hash; o.hash != want {
+			return fmt.Errorf("crdt: restore: origin %s hash %016x does not match its digest %016x", name, o.hash, want)
+		}
+	}
+	s.origins = origins
+	return nil
+}
+
+// restoreOrigins makes an empty origin per digest entry, at its watermarks.
+func (s *State) restoreOrigins(d Digest) (map[string]*originState, error) {
 	origins := make(map[string]*originState, len(d))
 	for name, od := range d {
 		if err := validOrigin(name); err != nil {
-			return err
+			return nil, err
 		}
 		o := s.newOrigin(name)
 		o.max, o.gc, o.retired = od.Max, od.GC, od.Retired
@@ -1676,8 +1697,13 @@ func (s *State) Restore(d Digest, entries []Entry) error {
 		}
 		origins[name] = o
 	}
-	// Size the name maps from the snapshot: a million entries inserted
-	// into growing maps would rehash each map about twenty times.
+	return origins, nil
+}
+
+// presize sizes each origin's name maps from the snapshot: a million
+// entries inserted into growing maps would rehash each map about twenty
+// times.
+func presize(origins map[string]*originState, entries []Entry) {
 	var o *originState
 	var counts [numKinds]int
 	flush := func() {
@@ -1699,34 +1725,30 @@ func (s *State) Restore(d Digest, entries []Entry) error {
 		}
 	}
 	flush()
-	for i := range entries {
-		e := &entries[i]
-		if err := ValidateEntry(e); err != nil {
-			return fmt.Errorf("crdt: restore: %w", err)
-		}
-		o := origins[e.Origin]
-		if o == nil {
-			return invalidf("restore: entry %s of an origin missing from the digest", e.Key)
-		}
-		if e.Version <= o.retired {
-			return invalidf("restore: entry %s version %s is retired (<= %s)", e.Key, e.Version, o.retired)
-		}
-		if e.Deleted && e.Version <= o.gc && !o.stale() {
-			return invalidf("restore: tombstone %s version %s is below GC %s", e.Key, e.Version, o.gc)
-		}
-		if o.lookup(e.Kind, e.Name) != nil {
-			return invalidf("restore: duplicate entry %s", e.Key)
-		}
-		o.insert(newRecord(e))
-		if e.Version > o.seen {
-			o.seen = e.Version
-		}
+}
+
+// restoreEntry validates one restored entry against its origin and
+// inserts it.
+func restoreEntry(origins map[string]*originState, e *Entry) error {
+	if err := ValidateEntry(e); err != nil {
+		return fmt.Errorf("crdt: restore: %w", err)
 	}
-	for name, o := range origins {
-		if want := d[name].Hash; o.hash != want {
-			return fmt.Errorf("crdt: restore: origin %s hash %016x does not match its digest %016x", name, o.hash, want)
-		}
+	o := origins[e.Origin]
+	if o == nil {
+		return invalidf("restore: entry %s of an origin missing from the digest", e.Key)
 	}
-	s.origins = origins
+	if e.Version <= o.retired {
+		return invalidf("restore: entry %s version %s is retired (<= %s)", e.Key, e.Version, o.retired)
+	}
+	if e.Deleted && e.Version <= o.gc && !o.stale() {
+		return invalidf("restore: tombstone %s version %s is below GC %s", e.Key, e.Version, o.gc)
+	}
+	if o.lookup(e.Kind, e.Name) != nil {
+		return invalidf("restore: duplicate entry %s", e.Key)
+	}
+	o.insert(newRecord(e))
+	if e.Version > o.seen {
+		o.seen = e.Version
+	}
 	return nil
 }
