@@ -435,55 +435,11 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	if r.allPeers {
 		return []outRule{{ports: clonePorts(r.ports), allPeers: true}}
 	}
-	base := outRule{ports: clonePorts(r.ports)}
-	var sets []*remoteSet
-	nativeSeen := map[string]bool{}
-	for i := range r.peers {
-		p := &r.peers[i]
-		if p.ipBlock != nil {
-			base.peers = append(base.peers, networkingv1.NetworkPolicyPeer{IPBlock: p.ipBlock.DeepCopy()})
-			base.sizes = append(base.sizes, p.size)
-			continue
-		}
-		rs := ec.remote(inv, p, policyNS, egress, acc.budget)
-		if rs == nil {
-			return nil // over budget
-		}
-		acc.problems.merge(&rs.problems)
-		native, nativeKey, size := &p.native, p.nativeKey, p.size
-		if rs.native != nil {
-			native, nativeKey, size = rs.native, rs.nativeID, len(rs.nativeID)+8
-		}
-		if rs.hasLocal && !nativeSeen[nativeKey] {
-			nativeSeen[nativeKey] = true
-			base.peers = append(base.peers, *native.DeepCopy())
-			base.sizes = append(base.sizes, size)
-		}
-		if len(rs.sorted) > 0 {
-			sets = append(sets, rs)
-		}
+	base, sets, ok := rulePeers(inv, ec, policyNS, r, egress, acc)
+	if !ok {
+		return nil // over budget
 	}
-	// The union of the peers' remote pods, sorted by address. Cached sets
-	// are shared: read them, never modify them.
-	var addrs []netip.Prefix
-	var remote map[netip.Prefix]*renderedAddr
-	switch len(sets) {
-	case 0:
-	case 1:
-		addrs, remote = sets[0].sorted, sets[0].addrs
-	default:
-		remote = map[netip.Prefix]*renderedAddr{}
-		for _, rs := range sets {
-			for a, ra := range rs.addrs {
-				remote[a] = mergeRendered(remote[a], ra)
-			}
-		}
-		addrs = make([]netip.Prefix, 0, len(remote))
-		for a := range remote {
-			addrs = append(addrs, a)
-		}
-		slices.SortFunc(addrs, netip.Prefix.Compare)
-	}
+	addrs, remote := unionRemote(sets)
 	for _, a := range addrs {
 		acc.seen[a] = struct{}{}
 	}
@@ -508,10 +464,72 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 		}
 		return append([]outRule{base}, svc...)
 	}
+	return append(namedPortRules(r, base, addrs, remote), svc...)
+}
 
-	// Egress with named ports: local peers (native) and ipBlocks keep the
-	// rule as written; remote pods get their named ports expanded to their
-	// own numeric ports, grouped by identical resolved port lists.
+// rulePeers translates the rule's ipBlocks and local (native) peers into
+// the base rule and returns the remote sets of its other peers; false when
+// computing one takes the budget over.
+func rulePeers(inv *Inventory, ec *evalCache, policyNS string, r *compiledRule, egress bool, acc *evalAcc) (outRule, []*remoteSet, bool) {
+	base := outRule{ports: clonePorts(r.ports)}
+	var sets []*remoteSet
+	nativeSeen := map[string]bool{}
+	for i := range r.peers {
+		p := &r.peers[i]
+		if p.ipBlock != nil {
+			base.peers = append(base.peers, networkingv1.NetworkPolicyPeer{IPBlock: p.ipBlock.DeepCopy()})
+			base.sizes = append(base.sizes, p.size)
+			continue
+		}
+		rs := ec.remote(inv, p, policyNS, egress, acc.budget)
+		if rs == nil {
+			return base, nil, false
+		}
+		acc.problems.merge(&rs.problems)
+		native, nativeKey, size := &p.native, p.nativeKey, p.size
+		if rs.native != nil {
+			native, nativeKey, size = rs.native, rs.nativeID, len(rs.nativeID)+8
+		}
+		if rs.hasLocal && !nativeSeen[nativeKey] {
+			nativeSeen[nativeKey] = true
+			base.peers = append(base.peers, *native.DeepCopy())
+			base.sizes = append(base.sizes, size)
+		}
+		if len(rs.sorted) > 0 {
+			sets = append(sets, rs)
+		}
+	}
+	return base, sets, true
+}
+
+// unionRemote is the union of the peers' remote pods, sorted by address.
+// Cached sets are shared: read them, never modify them.
+func unionRemote(sets []*remoteSet) ([]netip.Prefix, map[netip.Prefix]*renderedAddr) {
+	switch len(sets) {
+	case 0:
+		return nil, nil
+	case 1:
+		return sets[0].sorted, sets[0].addrs
+	}
+	remote := map[netip.Prefix]*renderedAddr{}
+	for _, rs := range sets {
+		for a, ra := range rs.addrs {
+			remote[a] = mergeRendered(remote[a], ra)
+		}
+	}
+	addrs := make([]netip.Prefix, 0, len(remote))
+	for a := range remote {
+		addrs = append(addrs, a)
+	}
+	slices.SortFunc(addrs, netip.Prefix.Compare)
+	return addrs, remote
+}
+
+// namedPortRules is an egress rule with named ports: local peers (native)
+// and ipBlocks keep the rule as written (base); remote pods get their named
+// ports expanded to their own numeric ports, grouped by identical resolved
+// port lists.
+func namedPortRules(r *compiledRule, base outRule, addrs []netip.Prefix, remote map[netip.Prefix]*renderedAddr) []outRule {
 	var out []outRule
 	if len(base.peers) > 0 {
 		out = append(out, base)
@@ -544,7 +562,7 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 		g.rule.ports = g.ports
 		out = append(out, g.rule)
 	}
-	return append(out, svc...)
+	return out
 }
 
 func appendIPBlock(peers []networkingv1.NetworkPolicyPeer, sizes *[]int, a netip.Prefix) []networkingv1.NetworkPolicyPeer {
