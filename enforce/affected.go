@@ -55,63 +55,78 @@ func Affected(enforcing string, inv *Inventory, ch Change) []PolicyRef {
 			// Local pods are selected natively by the CNI: no change.
 			return nil
 		}
-		var svcPeers []PolicyRef
-		// A service peer selects the backends of a Service of the pod's
-		// namespace; the pod matters if a Service there selects it.
-		if len(inv.svcPeers[ch.Namespace]) > 0 {
-			svcPeers = inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, func(p *compiledPeer) bool {
-				return inv.podMattersToServicePeer(ch.Cluster, p, ch.Labels)
-			})
-		}
-		return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
-			if p.nsSel == nil {
-				if ch.Namespace != cp.ref.Namespace {
-					return false
-				}
-			} else {
-				ns := inv.nsLabels(ch.Cluster, ch.Namespace)
-				if ns == nil || !p.nsSel.Matches(ns) {
-					return false
-				}
-			}
-			// A backend of an exported Service can change the exactness
-			// decision of any peer that reaches into its namespace.
-			return p.podSel == nil || anyMatches(p.podSel, ch.Labels) ||
-				inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels)
-		}))
+		return inv.affectedByPod(enforcing, &ch)
 	case ChangeService:
-		// Service peers, the enforcing cluster's own included (its
-		// selector is their native form).
-		svcPeers := inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, nil)
-		if ch.Cluster == enforcing {
-			return svcPeers // otherwise the enforcing cluster's own Services are never remote peers
-		}
-		return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
-			if p.nsSel == nil {
-				return ch.Namespace == cp.ref.Namespace
-			}
-			ns := inv.nsLabels(ch.Cluster, ch.Namespace)
-			return ns != nil && p.nsSel.Matches(ns)
-		}))
+		return inv.affectedByService(enforcing, &ch)
 	case ChangeNamespace:
-		if ch.Cluster == enforcing {
-			// Presence of the policy's own namespace decides whether the
-			// policy is enforced here; local namespaceSelectors are native.
-			var out []PolicyRef
-			for _, ref := range inv.sortedPolicies() {
-				if ref.Namespace == ch.Namespace {
-					out = append(out, ref)
-				}
-			}
-			return out
-		}
-		return inv.collectAffected(enforcing, ch.Cluster, func(cp *compiledPolicy, p *compiledPeer) bool {
-			// With no namespaceSelector, pods of the policy's namespace are
-			// peers whether or not the Namespace object is known.
-			return p.nsSel != nil && anyMatches(p.nsSel, ch.Labels)
-		})
+		return inv.affectedByNamespace(enforcing, &ch)
 	}
 	return nil
+}
+
+// affectedByPod is Affected for a remote pod's change.
+func (inv *Inventory) affectedByPod(enforcing string, ch *Change) []PolicyRef {
+	var svcPeers []PolicyRef
+	// A service peer selects the backends of a Service of the pod's
+	// namespace; the pod matters if a Service there selects it.
+	if len(inv.svcPeers[ch.Namespace]) > 0 {
+		svcPeers = inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, func(p *compiledPeer) bool {
+			return inv.podMattersToServicePeer(ch.Cluster, p, ch.Labels)
+		})
+	}
+	return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
+		if p.nsSel == nil {
+			if ch.Namespace != cp.ref.Namespace {
+				return false
+			}
+		} else {
+			ns := inv.nsLabels(ch.Cluster, ch.Namespace)
+			if ns == nil || !p.nsSel.Matches(ns) {
+				return false
+			}
+		}
+		// A backend of an exported Service can change the exactness
+		// decision of any peer that reaches into its namespace.
+		return p.podSel == nil || anyMatches(p.podSel, ch.Labels) ||
+			inv.servicesSelectAny(ch.Cluster, ch.Namespace, ch.Labels)
+	}))
+}
+
+// affectedByService is Affected for a Service's change: service peers,
+// the enforcing cluster's own included (its selector is their native
+// form), and for a remote one every peer reaching into its namespace.
+func (inv *Inventory) affectedByService(enforcing string, ch *Change) []PolicyRef {
+	svcPeers := inv.affectedServicePeers(enforcing, ch.Cluster, ch.Namespace, nil)
+	if ch.Cluster == enforcing {
+		return svcPeers // otherwise the enforcing cluster's own Services are never remote peers
+	}
+	return mergeRefs(svcPeers, inv.collectAffectedFrom(enforcing, ch.Cluster, ch.Namespace, func(cp *compiledPolicy, p *compiledPeer) bool {
+		if p.nsSel == nil {
+			return ch.Namespace == cp.ref.Namespace
+		}
+		ns := inv.nsLabels(ch.Cluster, ch.Namespace)
+		return ns != nil && p.nsSel.Matches(ns)
+	}))
+}
+
+// affectedByNamespace is Affected for a namespace's change.
+func (inv *Inventory) affectedByNamespace(enforcing string, ch *Change) []PolicyRef {
+	if ch.Cluster == enforcing {
+		// Presence of the policy's own namespace decides whether the
+		// policy is enforced here; local namespaceSelectors are native.
+		var out []PolicyRef
+		for _, ref := range inv.sortedPolicies() {
+			if ref.Namespace == ch.Namespace {
+				out = append(out, ref)
+			}
+		}
+		return out
+	}
+	return inv.collectAffected(enforcing, ch.Cluster, func(cp *compiledPolicy, p *compiledPeer) bool {
+		// With no namespaceSelector, pods of the policy's namespace are
+		// peers whether or not the Namespace object is known.
+		return p.nsSel != nil && anyMatches(p.nsSel, ch.Labels)
+	})
 }
 
 func anyMatches(sel labels.Selector, sets []map[string]string) bool {

@@ -389,63 +389,81 @@ func PodIPDrops(inv *Inventory, enforcing string) []PodIPDrop {
 			continue
 		}
 		v := views[id]
-		owner := inv.networksOf(id)
-		counts := map[DropReason]*PodIPDrop{}
-		// note counts a dropped address; the example is the smallest
-		// (so the result does not depend on map order).
-		note := func(what func() string, p netip.Prefix) {
-			r := CheckRemoteAddr(local, owner, v.globalnet, p)
-			if r == DropNone {
-				return
-			}
-			ex := what() + " " + p.String()
-			d := counts[r]
-			if d == nil {
-				d = &PodIPDrop{Cluster: id, Reason: r, Example: ex}
-				counts[r] = d
-			} else if ex < d.Example {
-				d.Example = ex
-			}
-			d.Count++
-		}
-		str := func(s string) func() string { return func() string { return s } }
-		cs := inv.clusters[id]
+		dc := dropCounter{cluster: id, local: local, owner: inv.networksOf(id), globalnet: v.globalnet, counts: map[DropReason]*PodIPDrop{}}
 		if v.globalnet {
-			for _, p := range v.clusterEgress {
-				note(str("cluster egress IP"), p)
-			}
-			for ns, ps := range v.nsEgress {
-				for _, p := range ps {
-					note(str("namespace "+ns+" egress IP"), p)
-				}
-			}
-			for _, p := range v.globalCIDRs {
-				note(str("global CIDR"), p)
-			}
+			dc.noteGlobalnet(v)
 		}
-		for nsName, ns := range cs.namespaces {
-			for pod := range ns.pods.all() {
-				podName := pod.name
-				if !pod.eligible() {
-					continue
-				}
-				name := func() string { return nsName + "/" + podName }
-				if v.globalnet {
-					for _, p := range pod.egress() {
-						note(func() string { return name() + " egress IP" }, p)
-					}
-					continue
-				}
-				for a := range pod.addrs() {
-					note(name, netip.PrefixFrom(a, a.BitLen()))
-				}
-			}
-		}
+		dc.notePods(inv.clusters[id], v.globalnet)
 		for _, r := range DropReasons {
-			if d := counts[r]; d != nil {
+			if d := dc.counts[r]; d != nil {
 				out = append(out, *d)
 			}
 		}
 	}
 	return out
+}
+
+// dropCounter counts one cluster's dropped addresses per reason.
+type dropCounter struct {
+	cluster      string
+	local, owner *ClusterNetworks
+	globalnet    bool
+	counts       map[DropReason]*PodIPDrop
+}
+
+// note counts a dropped address; the example is the smallest (so the
+// result does not depend on map order).
+func (dc *dropCounter) note(what func() string, p netip.Prefix) {
+	r := CheckRemoteAddr(dc.local, dc.owner, dc.globalnet, p)
+	if r == DropNone {
+		return
+	}
+	ex := what() + " " + p.String()
+	d := dc.counts[r]
+	if d == nil {
+		d = &PodIPDrop{Cluster: dc.cluster, Reason: r, Example: ex}
+		dc.counts[r] = d
+	} else if ex < d.Example {
+		d.Example = ex
+	}
+	d.Count++
+}
+
+// noteGlobalnet checks a Globalnet cluster's egress IPs and global CIDRs.
+func (dc *dropCounter) noteGlobalnet(v *clusterView) {
+	str := func(s string) func() string { return func() string { return s } }
+	for _, p := range v.clusterEgress {
+		dc.note(str("cluster egress IP"), p)
+	}
+	for ns, ps := range v.nsEgress {
+		for _, p := range ps {
+			dc.note(str("namespace "+ns+" egress IP"), p)
+		}
+	}
+	for _, p := range v.globalCIDRs {
+		dc.note(str("global CIDR"), p)
+	}
+}
+
+// notePods checks the addresses of the cluster's eligible pods: their
+// egress IPs with Globalnet, else their pod IPs.
+func (dc *dropCounter) notePods(cs *clusterState, globalnet bool) {
+	for nsName, ns := range cs.namespaces {
+		for pod := range ns.pods.all() {
+			podName := pod.name
+			if !pod.eligible() {
+				continue
+			}
+			name := func() string { return nsName + "/" + podName }
+			if globalnet {
+				for _, p := range pod.egress() {
+					dc.note(func() string { return name() + " egress IP" }, p)
+				}
+				continue
+			}
+			for a := range pod.addrs() {
+				dc.note(name, netip.PrefixFrom(a, a.BitLen()))
+			}
+		}
+	}
 }
