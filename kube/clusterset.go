@@ -88,6 +88,48 @@ type ClusterTransition struct {
 // A cluster is Stale when it is not alive and was last seen more than
 // staleAfter before now (or never).
 func BuildClusterStatus(reporter string, o ClusterObservation, prev []metav1.Condition, now time.Time, staleAfter time.Duration) (v1.CoastguardClusterStatus, []ClusterTransition) {
+	st := clusterStatusFields(reporter, &o)
+	conds := make([]metav1.Condition, len(prev))
+	copy(conds, prev)
+	set := func(t string, ok bool, reason, msg string) {
+		s := metav1.ConditionFalse
+		if ok {
+			s = metav1.ConditionTrue
+		}
+		meta.SetStatusCondition(&conds, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
+			LastTransitionTime: metav1.NewTime(now.UTC().Truncate(time.Second))})
+	}
+	if o.Alive {
+		set(v1.ClusterConditionAlive, true, ReasonMemberAlive, fmt.Sprintf("%d member(s) alive", o.AliveMembers))
+	} else {
+		set(v1.ClusterConditionAlive, false, ReasonNoMemberAlive, "no member of the cluster is alive")
+	}
+	stale, reason, msg := staleCondition(&o, now, staleAfter)
+	set(v1.ClusterConditionStale, stale, reason, msg)
+	if o.Retired {
+		set(v1.ClusterConditionRetired, true, ReasonRetired, "the cluster was retired; its entries were removed everywhere")
+	} else {
+		set(v1.ClusterConditionRetired, false, ReasonNotRetired, "")
+	}
+	if len(o.SanityProblems) > 0 {
+		set(v1.ClusterConditionSanityOK, false, ReasonSanityProblem, strings.Join(o.SanityProblems, "; "))
+	} else {
+		set(v1.ClusterConditionSanityOK, true, ReasonSanityOK, "")
+	}
+	lost := len(o.LostPolicies) > 0
+	if lost {
+		set(v1.ClusterConditionOriginLost, true, ReasonOriginLost, fmt.Sprintf(
+			"the cluster was retired without a decommission; %d of its MCNPs stay enforced here from their last-known state (%s); release them with `kubectl coastguard release-lost %s` (or decommission it)",
+			len(o.LostPolicies), strings.Join(o.LostPolicies, ", "), o.ID))
+	} else if meta.FindStatusCondition(prev, v1.ClusterConditionOriginLost) != nil {
+		set(v1.ClusterConditionOriginLost, false, ReasonNotLost, "")
+	}
+	st.Conditions = conds
+	return st, clusterTransitions(&o, prev, conds, stale, lost)
+}
+
+// clusterStatusFields is the status of a cluster without its conditions.
+func clusterStatusFields(reporter string, o *ClusterObservation) v1.CoastguardClusterStatus {
 	st := v1.CoastguardClusterStatus{
 		ClusterID:             o.ID,
 		ReportedBy:            reporter,
@@ -110,60 +152,28 @@ func BuildClusterStatus(reporter string, o ClusterObservation, prev []metav1.Con
 	if !o.LastSeen.IsZero() {
 		st.LastSeen = &metav1.Time{Time: o.LastSeen.UTC().Truncate(time.Second)}
 	}
-	conds := make([]metav1.Condition, len(prev))
-	copy(conds, prev)
-	set := func(t string, ok bool, reason, msg string) {
-		s := metav1.ConditionFalse
-		if ok {
-			s = metav1.ConditionTrue
-		}
-		meta.SetStatusCondition(&conds, metav1.Condition{Type: t, Status: s, Reason: reason, Message: msg,
-			LastTransitionTime: metav1.NewTime(now.UTC().Truncate(time.Second))})
-	}
-	wasTrue := func(t string) bool { return meta.IsStatusConditionTrue(prev, t) }
-	known := func(t string) bool { return meta.FindStatusCondition(prev, t) != nil }
+	return st
+}
 
-	if o.Alive {
-		set(v1.ClusterConditionAlive, true, ReasonMemberAlive, fmt.Sprintf("%d member(s) alive", o.AliveMembers))
-	} else {
-		set(v1.ClusterConditionAlive, false, ReasonNoMemberAlive, "no member of the cluster is alive")
-	}
-	stale := false
+// staleCondition is the Stale condition: a cluster neither alive nor
+// retired that was never seen, or not for staleAfter.
+func staleCondition(o *ClusterObservation, now time.Time, staleAfter time.Duration) (stale bool, reason, msg string) {
 	switch {
 	case o.Retired || o.Alive:
-		set(v1.ClusterConditionStale, false, ReasonSeenRecently, "")
+		return false, ReasonSeenRecently, ""
 	case o.LastSeen.IsZero():
-		stale = true
-		set(v1.ClusterConditionStale, true, ReasonNeverSeen, "no member of the cluster was ever seen alive from here")
+		return true, ReasonNeverSeen, "no member of the cluster was ever seen alive from here"
 	case now.Sub(o.LastSeen) > staleAfter:
-		stale = true
-		set(v1.ClusterConditionStale, true, ReasonNotSeen,
-			fmt.Sprintf("last seen %s ago (threshold %s); its state is kept and enforced until it is retired",
-				now.Sub(o.LastSeen).Truncate(time.Second), staleAfter))
-	default:
-		set(v1.ClusterConditionStale, false, ReasonSeenRecently,
-			fmt.Sprintf("last seen %s ago", now.Sub(o.LastSeen).Truncate(time.Second)))
+		return true, ReasonNotSeen, fmt.Sprintf("last seen %s ago (threshold %s); its state is kept and enforced until it is retired",
+			now.Sub(o.LastSeen).Truncate(time.Second), staleAfter)
 	}
-	if o.Retired {
-		set(v1.ClusterConditionRetired, true, ReasonRetired, "the cluster was retired; its entries were removed everywhere")
-	} else {
-		set(v1.ClusterConditionRetired, false, ReasonNotRetired, "")
-	}
-	if len(o.SanityProblems) > 0 {
-		set(v1.ClusterConditionSanityOK, false, ReasonSanityProblem, strings.Join(o.SanityProblems, "; "))
-	} else {
-		set(v1.ClusterConditionSanityOK, true, ReasonSanityOK, "")
-	}
-	lost := len(o.LostPolicies) > 0
-	if lost {
-		set(v1.ClusterConditionOriginLost, true, ReasonOriginLost, fmt.Sprintf(
-			"the cluster was retired without a decommission; %d of its MCNPs stay enforced here from their last-known state (%s); release them with `kubectl coastguard release-lost %s` (or decommission it)",
-			len(o.LostPolicies), strings.Join(o.LostPolicies, ", "), o.ID))
-	} else if known(v1.ClusterConditionOriginLost) {
-		set(v1.ClusterConditionOriginLost, false, ReasonNotLost, "")
-	}
-	st.Conditions = conds
+	return false, ReasonSeenRecently, fmt.Sprintf("last seen %s ago", now.Sub(o.LastSeen).Truncate(time.Second))
+}
 
+// clusterTransitions are the Events of the change from the prev conditions
+// to conds.
+func clusterTransitions(o *ClusterObservation, prev, conds []metav1.Condition, stale, lost bool) []ClusterTransition {
+	wasTrue := func(t string) bool { return meta.IsStatusConditionTrue(prev, t) }
 	var tr []ClusterTransition
 	if lost && !wasTrue(v1.ClusterConditionOriginLost) {
 		tr = append(tr, ClusterTransition{EventOriginLost, true, fmt.Sprintf("cluster %s is lost: %d of its MCNPs stay enforced here from their last-known state until released",
@@ -179,10 +189,10 @@ func BuildClusterStatus(reporter string, o ClusterObservation, prev []metav1.Con
 	if o.Retired && !wasTrue(v1.ClusterConditionRetired) {
 		tr = append(tr, ClusterTransition{EventClusterRetired, true, fmt.Sprintf("cluster %s was retired from the cluster set", o.ID)})
 	}
-	if o.Alive && known(v1.ClusterConditionAlive) && !wasTrue(v1.ClusterConditionAlive) {
+	if o.Alive && meta.FindStatusCondition(prev, v1.ClusterConditionAlive) != nil && !wasTrue(v1.ClusterConditionAlive) {
 		tr = append(tr, ClusterTransition{EventClusterRejoined, false, fmt.Sprintf("cluster %s rejoined (%d member(s) alive)", o.ID, o.AliveMembers)})
 	}
-	return st, tr
+	return tr
 }
 
 // ClusterSetWriter keeps one CoastguardCluster per known cluster in the
