@@ -546,21 +546,7 @@ func (a *Applier) SetDesired(desired []networkingv1.NetworkPolicy) error {
 	for k := range idx.broken {
 		broken[k.String()] = struct{}{}
 	}
-	var errs []error
-	origins := make([]string, 0, len(idx.rejected))
-	for o := range idx.rejected {
-		origins = append(origins, o)
-	}
-	sort.Strings(origins)
-	for _, o := range origins {
-		for _, r := range idx.rejected[o] {
-			errs = append(errs, fmt.Errorf("%s: %s", o, r))
-			a.metrics.Rejected.Inc()
-		}
-	}
-	if len(errs) > 0 {
-		a.metrics.Errors.WithLabelValues("plan").Inc()
-	}
+	errs := a.rejections(idx.rejected)
 	a.mu.Lock()
 	changedOrigins := map[string]struct{}{}
 	for o := range a.rejected {
@@ -574,37 +560,7 @@ func (a *Applier) SetDesired(desired []networkingv1.NetworkPolicy) error {
 		}
 	}
 	if a.queue != nil {
-		for k, np := range next {
-			if old, ok := a.desired[k]; !ok || old.Annotations[ContentHashAnnotation] != np.Annotations[ContentHashAnnotation] {
-				a.enqueueLocked(k)
-			}
-		}
-		for k := range a.desired {
-			if _, ok := next[k]; !ok {
-				a.enqueueLocked(k)
-			}
-		}
-		for k := range a.broken {
-			if _, ok := broken[k]; !ok {
-				a.enqueueLocked(k)
-			}
-		}
-		// an origin no longer refused: its held-back deletes can go ahead
-		cleared := map[string]bool{}
-		for o := range a.rejected {
-			if _, still := idx.rejected[o]; !still {
-				cleared[o] = true
-			}
-		}
-		if len(cleared) > 0 {
-			if live, err := a.lister.List(labels.Everything()); err == nil {
-				for _, np := range live {
-					if cleared[np.Annotations[OriginAnnotation]] {
-						a.enqueueLocked(np.Namespace + "/" + np.Name)
-					}
-				}
-			}
-		}
+		a.enqueueChangesLocked(next, broken, idx.rejected)
 	}
 	a.rejected = idx.rejected
 	a.desired = next
@@ -612,6 +568,65 @@ func (a *Applier) SetDesired(desired []networkingv1.NetworkPolicy) error {
 	a.mu.Unlock()
 	a.notify(changedOrigins)
 	return errors.Join(errs...)
+}
+
+// rejections counts the refused desired objects and returns one error per
+// reason, by origin.
+func (a *Applier) rejections(rejected map[string][]string) []error {
+	var errs []error
+	origins := make([]string, 0, len(rejected))
+	for o := range rejected {
+		origins = append(origins, o)
+	}
+	sort.Strings(origins)
+	for _, o := range origins {
+		for _, r := range rejected[o] {
+			errs = append(errs, fmt.Errorf("%s: %s", o, r))
+			a.metrics.Rejected.Inc()
+		}
+	}
+	if len(errs) > 0 {
+		a.metrics.Errors.WithLabelValues("plan").Inc()
+	}
+	return errs
+}
+
+// enqueueChangesLocked queues the keys whose desired object changed,
+// appeared or disappeared, names no longer claimed by a refused object, and
+// the live objects of origins no longer refused (their held-back deletes
+// can go ahead). a.mu is held.
+func (a *Applier) enqueueChangesLocked(next map[string]*networkingv1.NetworkPolicy, broken map[string]struct{}, rejected map[string][]string) {
+	for k, np := range next {
+		if old, ok := a.desired[k]; !ok || old.Annotations[ContentHashAnnotation] != np.Annotations[ContentHashAnnotation] {
+			a.enqueueLocked(k)
+		}
+	}
+	for k := range a.desired {
+		if _, ok := next[k]; !ok {
+			a.enqueueLocked(k)
+		}
+	}
+	for k := range a.broken {
+		if _, ok := broken[k]; !ok {
+			a.enqueueLocked(k)
+		}
+	}
+	cleared := map[string]bool{}
+	for o := range a.rejected {
+		if _, still := rejected[o]; !still {
+			cleared[o] = true
+		}
+	}
+	if len(cleared) == 0 {
+		return
+	}
+	if live, err := a.lister.List(labels.Everything()); err == nil {
+		for _, np := range live {
+			if cleared[np.Annotations[OriginAnnotation]] {
+				a.enqueueLocked(np.Namespace + "/" + np.Name)
+			}
+		}
+	}
 }
 
 func (a *Applier) notify(origins map[string]struct{}) {
@@ -789,15 +804,7 @@ func (a *Applier) processNext(ctx context.Context, q workqueue.TypedRateLimiting
 	if errors.As(err, &stuck) {
 		// Not retried: the key is re-queued by the blocking object's own
 		// events. Reported against the origin.
-		if origin != "" {
-			if a.opErrors[origin] == nil {
-				a.opErrors[origin] = map[string]string{}
-			}
-			if a.opErrors[origin][key] != err.Error() {
-				changed = origin
-			}
-			a.opErrors[origin][key] = err.Error()
-		}
+		changed = a.recordOpErrorLocked(origin, key, err)
 		delete(a.failing, key)
 		q.Forget(key)
 	} else if err != nil {
@@ -807,27 +814,11 @@ func (a *Applier) processNext(ctx context.Context, q workqueue.TypedRateLimiting
 		}
 		a.log.Warn("NetworkPolicy reconcile failed; will retry", "key", key, "origin", origin, "retries", q.NumRequeues(key), "err", err)
 		a.failing[key] = struct{}{}
-		if origin != "" {
-			if a.opErrors[origin] == nil {
-				a.opErrors[origin] = map[string]string{}
-			}
-			if a.opErrors[origin][key] != err.Error() {
-				changed = origin
-			}
-			a.opErrors[origin][key] = err.Error()
-		}
+		changed = a.recordOpErrorLocked(origin, key, err)
 		q.AddRateLimited(key)
 	} else {
 		delete(a.failing, key)
-		for o, byKey := range a.opErrors {
-			if _, ok := byKey[key]; ok {
-				delete(byKey, key)
-				if len(byKey) == 0 {
-					delete(a.opErrors, o)
-				}
-				changed = o
-			}
-		}
+		changed = a.clearOpErrorsLocked(key)
 		q.Forget(key)
 	}
 	a.mu.Unlock()
@@ -835,6 +826,39 @@ func (a *Applier) processNext(ctx context.Context, q workqueue.TypedRateLimiting
 		a.notify(map[string]struct{}{changed: {}})
 	}
 	return true
+}
+
+// recordOpErrorLocked records err as origin's failure on key; it returns
+// origin when that changes what is reported ("" otherwise). a.mu is held.
+func (a *Applier) recordOpErrorLocked(origin, key string, err error) string {
+	if origin == "" {
+		return ""
+	}
+	changed := ""
+	if a.opErrors[origin] == nil {
+		a.opErrors[origin] = map[string]string{}
+	}
+	if a.opErrors[origin][key] != err.Error() {
+		changed = origin
+	}
+	a.opErrors[origin][key] = err.Error()
+	return changed
+}
+
+// clearOpErrorsLocked forgets key's failures; it returns the (last) origin
+// whose report changed ("" if none). a.mu is held.
+func (a *Applier) clearOpErrorsLocked(key string) string {
+	changed := ""
+	for o, byKey := range a.opErrors {
+		if _, ok := byKey[key]; ok {
+			delete(byKey, key)
+			if len(byKey) == 0 {
+				delete(a.opErrors, o)
+			}
+			changed = o
+		}
+	}
+	return changed
 }
 
 // blockedError is a desired object that cannot be applied because an object
@@ -862,17 +886,26 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	refused := false
-	if live != nil {
-		a.mu.Lock()
-		_, refused = a.rejected[live.Annotations[OriginAnnotation]]
-		a.mu.Unlock()
-	}
 	origin := ""
 	if desired != nil {
 		origin = desired.Annotations[OriginAnnotation]
 	} else if live != nil {
 		origin = live.Annotations[OriginAnnotation]
+	}
+	act := a.decide(desired, live, broken, hold)
+	wasHeld, wasForeign := a.track(key, act)
+	return origin, a.act(ctx, key, origin, act, desired, live, wasHeld, wasForeign)
+}
+
+// decide is DecideGated, except that a name a refused desired object
+// claims is left as it is, and a refused origin's last good objects are
+// not deleted.
+func (a *Applier) decide(desired, live *networkingv1.NetworkPolicy, broken, hold bool) Action {
+	refused := false
+	if live != nil {
+		a.mu.Lock()
+		_, refused = a.rejected[live.Annotations[OriginAnnotation]]
+		a.mu.Unlock()
 	}
 	act := DecideGated(desired, live, hold)
 	if broken && (act == ActionDelete || act == ActionApply) {
@@ -881,22 +914,33 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 	if act == ActionDelete && refused {
 		act = ActionNone // the origin's new output was refused: keep its last good objects
 	}
+	return act
+}
+
+// track records whether key is held or foreign now (and the gauges), and
+// returns whether it was before.
+func (a *Applier) track(key string, act Action) (wasHeld, wasForeign bool) {
 	a.mu.Lock()
-	_, wasHeld := a.held[key]
+	defer a.mu.Unlock()
+	_, wasHeld = a.held[key]
 	if act == ActionHold {
 		a.held[key] = struct{}{}
 	} else {
 		delete(a.held, key)
 	}
 	a.metrics.Held.Set(float64(len(a.held)))
-	_, wasForeign := a.foreign[key]
+	_, wasForeign = a.foreign[key]
 	if act == ActionForeign {
 		a.foreign[key] = struct{}{}
 	} else {
 		delete(a.foreign, key)
 	}
 	a.metrics.Foreign.Set(float64(len(a.foreign)))
-	a.mu.Unlock()
+	return wasHeld, wasForeign
+}
+
+// act carries out the decision for key.
+func (a *Applier) act(ctx context.Context, key, origin string, act Action, desired, live *networkingv1.NetworkPolicy, wasHeld, wasForeign bool) error {
 	switch act {
 	case ActionApply:
 		if live != nil {
@@ -905,32 +949,38 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 				a.log.Info("generated NetworkPolicy drifted (hand edit or removed label); restoring it", "key", key, "origin", origin)
 			}
 		}
-		return origin, a.apply(ctx, desired)
+		return a.apply(ctx, desired)
 	case ActionDelete:
-		return origin, a.delete(ctx, live)
+		return a.delete(ctx, live)
 	case ActionConflict:
 		a.metrics.Conflicts.Inc()
 		a.log.Warn("user-authored NetworkPolicy holds a generated name; leaving it alone", "key", key)
-		return origin, &blockedError{fmt.Sprintf("NetworkPolicy %s exists and was not written by coastguard; not overwriting it", key)}
+		return &blockedError{fmt.Sprintf("NetworkPolicy %s exists and was not written by coastguard; not overwriting it", key)}
 	case ActionForeign:
 		if !wasForeign {
-			a.log.Warn("NetworkPolicy carries coastguard's managed-by label but coastguard never wrote it; leaving it alone", "key", key)
-			if a.recorder != nil {
-				ref := live.DeepCopy() // the recorder's scheme need not know NetworkPolicy
-				ref.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
-				a.recorder.Eventf(ref, corev1.EventTypeWarning, "ForeignNetworkPolicy",
-					"NetworkPolicy carries %s=%s but was not written by coastguard (field manager %q); coastguard leaves it alone", ManagedByLabel, ManagedByValue, FieldManager)
-			}
+			a.reportForeign(key, live)
 		}
 		if desired != nil {
-			return origin, &blockedError{fmt.Sprintf("NetworkPolicy %s is held by an object coastguard did not write (foreign); not overwriting it", key)}
+			return &blockedError{fmt.Sprintf("NetworkPolicy %s is held by an object coastguard did not write (foreign); not overwriting it", key)}
 		}
 	case ActionHold:
 		if !wasHeld {
 			a.log.Info("empty-view gate closed: holding back delete or content change", "key", key, "origin", origin)
 		}
 	}
-	return origin, nil
+	return nil
+}
+
+// reportForeign logs, and records an Event on, a NetworkPolicy that carries
+// coastguard's label but that coastguard never wrote.
+func (a *Applier) reportForeign(key string, live *networkingv1.NetworkPolicy) {
+	a.log.Warn("NetworkPolicy carries coastguard's managed-by label but coastguard never wrote it; leaving it alone", "key", key)
+	if a.recorder != nil {
+		ref := live.DeepCopy() // the recorder's scheme need not know NetworkPolicy
+		ref.TypeMeta = metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "NetworkPolicy"}
+		a.recorder.Eventf(ref, corev1.EventTypeWarning, "ForeignNetworkPolicy",
+			"NetworkPolicy carries %s=%s but was not written by coastguard (field manager %q); coastguard leaves it alone", ManagedByLabel, ManagedByValue, FieldManager)
+	}
 }
 
 func (a *Applier) apply(ctx context.Context, np *networkingv1.NetworkPolicy) error {

@@ -458,18 +458,7 @@ func (inv *Inventory) fullSync(all bool) error {
 		}
 	}
 	var errs []error
-	writeErrs := make([]error, len(writes))
-	if bw, ok := inv.cfg.Writer.(BatchWriter); ok {
-		// one durable commit per chunk instead of one fsync per object
-		for lo := 0; lo < len(writes); lo += fullSyncBatch {
-			hi := min(lo+fullSyncBatch, len(writes))
-			copy(writeErrs[lo:hi], bw.WriteBatch(writes[lo:hi]))
-		}
-	} else {
-		for i, w := range writes {
-			writeErrs[i] = inv.cfg.Writer.Write(w.Kind, w.Name, w.Value, w.Deleted)
-		}
-	}
+	writeErrs := inv.writeAll(writes)
 	for i, w := range writes {
 		if err := writeErrs[i]; err != nil {
 			inv.metrics.errors.WithLabelValues(w.Kind.String()).Inc()
@@ -492,6 +481,24 @@ func (inv *Inventory) fullSync(all bool) error {
 	inv.mu.Unlock()
 	inv.log.Info("full sync", "writes", len(writes), "errors", len(errs))
 	return errors.Join(errs...)
+}
+
+// writeAll writes the full sync's writes and returns one error per write:
+// in chunks through a BatchWriter (one durable commit per chunk instead of
+// one fsync per object), else one by one.
+func (inv *Inventory) writeAll(writes []Write) []error {
+	writeErrs := make([]error, len(writes))
+	if bw, ok := inv.cfg.Writer.(BatchWriter); ok {
+		for lo := 0; lo < len(writes); lo += fullSyncBatch {
+			hi := min(lo+fullSyncBatch, len(writes))
+			copy(writeErrs[lo:hi], bw.WriteBatch(writes[lo:hi]))
+		}
+		return writeErrs
+	}
+	for i, w := range writes {
+		writeErrs[i] = inv.cfg.Writer.Write(w.Kind, w.Name, w.Value, w.Deleted)
+	}
+	return writeErrs
 }
 
 // republishWrites is every desired entry as a set, plus the tombstones of
