@@ -67,35 +67,68 @@ func (e *Engine) decisive(pod int, other int, egress bool, q Probe) (allow, isol
 // Conflicts computes the conflict report over every port class.
 func (e *Engine) Conflicts() Report {
 	rep := Report{Pods: len(e.byKey), Policies: len(e.policies)}
-	type hk struct{ kind, from, to, port string }
-	groups := map[hk]*HalfOpen{}
+	live := e.liveProbes()
+	groups := halfOpenGroups{e: e, groups: map[halfOpenKey]*HalfOpen{}}
+	reachOut, reachIn := e.scanHalfOpen(live, &groups)
+	for _, g := range groups.groups {
+		rep.HalfOpen = append(rep.HalfOpen, *g)
+	}
+	sort.Slice(rep.HalfOpen, func(i, j int) bool {
+		x, y := rep.HalfOpen[i], rep.HalfOpen[j]
+		return fmt.Sprint(x.From, x.To, x.Port, x.Kind) < fmt.Sprint(y.From, y.To, y.Port, y.Kind)
+	})
+	e.alive.each(func(s int) {
+		if !reachOut.has(s) && !reachIn.has(s) {
+			rep.IsolatedPods = append(rep.IsolatedPods, e.pods[s].Key())
+		}
+	})
+	sort.Strings(rep.IsolatedPods)
+	e.emptyAndRedundant(&rep, live)
+	return rep
+}
+
+// halfOpenKey groups half-open flows by kind, namespaces and port class.
+type halfOpenKey struct{ kind, from, to, port string }
+
+// halfOpenGroups collects half-open flows by halfOpenKey.
+type halfOpenGroups struct {
+	e      *Engine
+	groups map[halfOpenKey]*HalfOpen
+}
+
+// add counts the flow s->t of port class q; the group's example (and the
+// rules named) are those of its smallest flow.
+func (h *halfOpenGroups) add(kind string, q Probe, s, t int, allowSideEgress bool) {
+	e := h.e
+	sp, tp := e.pods[s], e.pods[t]
+	k := halfOpenKey{kind, sp.Cluster + "/" + sp.Namespace, tp.Cluster + "/" + tp.Namespace, q.String()}
+	g := h.groups[k]
+	ex := [2]string{sp.Key(), tp.Key()}
+	if g == nil || ex[0] < g.Example[0] || (ex[0] == g.Example[0] && ex[1] < g.Example[1]) {
+		if g == nil {
+			g = &HalfOpen{Kind: kind, From: k.from, To: k.to, Port: k.port}
+			h.groups[k] = g
+		}
+		g.Example = ex
+		if allowSideEgress {
+			g.AllowedBy, _ = e.decisive(s, t, true, q)
+			_, g.DeniedBy = e.decisive(t, s, false, q)
+		} else {
+			g.AllowedBy, _ = e.decisive(t, s, false, q)
+			_, g.DeniedBy = e.decisive(s, t, true, q)
+		}
+	}
+	g.Flows++
+}
+
+// scanHalfOpen adds every half-open flow of the live port classes to
+// groups and returns the pods that reach some pod and those reached.
+func (e *Engine) scanHalfOpen(live map[Probe]bool, groups *halfOpenGroups) (reachOut, reachIn bitset) {
 	a := newBitset(e.words * 64)
 	b := newBitset(e.words * 64)
-	reachOut := newBitset(e.words * 64)
-	reachIn := newBitset(e.words * 64)
+	reachOut = newBitset(e.words * 64)
+	reachIn = newBitset(e.words * 64)
 	rowAny := newBitset(e.words * 64)
-	add := func(kind string, q Probe, s, t int, allowSideEgress bool) {
-		sp, tp := e.pods[s], e.pods[t]
-		k := hk{kind, sp.Cluster + "/" + sp.Namespace, tp.Cluster + "/" + tp.Namespace, q.String()}
-		g := groups[k]
-		ex := [2]string{sp.Key(), tp.Key()}
-		if g == nil || ex[0] < g.Example[0] || (ex[0] == g.Example[0] && ex[1] < g.Example[1]) {
-			if g == nil {
-				g = &HalfOpen{Kind: kind, From: k.from, To: k.to, Port: k.port}
-				groups[k] = g
-			}
-			g.Example = ex
-			if allowSideEgress {
-				g.AllowedBy, _ = e.decisive(s, t, true, q)
-				_, g.DeniedBy = e.decisive(t, s, false, q)
-			} else {
-				g.AllowedBy, _ = e.decisive(t, s, false, q)
-				_, g.DeniedBy = e.decisive(s, t, true, q)
-			}
-		}
-		g.Flows++
-	}
-	live := e.liveProbes()
 	for qi, l := range e.layers {
 		q := e.probes[qi]
 		if !live[q] {
@@ -109,13 +142,13 @@ func (e *Engine) Conflicts() Report {
 				a.andNot(l.egress[s])
 				a.and(e.alive)
 				a.clear(s)
-				a.each(func(t int) { add("ingress-allowed-egress-denied", q, s, t, false) })
+				a.each(func(t int) { groups.add("ingress-allowed-egress-denied", q, s, t, false) })
 				// s's egress explicitly admits t, t's ingress denies s
 				b.copyFrom(l.egress[s])
 				b.andNot(l.inAllow[s])
 				b.and(e.alive)
 				b.clear(s)
-				b.each(func(t int) { add("egress-allowed-ingress-denied", q, s, t, true) })
+				b.each(func(t int) { groups.add("egress-allowed-ingress-denied", q, s, t, true) })
 			}
 			rowAny.copyFrom(l.egress[s])
 			rowAny.and(l.inAllow[s])
@@ -127,21 +160,12 @@ func (e *Engine) Conflicts() Report {
 			}
 		})
 	}
-	for _, g := range groups {
-		rep.HalfOpen = append(rep.HalfOpen, *g)
-	}
-	sort.Slice(rep.HalfOpen, func(i, j int) bool {
-		x, y := rep.HalfOpen[i], rep.HalfOpen[j]
-		return fmt.Sprint(x.From, x.To, x.Port, x.Kind) < fmt.Sprint(y.From, y.To, y.Port, y.Kind)
-	})
-	e.alive.each(func(s int) {
-		if !reachOut.has(s) && !reachIn.has(s) {
-			rep.IsolatedPods = append(rep.IsolatedPods, e.pods[s].Key())
-		}
-	})
-	sort.Strings(rep.IsolatedPods)
+	return reachOut, reachIn
+}
 
-	// rules and policies selecting nothing; redundant groups
+// emptyAndRedundant adds the rules and policies selecting nothing and the
+// redundant rule groups to rep.
+func (e *Engine) emptyAndRedundant(rep *Report, live map[Probe]bool) {
 	ownerTargets := map[string]bool{}
 	byGroup := map[string][]*rule{}
 	for _, p := range e.policies {
@@ -173,7 +197,6 @@ func (e *Engine) Conflicts() Report {
 	}
 	sort.Strings(rep.EmptyRules)
 	sort.Slice(rep.Redundant, func(i, j int) bool { return rep.Redundant[i].Group < rep.Redundant[j].Group })
-	return rep
 }
 
 // podsOnly: every address the rule admits is a known pod (no peer-less

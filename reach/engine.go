@@ -209,18 +209,7 @@ func (e *Engine) SetPod(p Pod) {
 		}
 		e.RemovePod(p.Cluster, p.Namespace, p.Name)
 	}
-	var slot int
-	if n := len(e.free); n > 0 {
-		slot, e.free = e.free[n-1], e.free[:n-1]
-	} else {
-		slot = len(e.pods)
-		e.pods = append(e.pods, nil)
-		e.growTo(len(e.pods))
-		for _, l := range e.layers {
-			l.egress = append(l.egress, newBitset(e.words*64))
-			l.inAllow = append(l.inAllow, newBitset(e.words*64))
-		}
-	}
+	slot := e.allocSlot()
 	ps := &podState{Pod: p, slot: slot, labels: labels.Set{}}
 	for k, v := range p.Labels {
 		ps.labels[k] = v
@@ -243,28 +232,51 @@ func (e *Engine) SetPod(p Pod) {
 	if p.IP.IsValid() {
 		e.byIP[p.IP] = append(e.byIP[p.IP], slot)
 	}
-	// membership in policies' targets and rules' peers
+	e.joinPolicies(nk, ps)
+	for qi := range e.layers {
+		e.computeRow(qi, slot)
+		e.computeColumn(qi, slot)
+	}
+}
+
+// allocSlot returns a free pod slot, growing every matrix by one when
+// there is none.
+func (e *Engine) allocSlot() int {
+	if n := len(e.free); n > 0 {
+		slot := e.free[n-1]
+		e.free = e.free[:n-1]
+		return slot
+	}
+	slot := len(e.pods)
+	e.pods = append(e.pods, nil)
+	e.growTo(len(e.pods))
+	for _, l := range e.layers {
+		l.egress = append(l.egress, newBitset(e.words*64))
+		l.inAllow = append(l.inAllow, newBitset(e.words*64))
+	}
+	return slot
+}
+
+// joinPolicies records a new pod in the targets of the policies of its
+// namespace nk (and the isolation sets) and in the peers of every rule.
+func (e *Engine) joinPolicies(nk string, ps *podState) {
 	for _, pol := range e.byNS[nk] {
 		if pol.err == nil && pol.podSel.Matches(ps.labels) {
-			pol.targets.set(slot)
+			pol.targets.set(ps.slot)
 			if pol.ingressIso {
-				e.ingIso.set(slot)
+				e.ingIso.set(ps.slot)
 			}
 			if pol.egressIso {
-				e.egrIso.set(slot)
+				e.egrIso.set(ps.slot)
 			}
 		}
 	}
 	for _, pol := range e.policies {
 		for _, r := range pol.rules {
 			if e.ruleSelects(r, ps) {
-				r.bits.set(slot)
+				r.bits.set(ps.slot)
 			}
 		}
-	}
-	for qi := range e.layers {
-		e.computeRow(qi, slot)
-		e.computeColumn(qi, slot)
 	}
 }
 
