@@ -259,13 +259,7 @@ func options() []option {
 		{false, "advertise-addr", []string{"COASTGUARD_ADVERTISE_ADDR", "POD_IP"}, "gossip address advertised to peers, ip or ip:port (default: bind address)",
 			strSetter(func(c *Config) *string { return &c.AdvertiseAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdvertiseAddr) }},
 		{false, "seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin (default: the Lighthouse name coastguard.<namespace>.svc.clusterset.local; \"none\" disables)",
-			func(c *Config, v string) error { c.Seeds = splitList(v); return nil },
-			func(f *fileConfig) (string, bool) {
-				if f.Seeds == nil {
-					return "", false
-				}
-				return strings.Join(*f.Seeds, ","), true
-			}},
+			listSetter(func(c *Config) *[]string { return &c.Seeds }), func(f *fileConfig) (string, bool) { return lp(f.Seeds) }},
 		{false, "gossip-key-file", []string{"COASTGUARD_GOSSIP_KEY_FILE"}, "keyring file: one base64 AES key (16/24/32 bytes) per line, first is primary",
 			strSetter(func(c *Config) *string { return &c.GossipKeyFile }), func(f *fileConfig) (string, bool) { return sp(f.GossipKeyFile) }},
 		{true, "insecure-gossip", []string{"COASTGUARD_INSECURE_GOSSIP"}, "run gossip WITHOUT encryption and without origin signatures (testing only; required to start without --gossip-key-file)",
@@ -301,13 +295,7 @@ func options() []option {
 		{false, "log-level", []string{"COASTGUARD_LOG_LEVEL"}, "debug, info, warn or error",
 			strSetter(func(c *Config) *string { return &c.LogLevel }), func(f *fileConfig) (string, bool) { return sp(f.LogLevel) }},
 		{false, "cluster-cidrs", []string{"COASTGUARD_CLUSTER_CIDRS"}, "trusted CIDRs per cluster, added to Submariner's Cluster objects; remote pod IPs outside them are never allowed: comma-separated <cluster>[:pod|:service|:global]=<cidr>, e.g. eu-2=10.2.0.0/16,eu-2:service=100.2.0.0/16",
-			func(c *Config, v string) error { c.ClusterCIDRs = splitList(v); return nil },
-			func(f *fileConfig) (string, bool) {
-				if f.ClusterCIDRs == nil {
-					return "", false
-				}
-				return strings.Join(*f.ClusterCIDRs, ","), true
-			}},
+			listSetter(func(c *Config) *[]string { return &c.ClusterCIDRs }), func(f *fileConfig) (string, bool) { return lp(f.ClusterCIDRs) }},
 		{false, "admin-addr", []string{"COASTGUARD_ADMIN_ADDR"}, "loopback address serving /debug/state and /admin/* (kubectl exec only; \"\" disables)",
 			strSetter(func(c *Config) *string { return &c.AdminAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdminAddr) }},
 		{false, "metrics-auth", []string{"COASTGUARD_METRICS_AUTH"}, "none, or kubernetes: /metrics requires a bearer token that TokenReview accepts and SubjectAccessReview allows to get /metrics",
@@ -315,13 +303,7 @@ func options() []option {
 		{false, "empty-view-timeout", []string{"COASTGUARD_EMPTY_VIEW_TIMEOUT"}, "after start or a leadership takeover, generated NetworkPolicies are neither deleted nor shrunk until anti-entropy covered every known cluster, or this long at most (0: no bound)",
 			durSetter("empty-view-timeout", func(c *Config) *time.Duration { return &c.EmptyViewTimeout }), func(f *fileConfig) (string, bool) { return sp(f.EmptyViewTimeout) }},
 		{false, "protected-namespaces", []string{"COASTGUARD_PROTECTED_NAMESPACES"}, "comma-separated namespaces where MCNPs of other clusters are not enforced (default: kube-system, kube-public, kube-node-lease, the Submariner namespace and --namespace)",
-			func(c *Config, v string) error { c.ProtectedNamespaces = splitList(v); return nil },
-			func(f *fileConfig) (string, bool) {
-				if f.ProtectedNamespaces == nil {
-					return "", false
-				}
-				return strings.Join(*f.ProtectedNamespaces, ","), true
-			}},
+			listSetter(func(c *Config) *[]string { return &c.ProtectedNamespaces }), func(f *fileConfig) (string, bool) { return lp(f.ProtectedNamespaces) }},
 		{false, "enforce-remote-in-protected-namespaces", []string{"COASTGUARD_ENFORCE_REMOTE_IN_PROTECTED_NAMESPACES"}, "enforce MCNPs of other clusters in protected namespaces too (true|false)",
 			func(c *Config, v string) error {
 				b, err := strconv.ParseBool(v)
@@ -344,6 +326,19 @@ func options() []option {
 		{false, "max-bytes-per-mcnp", []string{"COASTGUARD_MAX_BYTES_PER_MCNP"}, "cap on the JSON size of all NetworkPolicies generated from one MCNP; above it the MCNP only isolates its pods and is Degraded",
 			intSetter("max-bytes-per-mcnp", func(c *Config) *int { return &c.MaxBytesPerMCNP }), func(f *fileConfig) (string, bool) { return ip(f.MaxBytesPerMCNP) }},
 	}
+}
+
+// listSetter sets a comma-separated list option.
+func listSetter(p func(c *Config) *[]string) func(c *Config, v string) error {
+	return func(c *Config, v string) error { *p(c) = splitList(v); return nil }
+}
+
+// lp is a list option of the config file, joined as its flag takes it.
+func lp(p *[]string) (string, bool) {
+	if p == nil {
+		return "", false
+	}
+	return strings.Join(*p, ","), true
 }
 
 func splitList(v string) []string {
@@ -486,6 +481,17 @@ func envHint(envs []string) string {
 // Validate rejects nonsense with a message naming the setting.
 func (c Config) Validate() error {
 	var errs []error
+	errs = append(errs, c.validateIdentity()...)
+	errs = append(errs, c.validateGossip()...)
+	errs = append(errs, c.validateTimings()...)
+	errs = append(errs, c.validateEndpoints()...)
+	errs = append(errs, c.validateChoices()...)
+	return errors.Join(errs...)
+}
+
+// validateIdentity checks the identity, namespaces and caps.
+func (c Config) validateIdentity() []error {
+	var errs []error
 	if c.ClusterID != "" {
 		if msgs := validation.IsDNS1123Label(c.ClusterID); len(msgs) > 0 {
 			errs = append(errs, fmt.Errorf("cluster-id %q: %s", c.ClusterID, strings.Join(msgs, "; ")))
@@ -511,6 +517,12 @@ func (c Config) Validate() error {
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 		errs = append(errs, fmt.Errorf("namespace %q: %s", c.Namespace, strings.Join(msgs, "; ")))
 	}
+	return errs
+}
+
+// validateGossip checks the gossip addresses, profile and key files.
+func (c Config) validateGossip() []error {
+	var errs []error
 	if _, _, err := splitHostPort(c.BindAddr, true); err != nil {
 		errs = append(errs, fmt.Errorf("bind-addr %q: %v", c.BindAddr, err))
 	}
@@ -549,6 +561,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %q is a directory", f.name, f.path))
 		}
 	}
+	return errs
+}
+
+// validateTimings checks the data directory and the timings.
+func (c Config) validateTimings() []error {
+	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data-dir must not be empty"))
 	}
@@ -567,6 +585,12 @@ func (c Config) Validate() error {
 	if c.TombstoneGCAfter < time.Minute && c.TombstoneGCAfter != 0 {
 		errs = append(errs, fmt.Errorf("tombstone-gc-after %s: must be 0 (never) or >= 1m", c.TombstoneGCAfter))
 	}
+	return errs
+}
+
+// validateEndpoints checks the HTTP endpoints.
+func (c Config) validateEndpoints() []error {
+	var errs []error
 	if c.MetricsAddr != "" {
 		if _, _, err := splitHostPort(c.MetricsAddr, true); err != nil {
 			errs = append(errs, fmt.Errorf("metrics-addr %q: %v", c.MetricsAddr, err))
@@ -586,6 +610,12 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("metrics-auth %q: must be none or kubernetes", c.MetricsAuth))
 	}
+	return errs
+}
+
+// validateChoices checks the enumerated choices and the cluster CIDRs.
+func (c Config) validateChoices() []error {
+	var errs []error
 	switch c.LostOriginPolicies {
 	case "keep", "release":
 	default:
@@ -604,7 +634,7 @@ func (c Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("log-level %q: must be debug, info, warn or error", c.LogLevel))
 	}
-	return errors.Join(errs...)
+	return errs
 }
 
 // splitHostPort accepts host:port, or a bare host when !requirePort.
