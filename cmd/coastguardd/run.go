@@ -112,55 +112,26 @@ func run(cfg Config, log *slog.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
 
-	rc, err := restConfig(cfg.Kubeconfig)
+	client, dyn, err := kubeClients(cfg.Kubeconfig)
 	if err != nil {
 		return err
 	}
-	rc.UserAgent = "coastguardd"
-	rc.QPS, rc.Burst = 50, 100
-	client, err := kubernetes.NewForConfig(rc)
+	in, err := policyInputs(cfg)
 	if err != nil {
 		return err
 	}
-	dyn, err := dynamic.NewForConfig(rc)
+	id, err := identify(ctx, cfg, client, dyn)
 	if err != nil {
 		return err
 	}
-
-	var consent *enforce.Consent
-	if cfg.ConsentFile != "" {
-		if consent, err = daemon.LoadConsent(cfg.ConsentFile); err != nil {
-			return err
-		}
-	}
-	gp, err := enforce.ParseGlobalnetPolicy(cfg.GlobalnetPolicy)
+	log = log.With("cluster", id.clusterID)
+	watcher, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: id.clusterID, Dynamic: dyn,
+		Discovery: client.Discovery(), Namespace: id.subNS, Base: id.info, Logger: log})
 	if err != nil {
 		return err
 	}
-	clusterCIDRs, err := enforce.ParseClusterCIDRs(cfg.ClusterCIDRs)
-	if err != nil {
-		return fmt.Errorf("cluster-cidrs: %w", err)
-	}
-	subNS := envOr("COASTGUARD_SUBMARINER_NAMESPACE", defaultSubmarinerNamespace)
-	idCtx, idCancel := context.WithTimeout(ctx, 30*time.Second)
-	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, subNS)
-	idCancel()
-	if err != nil {
-		return err
-	}
-	var info kube.ClusterInfo
-	if sub != nil {
-		info.PodCIDRs, info.ServiceCIDRs, info.GlobalCIDRs = sub.PodCIDRs, sub.ServiceCIDRs, sub.GlobalCIDRs
-		info.Globalnet = len(sub.GlobalCIDRs) > 0
-	}
-	log = log.With("cluster", clusterID)
-	watcher, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: clusterID, Dynamic: dyn,
-		Discovery: client.Discovery(), Namespace: subNS, Base: info, Logger: log})
-	if err != nil {
-		return err
-	}
-	log.Info("cluster identity", "pod_cidrs", info.PodCIDRs, "globalnet", info.Globalnet,
-		"globalnet_policy", gp.String(), "submariner_watching", watcher.Watching())
+	log.Info("cluster identity", "pod_cidrs", id.info.PodCIDRs, "globalnet", id.info.Globalnet,
+		"globalnet_policy", in.gp.String(), "submariner_watching", watcher.Watching())
 
 	gcfg, err := gossipConfig(cfg)
 	if err != nil {
@@ -173,17 +144,10 @@ func run(cfg Config, log *slog.Logger) error {
 
 	gcfg.BuildVersion = version.Get()
 
-	reg := prometheus.NewRegistry()
-	if err := metricsreg.All(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		version.BuildInfo()); err != nil {
-		return err
-	}
-	wq, err := newWorkqueueMetrics(reg)
+	reg, err := newRegistry()
 	if err != nil {
 		return err
 	}
-	// Before any queue exists: the provider applies to queues created later.
-	workqueue.SetProvider(wq)
 	h := newHealth("state", "enforcement")
 
 	signingKey, endorsement, bundle, err := loadTrust(ctx, cfg, client, log)
@@ -192,44 +156,148 @@ func run(cfg Config, log *slog.Logger) error {
 	}
 	d, err := daemon.New(daemon.Options{
 		SigningKey: signingKey, SigningKeyEndorsement: endorsement, TrustBundle: bundle,
-		ClusterID: clusterID, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
+		ClusterID: id.clusterID, NodeName: cfg.NodeName, Namespace: cfg.Namespace,
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
-		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
-		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
-		ReleaseLostOrigins: cfg.LostOriginPolicies == "release", Consent: consent,
+		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: id.info,
+		Submariner: watcher, GlobalnetPolicy: in.gp, ClusterCIDRs: in.clusterCIDRs,
+		ReleaseLostOrigins: cfg.LostOriginPolicies == "release", Consent: in.consent,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
-		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),
+		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, id.subNS),
 	})
 	if err != nil {
 		return err
+	}
+	stop, err := serveEndpoints(cfg, reg, h, d, client, log)
+	defer stop()
+	if err != nil {
+		return err
+	}
+	log.Info("version", "version", version.Get(), "revision", version.GetRevision())
+	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "gossip_profile", cfg.GossipProfile, "pid", strconv.Itoa(os.Getpid()))
+	return d.Run(ctx)
+}
+
+// kubeClients connects to the cluster's apiserver.
+func kubeClients(kubeconfig string) (*kubernetes.Clientset, dynamic.Interface, error) {
+	rc, err := restConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	rc.UserAgent = "coastguardd"
+	rc.QPS, rc.Burst = 50, 100
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, err
+	}
+	return client, dyn, nil
+}
+
+// runInputs are the translator's inputs the flags set.
+type runInputs struct {
+	consent      *enforce.Consent
+	gp           enforce.GlobalnetPolicy
+	clusterCIDRs map[string]enforce.ClusterNetworks
+}
+
+// policyInputs reads the consent file, the Globalnet policy and the
+// cluster CIDRs.
+func policyInputs(cfg Config) (runInputs, error) {
+	var in runInputs
+	var err error
+	if cfg.ConsentFile != "" {
+		if in.consent, err = daemon.LoadConsent(cfg.ConsentFile); err != nil {
+			return in, err
+		}
+	}
+	if in.gp, err = enforce.ParseGlobalnetPolicy(cfg.GlobalnetPolicy); err != nil {
+		return in, err
+	}
+	if in.clusterCIDRs, err = enforce.ParseClusterCIDRs(cfg.ClusterCIDRs); err != nil {
+		return in, fmt.Errorf("cluster-cidrs: %w", err)
+	}
+	return in, nil
+}
+
+// identity is who this cluster is, and what Submariner says of it.
+type identity struct {
+	clusterID string
+	subNS     string
+	info      kube.ClusterInfo
+}
+
+// identify discovers the cluster ID (bounded to 30 s) and its Submariner
+// networks.
+func identify(ctx context.Context, cfg Config, client kubernetes.Interface, dyn dynamic.Interface) (identity, error) {
+	id := identity{subNS: envOr("COASTGUARD_SUBMARINER_NAMESPACE", defaultSubmarinerNamespace)}
+	idCtx, idCancel := context.WithTimeout(ctx, 30*time.Second)
+	clusterID, sub, err := discoverIdentity(idCtx, dyn, cfg.ClusterID, id.subNS)
+	idCancel()
+	if err != nil {
+		return id, err
+	}
+	id.clusterID = clusterID
+	if sub != nil {
+		id.info.PodCIDRs, id.info.ServiceCIDRs, id.info.GlobalCIDRs = sub.PodCIDRs, sub.ServiceCIDRs, sub.GlobalCIDRs
+		id.info.Globalnet = len(sub.GlobalCIDRs) > 0
+	}
+	return id, nil
+}
+
+// newRegistry is the daemon's Prometheus registry with the Go, process and
+// build collectors, and the workqueue metrics provider installed (before
+// any queue exists: the provider applies to queues created later).
+func newRegistry() (*prometheus.Registry, error) {
+	reg := prometheus.NewRegistry()
+	if err := metricsreg.All(reg, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		version.BuildInfo()); err != nil {
+		return nil, err
+	}
+	wq, err := newWorkqueueMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	workqueue.SetProvider(wq)
+	return reg, nil
+}
+
+// serveEndpoints starts the metrics and admin servers that are configured;
+// stop shuts down those that started (also after an error).
+func serveEndpoints(cfg Config, reg *prometheus.Registry, h *health, d *daemon.Daemon, client kubernetes.Interface, log *slog.Logger) (stop func(), err error) {
+	var started []*http.Server
+	stop = func() {
+		for i := len(started) - 1; i >= 0; i-- {
+			shutdownHTTP(started[i])
+		}
 	}
 	if cfg.MetricsAddr != "" {
 		var guard func(http.Handler) http.Handler
 		if cfg.MetricsAuth == "kubernetes" {
 			ma, err := newMetricsAuth(client, log)
 			if err != nil {
-				return fmt.Errorf("metrics-auth: %w", err)
+				return stop, fmt.Errorf("metrics-auth: %w", err)
 			}
 			guard = ma.wrap
 		}
 		srv := newHTTPServer(cfg.MetricsAddr, reg, h, d.Healthy, guard)
 		if err := serveHTTP(srv, log); err != nil {
-			return fmt.Errorf("metrics-addr %s: %w", cfg.MetricsAddr, err)
+			return stop, fmt.Errorf("metrics-addr %s: %w", cfg.MetricsAddr, err)
 		}
-		defer shutdownHTTP(srv)
+		started = append(started, srv)
 	}
 	if cfg.AdminAddr != "" {
 		admin := newAdminServer(cfg.AdminAddr, adminHandler{decommission: d.Decommission,
 			status: func() any { return debugStateWithVersions(d.DebugState()) }, scan: d.ScanStore}, log)
 		if err := serveHTTP(admin, log); err != nil {
-			return fmt.Errorf("admin-addr %s: %w", cfg.AdminAddr, err)
+			return stop, fmt.Errorf("admin-addr %s: %w", cfg.AdminAddr, err)
 		}
-		defer shutdownHTTP(admin)
+		started = append(started, admin)
 	}
-	log.Info("version", "version", version.Get(), "revision", version.GetRevision())
-	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "gossip_profile", cfg.GossipProfile, "pid", strconv.Itoa(os.Getpid()))
-	return d.Run(ctx)
+	return stop, nil
 }
 
 func shutdownHTTP(srv *http.Server) {
