@@ -55,14 +55,10 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			if context == "" {
 				return errors.New("--context is required")
 			}
-			saved := o.Contexts
-			o.Contexts = []string{context}
-			ms, err := o.connect(ctx)
-			o.Contexts = saved
+			m, err := o.connectOne(ctx, context)
 			if err != nil {
 				return err
 			}
-			m := ms[0]
 			holder, pod, err := o.leaseHolder(ctx, m)
 			if err != nil {
 				return err
@@ -70,15 +66,8 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			if _, err := fmt.Fprintf(o.Out, "cluster %s (context %s): leader %s (pod %s/%s)\n", m.ID, m.Context, holder, o.Namespace, pod); err != nil {
 				return err
 			}
-			if !yes {
-				if _, err := fmt.Fprintf(o.Out, "This retires %s from the cluster set everywhere. Type the cluster ID to confirm: ", m.ID); err != nil {
-					return err
-				}
-				line, _ := bufio.NewReader(o.In).ReadString('\n')
-				if strings.TrimSpace(line) != m.ID {
-					_, err := fmt.Fprintln(o.Out, "aborted: nothing was changed")
-					return err
-				}
+			if ok, err := o.confirmRetire(m.ID, yes); !ok || err != nil {
+				return err
 			}
 			cctx, cancel := contextWithTimeout(ctx, timeout)
 			defer cancel()
@@ -96,6 +85,35 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 	cmd.Flags().StringVar(&container, "container", "coastguardd", "name of the coastguardd container in the pod")
 	cmd.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the daemon")
 	return cmd
+}
+
+// connectOne connects to the cluster of one kubeconfig context.
+func (o *Options) connectOne(ctx context.Context, kubeContext string) (*member, error) {
+	saved := o.Contexts
+	o.Contexts = []string{kubeContext}
+	ms, err := o.connect(ctx)
+	o.Contexts = saved
+	if err != nil {
+		return nil, err
+	}
+	return ms[0], nil
+}
+
+// confirmRetire asks the user to type the cluster ID (unless yes); false:
+// aborted, and said so.
+func (o *Options) confirmRetire(id string, yes bool) (bool, error) {
+	if yes {
+		return true, nil
+	}
+	if _, err := fmt.Fprintf(o.Out, "This retires %s from the cluster set everywhere. Type the cluster ID to confirm: ", id); err != nil {
+		return false, err
+	}
+	line, _ := bufio.NewReader(o.In).ReadString('\n')
+	if strings.TrimSpace(line) != id {
+		_, err := fmt.Fprintln(o.Out, "aborted: nothing was changed")
+		return false, err
+	}
+	return true, nil
 }
 
 // execInPod runs argv in a container of a pod through the apiserver's

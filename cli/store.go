@@ -53,21 +53,18 @@ func newStoreCmd(o *Options) *cobra.Command {
 // cluster and copies its output.
 func (o *Options) execInLeader(cmd *cobra.Command, context, container string, timeout time.Duration, argv []string) error {
 	ctx := cmd.Context()
-	saved := o.Contexts
-	o.Contexts = []string{context}
-	ms, err := o.connect(ctx)
-	o.Contexts = saved
+	m, err := o.connectOne(ctx, context)
 	if err != nil {
 		return err
 	}
-	_, pod, err := o.leaseHolder(ctx, ms[0])
+	_, pod, err := o.leaseHolder(ctx, m)
 	if err != nil {
 		return err
 	}
 	cctx, cancel := contextWithTimeout(ctx, timeout)
 	defer cancel()
 	var stdout, stderr bytes.Buffer
-	if err := o.execInPod(cctx, ms[0], pod, container, argv, &stdout, &stderr); err != nil {
+	if err := o.execInPod(cctx, m, pod, container, argv, &stdout, &stderr); err != nil {
 		return fmt.Errorf("%s in pod %s/%s failed: %w (%s)", strings.Join(argv[:3], " "), o.Namespace, pod, err, strings.TrimSpace(stderr.String()))
 	}
 	_, err = o.Out.Write(stdout.Bytes())
