@@ -80,20 +80,7 @@ func effectiveTypes(s *apiv1.MultiClusterNetworkPolicySpec) []networkingv1.Polic
 // exactly what the whole MCNP generates, and each rule can be judged alone.
 func (l *live) engine() (*reach.Engine, error) {
 	e := reach.New()
-	var pods []reach.Pod
-	for c, ps := range l.pods {
-		for n, lbls := range l.ns[c] {
-			e.SetNamespace(c, n, lbls)
-		}
-		for i := range ps {
-			p := &ps[i]
-			if p.Spec.HostNetwork || p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				continue
-			}
-			ip, _ := netip.ParseAddr(p.Status.PodIP)
-			pods = append(pods, reach.Pod{Cluster: c, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: ip})
-		}
-	}
+	pods := l.reachPods(e)
 	pols := map[string]reach.Policy{}
 	for c, nps := range l.netpols {
 		for i := range nps {
@@ -105,28 +92,7 @@ func (l *live) engine() (*reach.Engine, error) {
 	for _, ref := range l.inv.Policies() {
 		pol, _ := l.inv.Policy(ref)
 		owner := "mcnp " + ref.String()
-		type variant struct {
-			label string
-			spec  apiv1.MultiClusterNetworkPolicySpec
-		}
-		var vs []variant
-		base := pol.Spec
-		base.PolicyTypes = effectiveTypes(&pol.Spec)
-		base.Ingress, base.Egress = nil, nil
-		for i := range pol.Spec.Ingress {
-			s := base
-			s.Ingress = pol.Spec.Ingress[i : i+1]
-			vs = append(vs, variant{fmt.Sprintf("%s ingress[%d]", owner, i), s})
-		}
-		for i := range pol.Spec.Egress {
-			s := base
-			s.Egress = pol.Spec.Egress[i : i+1]
-			vs = append(vs, variant{fmt.Sprintf("%s egress[%d]", owner, i), s})
-		}
-		if len(vs) == 0 {
-			vs = append(vs, variant{owner + " (isolation only)", base})
-		}
-		for vi, v := range vs {
+		for vi, v := range ruleVariants(owner, &pol.Spec) {
 			vref := enforce.PolicyRef{Origin: ref.Origin, Namespace: ref.Namespace, Name: fmt.Sprintf("%s.cg-variant-%d", ref.Name, vi)}
 			_ = l.inv.SetPolicy(enforce.Policy{Origin: vref.Origin, Namespace: vref.Namespace, Name: vref.Name, Generation: pol.Generation, Spec: v.spec})
 			for _, c := range l.inv.Clusters() {
@@ -145,6 +111,56 @@ func (l *live) engine() (*reach.Engine, error) {
 	}
 	err := e.Load(pods, pols)
 	return e, err
+}
+
+// reachPods sets every cluster's namespaces in e and returns the pods that
+// policies can select (pod network, with an IP, not finished).
+func (l *live) reachPods(e *reach.Engine) []reach.Pod {
+	var pods []reach.Pod
+	for c, ps := range l.pods {
+		for n, lbls := range l.ns[c] {
+			e.SetNamespace(c, n, lbls)
+		}
+		for i := range ps {
+			p := &ps[i]
+			if p.Spec.HostNetwork || p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			ip, _ := netip.ParseAddr(p.Status.PodIP)
+			pods = append(pods, reach.Pod{Cluster: c, Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IP: ip})
+		}
+	}
+	return pods
+}
+
+// ruleVariant is an MCNP reduced to one of its rules, labelled for the
+// conflict report.
+type ruleVariant struct {
+	label string
+	spec  apiv1.MultiClusterNetworkPolicySpec
+}
+
+// ruleVariants splits an MCNP into one variant per rule (its isolation
+// alone when it has none), so that a rule's flows can be told apart.
+func ruleVariants(owner string, spec *apiv1.MultiClusterNetworkPolicySpec) []ruleVariant {
+	var vs []ruleVariant
+	base := *spec
+	base.PolicyTypes = effectiveTypes(spec)
+	base.Ingress, base.Egress = nil, nil
+	for i := range spec.Ingress {
+		s := base
+		s.Ingress = spec.Ingress[i : i+1]
+		vs = append(vs, ruleVariant{fmt.Sprintf("%s ingress[%d]", owner, i), s})
+	}
+	for i := range spec.Egress {
+		s := base
+		s.Egress = spec.Egress[i : i+1]
+		vs = append(vs, ruleVariant{fmt.Sprintf("%s egress[%d]", owner, i), s})
+	}
+	if len(vs) == 0 {
+		vs = append(vs, ruleVariant{owner + " (isolation only)", base})
+	}
+	return vs
 }
 
 func printConflicts(w *strings.Builder, r ConflictsReport) {

@@ -233,45 +233,10 @@ func peersOf(l *live, c string, np *networkingv1.NetworkPolicy, svcIdx map[netip
 		}
 		for _, p := range peers {
 			if p.IPBlock != nil {
-				pre, err := netip.ParsePrefix(p.IPBlock.CIDR)
-				if err != nil {
-					continue
-				}
-				if svc, ok := svcIdx[pre.Addr()]; ok && pre.Bits() == pre.Addr().BitLen() {
-					rp.Services = append(rp.Services, "service "+svc+" ClusterIP "+pre.Addr().String())
-					continue
-				}
-				found := false
-				for ip, pod := range l.byIP {
-					if pre.Contains(ip) {
-						seen[pod], found = true, true
-					}
-				}
-				if !found || pre.Bits() < pre.Addr().BitLen() {
-					rp.Other = append(rp.Other, "ipBlock "+p.IPBlock.CIDR)
-				}
+				ipBlockPeer(l, p.IPBlock, svcIdx, &rp, seen)
 				continue
 			}
-			nsSel, podSel := labels.Everything(), labels.Everything()
-			if p.NamespaceSelector != nil {
-				nsSel, _ = metav1.LabelSelectorAsSelector(p.NamespaceSelector)
-			}
-			if p.PodSelector != nil {
-				podSel, _ = metav1.LabelSelectorAsSelector(p.PodSelector)
-			}
-			for _, pod := range l.pods[c] {
-				nsOK := pod.Namespace == np.Namespace
-				if p.NamespaceSelector != nil {
-					nl := labels.Set{"kubernetes.io/metadata.name": pod.Namespace}
-					for k, v := range l.ns[c][pod.Namespace] {
-						nl[k] = v
-					}
-					nsOK = nsSel.Matches(nl)
-				}
-				if nsOK && podSel.Matches(labels.Set(pod.Labels)) && pod.Status.PodIP != "" && !pod.Spec.HostNetwork {
-					seen[c+"/"+pod.Namespace+"/"+pod.Name] = true
-				}
-			}
+			selectorPeer(l, c, np.Namespace, p, seen)
 		}
 		for k := range seen {
 			rp.Pods = append(rp.Pods, k)
@@ -286,6 +251,53 @@ func peersOf(l *live, c string, np *networkingv1.NetworkPolicy, svcIdx map[netip
 		do("egress", i, r.Ports, r.To)
 	}
 	return out
+}
+
+// ipBlockPeer explains an ipBlock peer: an exported Service's ClusterIP,
+// the known pods it contains (into seen), or itself.
+func ipBlockPeer(l *live, b *networkingv1.IPBlock, svcIdx map[netip.Addr]string, rp *RulePeers, seen map[string]bool) {
+	pre, err := netip.ParsePrefix(b.CIDR)
+	if err != nil {
+		return
+	}
+	if svc, ok := svcIdx[pre.Addr()]; ok && pre.Bits() == pre.Addr().BitLen() {
+		rp.Services = append(rp.Services, "service "+svc+" ClusterIP "+pre.Addr().String())
+		return
+	}
+	found := false
+	for ip, pod := range l.byIP {
+		if pre.Contains(ip) {
+			seen[pod], found = true, true
+		}
+	}
+	if !found || pre.Bits() < pre.Addr().BitLen() {
+		rp.Other = append(rp.Other, "ipBlock "+b.CIDR)
+	}
+}
+
+// selectorPeer adds to seen the pods of cluster c that a selector peer of a
+// NetworkPolicy of namespace policyNS selects.
+func selectorPeer(l *live, c, policyNS string, p networkingv1.NetworkPolicyPeer, seen map[string]bool) {
+	nsSel, podSel := labels.Everything(), labels.Everything()
+	if p.NamespaceSelector != nil {
+		nsSel, _ = metav1.LabelSelectorAsSelector(p.NamespaceSelector)
+	}
+	if p.PodSelector != nil {
+		podSel, _ = metav1.LabelSelectorAsSelector(p.PodSelector)
+	}
+	for _, pod := range l.pods[c] {
+		nsOK := pod.Namespace == policyNS
+		if p.NamespaceSelector != nil {
+			nl := labels.Set{"kubernetes.io/metadata.name": pod.Namespace}
+			for k, v := range l.ns[c][pod.Namespace] {
+				nl[k] = v
+			}
+			nsOK = nsSel.Matches(nl)
+		}
+		if nsOK && podSel.Matches(labels.Set(pod.Labels)) && pod.Status.PodIP != "" && !pod.Spec.HostNetwork {
+			seen[c+"/"+pod.Namespace+"/"+pod.Name] = true
+		}
+	}
 }
 
 func printExplanation(w *strings.Builder, ex *Explanation, showYAML bool) {
