@@ -77,44 +77,7 @@ func (l *live) serviceConflicts() ([]ServiceHalfOpen, error) {
 				continue
 			}
 			for pi := range svc.Spec.Ports {
-				sp := &svc.Spec.Ports[pi]
-				proto := sp.Protocol
-				if proto == "" {
-					proto = corev1.ProtocolTCP
-				}
-				backends, _ := l.serviceBackends(sc, svc, sp)
-				if len(backends) == 0 {
-					continue
-				}
-				for c, pods := range l.pods {
-					if c == sc {
-						continue // kube-proxy translates first: pod flows
-					}
-					for i := range pods {
-						p := &pods[i]
-						if p.Spec.HostNetwork || p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-							continue
-						}
-						cip, ok := clusterIPFor(svc, p.Status.PodIP)
-						if !ok {
-							continue
-						}
-						h := l.serviceFlow(cache, c, p, sc, cip, int(sp.Port), proto, backends)
-						if h == nil {
-							continue
-						}
-						h.Service, h.ClusterIP = sc+"/"+k, cip
-						h.Port = fmt.Sprintf("%d/%s", sp.Port, proto)
-						gk := h.Kind + "|" + h.From + "|" + h.Service + "|" + h.Port
-						if g := groups[gk]; g != nil {
-							g.Flows++
-							g.PodPathOpen = g.PodPathOpen && h.PodPathOpen
-							continue
-						}
-						h.Flows = 1
-						groups[gk] = h
-					}
-				}
+				l.servicePortFlows(cache, groups, sc, k, svc, &svc.Spec.Ports[pi])
 			}
 		}
 	}
@@ -136,6 +99,48 @@ func (l *live) serviceConflicts() ([]ServiceHalfOpen, error) {
 		return a.Kind < b.Kind
 	})
 	return out, nil
+}
+
+// servicePortFlows adds to groups the half-open flows from every other
+// cluster's pods to one port of Service k of cluster sc.
+func (l *live) servicePortFlows(cache map[string]*ipEval, groups map[string]*ServiceHalfOpen, sc, k string, svc *corev1.Service, sp *corev1.ServicePort) {
+	proto := sp.Protocol
+	if proto == "" {
+		proto = corev1.ProtocolTCP
+	}
+	backends, _ := l.serviceBackends(sc, svc, sp)
+	if len(backends) == 0 {
+		return
+	}
+	for c, pods := range l.pods {
+		if c == sc {
+			continue // kube-proxy translates first: pod flows
+		}
+		for i := range pods {
+			p := &pods[i]
+			if p.Spec.HostNetwork || p.Status.PodIP == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
+			}
+			cip, ok := clusterIPFor(svc, p.Status.PodIP)
+			if !ok {
+				continue
+			}
+			h := l.serviceFlow(cache, c, p, sc, cip, int(sp.Port), proto, backends)
+			if h == nil {
+				continue
+			}
+			h.Service, h.ClusterIP = sc+"/"+k, cip
+			h.Port = fmt.Sprintf("%d/%s", sp.Port, proto)
+			gk := h.Kind + "|" + h.From + "|" + h.Service + "|" + h.Port
+			if g := groups[gk]; g != nil {
+				g.Flows++
+				g.PodPathOpen = g.PodPathOpen && h.PodPathOpen
+				continue
+			}
+			h.Flows = 1
+			groups[gk] = h
+		}
+	}
 }
 
 // evalOf returns cluster c's compiled NetworkPolicies.
