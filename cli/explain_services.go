@@ -67,28 +67,7 @@ func degradedFor(details []string, id string) []string {
 // the pod IPs and ClusterIPs of their egress ipBlocks, and the Degraded
 // details of the translation.
 func (l *live) serviceAddresses(c string, nps []networkingv1.NetworkPolicy, details []string) []ServiceAddress {
-	type hold struct{ rules []string }
-	blocks := map[netip.Addr]*hold{}
-	for i := range nps {
-		np := &nps[i]
-		for j, r := range np.Spec.Egress {
-			for _, p := range r.To {
-				if p.IPBlock == nil {
-					continue
-				}
-				pre, err := netip.ParsePrefix(p.IPBlock.CIDR)
-				if err != nil || pre.Bits() != pre.Addr().BitLen() {
-					continue
-				}
-				h := blocks[pre.Addr()]
-				if h == nil {
-					h = &hold{}
-					blocks[pre.Addr()] = h
-				}
-				h.rules = append(h.rules, fmt.Sprintf("%s egress[%d] on %s", np.Name, j, portsText(r.Ports)))
-			}
-		}
-	}
+	blocks := egressHostBlocks(nps)
 	if len(blocks) == 0 {
 		return nil
 	}
@@ -112,62 +91,97 @@ func (l *live) serviceAddresses(c string, nps []networkingv1.NetworkPolicy, deta
 			if s.Spec.ClusterIP == corev1.ClusterIPNone || len(s.Spec.Selector) == 0 {
 				continue // headless: reached by pod IPs; no selector: no known backends
 			}
-			id := oc + "/" + k
-			sa := ServiceAddress{Service: id}
-			for _, ip := range s.Spec.ClusterIPs {
-				sa.Addresses = append(sa.Addresses, ip)
-				if a, err := netip.ParseAddr(ip); err == nil && blocks[a] != nil {
-					sa.Admitted = true
-					sa.Rules = append(sa.Rules, blocks[a].rules...)
-				}
+			if sa, ok := l.serviceAddress(oc, k, s, blocks, details); ok {
+				out = append(out, sa)
 			}
-			sel := labels.SelectorFromSet(s.Spec.Selector)
-			var notAdmitted []string
-			for i := range l.pods[oc] {
-				p := &l.pods[oc][i]
-				if p.Namespace != s.Namespace || !sel.Matches(labels.Set(p.Labels)) {
-					continue
-				}
-				name := oc + "/" + p.Namespace + "/" + p.Name
-				sa.Backends = append(sa.Backends, name)
-				if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && blocks[a] != nil {
-					sa.AdmittedBackends = append(sa.AdmittedBackends, name)
-				} else {
-					notAdmitted = append(notAdmitted, name)
-				}
-			}
-			if !sa.Admitted && len(sa.AdmittedBackends) == 0 {
-				continue
-			}
-			sort.Strings(sa.Backends)
-			sort.Strings(sa.AdmittedBackends)
-			sort.Strings(notAdmitted)
-			var why []string
-			if sa.Admitted {
-				why = append(why, "address admitted: an egress rule admits every backend on the port it serves these service ports on")
-			}
-			for _, r := range degradedFor(details, id) {
-				switch r {
-				case enforce.ReasonServicePartiallyAdmitted:
-					w := "Degraded " + r + ": an egress rule admits only some backends on some service port, so its address is not admitted there (kube-proxy may pick any backend)"
-					if len(notAdmitted) > 0 {
-						w += "; not admitted by pod IP: " + strings.Join(notAdmitted, ", ")
-					}
-					why = append(why, w)
-				case enforce.ReasonServiceIPNotOwned:
-					why = append(why, "Degraded "+r+": its address is outside "+oc+"'s service CIDRs as this cluster knows them (or they are unknown): not rendered")
-				default:
-					why = append(why, "Degraded "+r)
-				}
-			}
-			if len(why) == 0 {
-				why = append(why, "no address rule: no egress rule admits every backend on the port it serves a service port on")
-			}
-			sa.Decision = strings.Join(why, "; ")
-			out = append(out, sa)
 		}
 	}
 	return out
+}
+
+// egressHostBlocks maps each single-address ipBlock of the egress rules to
+// the rules that hold it.
+func egressHostBlocks(nps []networkingv1.NetworkPolicy) map[netip.Addr][]string {
+	blocks := map[netip.Addr][]string{}
+	for i := range nps {
+		np := &nps[i]
+		for j, r := range np.Spec.Egress {
+			for _, p := range r.To {
+				if p.IPBlock == nil {
+					continue
+				}
+				pre, err := netip.ParsePrefix(p.IPBlock.CIDR)
+				if err != nil || pre.Bits() != pre.Addr().BitLen() {
+					continue
+				}
+				blocks[pre.Addr()] = append(blocks[pre.Addr()], fmt.Sprintf("%s egress[%d] on %s", np.Name, j, portsText(r.Ports)))
+			}
+		}
+	}
+	return blocks
+}
+
+// serviceAddress explains whether the rules admit Service k of cluster oc
+// by its address or its backends; false when they admit neither.
+func (l *live) serviceAddress(oc, k string, s *corev1.Service, blocks map[netip.Addr][]string, details []string) (ServiceAddress, bool) {
+	id := oc + "/" + k
+	sa := ServiceAddress{Service: id}
+	for _, ip := range s.Spec.ClusterIPs {
+		sa.Addresses = append(sa.Addresses, ip)
+		if a, err := netip.ParseAddr(ip); err == nil && blocks[a] != nil {
+			sa.Admitted = true
+			sa.Rules = append(sa.Rules, blocks[a]...)
+		}
+	}
+	sel := labels.SelectorFromSet(s.Spec.Selector)
+	var notAdmitted []string
+	for i := range l.pods[oc] {
+		p := &l.pods[oc][i]
+		if p.Namespace != s.Namespace || !sel.Matches(labels.Set(p.Labels)) {
+			continue
+		}
+		name := oc + "/" + p.Namespace + "/" + p.Name
+		sa.Backends = append(sa.Backends, name)
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil && blocks[a] != nil {
+			sa.AdmittedBackends = append(sa.AdmittedBackends, name)
+		} else {
+			notAdmitted = append(notAdmitted, name)
+		}
+	}
+	if !sa.Admitted && len(sa.AdmittedBackends) == 0 {
+		return sa, false
+	}
+	sort.Strings(sa.Backends)
+	sort.Strings(sa.AdmittedBackends)
+	sort.Strings(notAdmitted)
+	sa.Decision = strings.Join(serviceDecision(oc, id, sa.Admitted, notAdmitted, details), "; ")
+	return sa, true
+}
+
+// serviceDecision says why the Service's address is, or is not, admitted.
+func serviceDecision(oc, id string, admitted bool, notAdmitted, details []string) []string {
+	var why []string
+	if admitted {
+		why = append(why, "address admitted: an egress rule admits every backend on the port it serves these service ports on")
+	}
+	for _, r := range degradedFor(details, id) {
+		switch r {
+		case enforce.ReasonServicePartiallyAdmitted:
+			w := "Degraded " + r + ": an egress rule admits only some backends on some service port, so its address is not admitted there (kube-proxy may pick any backend)"
+			if len(notAdmitted) > 0 {
+				w += "; not admitted by pod IP: " + strings.Join(notAdmitted, ", ")
+			}
+			why = append(why, w)
+		case enforce.ReasonServiceIPNotOwned:
+			why = append(why, "Degraded "+r+": its address is outside "+oc+"'s service CIDRs as this cluster knows them (or they are unknown): not rendered")
+		default:
+			why = append(why, "Degraded "+r)
+		}
+	}
+	if len(why) == 0 {
+		why = append(why, "no address rule: no egress rule admits every backend on the port it serves a service port on")
+	}
+	return why
 }
 
 func printServiceAddresses(w *strings.Builder, sas []ServiceAddress) {
