@@ -123,85 +123,110 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 	subNets, _ := kube.SubmarinerNetworks(subClusters)
 	l.inv.SetNetworks(enforce.MergeNetworks(subNets, cfgNets))
 	for _, m := range ms {
-		var props []kube.ClusterProperty
-		pl, err := m.Dynamic.Resource(kube.ClusterPropertyResource).List(ctx, metav1.ListOptions{})
-		switch {
-		case err == nil:
-			for i := range pl.Items {
-				if p, err := kube.ClusterPropertyFrom(&pl.Items[i]); err == nil {
-					props = append(props, p)
-				}
-			}
-		case apierrors.IsNotFound(err):
-		default:
-			return nil, fmt.Errorf("%s: clusterproperties: %w", m.ID, err)
-		}
-		ccs, _ := listClusters(ctx, m)
-		l.clusters[m.ID] = ccs
-		var info kube.ClusterInfo
-		for _, c := range ccs {
-			if c.Name == m.ID {
-				info.PodCIDRs = c.Status.PodCIDRs
-			}
-		}
-		cv, _ := kube.ClusterValueFrom(m.ID, props, info)
-		l.inv.SetCluster(enforce.Cluster{ID: m.ID, Labels: cv.Labels, PodCIDRs: cv.PodCIDRs})
-
-		nsl, err := m.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("%s: namespaces: %w", m.ID, err)
-		}
-		l.ns[m.ID] = map[string]map[string]string{}
-		for i := range nsl.Items {
-			n := &nsl.Items[i]
-			l.ns[m.ID][n.Name] = n.Labels
-			l.inv.SetNamespace(m.ID, enforce.Namespace{Name: n.Name, Labels: kube.NamespaceToValue(n).Labels})
-		}
-		pods, err := m.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("%s: pods: %w", m.ID, err)
-		}
-		l.pods[m.ID] = pods.Items
-		for i := range pods.Items {
-			p := &pods.Items[i]
-			v, err := kube.PodToValue(p)
-			if err != nil {
-				return nil, fmt.Errorf("%s: pod %s/%s: %w", m.ID, p.Namespace, p.Name, err)
-			}
-			ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: v.Labels, IPs: v.IPs,
-				Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork}
-			for _, port := range v.Ports {
-				ep.Ports = append(ep.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
-			}
-			l.inv.SetPod(m.ID, ep)
-			for _, ip := range v.IPs {
-				if a, err := netip.ParseAddr(ip); err == nil && !p.Spec.HostNetwork {
-					l.byIP[a] = m.ID + "/" + p.Namespace + "/" + p.Name
-				}
-			}
-		}
-		svcs, err := loadServices(ctx, m, l.inv)
-		if err != nil {
+		if err := l.loadMember(ctx, m); err != nil {
 			return nil, err
-		}
-		l.setServices(m.ID, svcs)
-		nps, err := m.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("%s: networkpolicies: %w", m.ID, err)
-		}
-		l.netpols[m.ID] = nps.Items
-		mc, err := listMCNPs(ctx, m)
-		if err != nil {
-			return nil, fmt.Errorf("%s: multiclusternetworkpolicies: %w", m.ID, err)
-		}
-		l.mcnps[m.ID] = mc
-		for i := range mc {
-			p := &mc[i]
-			_ = l.inv.SetPolicy(enforce.Policy{Origin: m.ID, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-				Generation: p.Generation, Spec: p.Spec})
 		}
 	}
 	return l, nil
+}
+
+// loadMember reads one cluster: its cluster entry, namespaces, pods,
+// Services, NetworkPolicies and MCNPs.
+func (l *live) loadMember(ctx context.Context, m *member) error {
+	if err := l.loadCluster(ctx, m); err != nil {
+		return err
+	}
+	nsl, err := m.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: namespaces: %w", m.ID, err)
+	}
+	l.ns[m.ID] = map[string]map[string]string{}
+	for i := range nsl.Items {
+		n := &nsl.Items[i]
+		l.ns[m.ID][n.Name] = n.Labels
+		l.inv.SetNamespace(m.ID, enforce.Namespace{Name: n.Name, Labels: kube.NamespaceToValue(n).Labels})
+	}
+	if err := l.loadPods(ctx, m); err != nil {
+		return err
+	}
+	svcs, err := loadServices(ctx, m, l.inv)
+	if err != nil {
+		return err
+	}
+	l.setServices(m.ID, svcs)
+	nps, err := m.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: networkpolicies: %w", m.ID, err)
+	}
+	l.netpols[m.ID] = nps.Items
+	mc, err := listMCNPs(ctx, m)
+	if err != nil {
+		return fmt.Errorf("%s: multiclusternetworkpolicies: %w", m.ID, err)
+	}
+	l.mcnps[m.ID] = mc
+	for i := range mc {
+		p := &mc[i]
+		_ = l.inv.SetPolicy(enforce.Policy{Origin: m.ID, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
+			Generation: p.Generation, Spec: p.Spec})
+	}
+	return nil
+}
+
+// loadCluster reads the cluster's ClusterProperties and CoastguardClusters
+// into its cluster entry.
+func (l *live) loadCluster(ctx context.Context, m *member) error {
+	var props []kube.ClusterProperty
+	pl, err := m.Dynamic.Resource(kube.ClusterPropertyResource).List(ctx, metav1.ListOptions{})
+	switch {
+	case err == nil:
+		for i := range pl.Items {
+			if p, err := kube.ClusterPropertyFrom(&pl.Items[i]); err == nil {
+				props = append(props, p)
+			}
+		}
+	case apierrors.IsNotFound(err):
+	default:
+		return fmt.Errorf("%s: clusterproperties: %w", m.ID, err)
+	}
+	ccs, _ := listClusters(ctx, m)
+	l.clusters[m.ID] = ccs
+	var info kube.ClusterInfo
+	for _, c := range ccs {
+		if c.Name == m.ID {
+			info.PodCIDRs = c.Status.PodCIDRs
+		}
+	}
+	cv, _ := kube.ClusterValueFrom(m.ID, props, info)
+	l.inv.SetCluster(enforce.Cluster{ID: m.ID, Labels: cv.Labels, PodCIDRs: cv.PodCIDRs})
+	return nil
+}
+
+// loadPods reads the cluster's pods into the inventory and the IP index.
+func (l *live) loadPods(ctx context.Context, m *member) error {
+	pods, err := m.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("%s: pods: %w", m.ID, err)
+	}
+	l.pods[m.ID] = pods.Items
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		v, err := kube.PodToValue(p)
+		if err != nil {
+			return fmt.Errorf("%s: pod %s/%s: %w", m.ID, p.Namespace, p.Name, err)
+		}
+		ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: v.Labels, IPs: v.IPs,
+			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork}
+		for _, port := range v.Ports {
+			ep.Ports = append(ep.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
+		}
+		l.inv.SetPod(m.ID, ep)
+		for _, ip := range v.IPs {
+			if a, err := netip.ParseAddr(ip); err == nil && !p.Spec.HostNetwork {
+				l.byIP[a] = m.ID + "/" + p.Namespace + "/" + p.Name
+			}
+		}
+	}
+	return nil
 }
 
 // loadServices adds the cluster's exported Services (a Service with a
