@@ -125,25 +125,15 @@ func run(cfg Config, log *slog.Logger) error {
 		return err
 	}
 	log = log.With("cluster", id.clusterID)
-	watcher, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: id.clusterID, Dynamic: dyn,
-		Discovery: client.Discovery(), Namespace: id.subNS, Base: id.info, Logger: log})
+	watcher, err := submarinerWatcher(id, client, dyn, in.gp, log)
 	if err != nil {
 		return err
 	}
-	log.Info("cluster identity", "pod_cidrs", id.info.PodCIDRs, "globalnet", id.info.Globalnet,
-		"globalnet_policy", in.gp.String(), "submariner_watching", watcher.Watching())
 
-	gcfg, err := gossipConfig(cfg)
+	gcfg, err := runGossipConfig(cfg, log)
 	if err != nil {
 		return err
 	}
-	if cfg.InsecureGossip {
-		log.Warn("INSECURE: --insecure-gossip is set; gossip may be unencrypted and origin signatures are not enforced without --signing-key-file (tests only, see docs/SECURITY.md)",
-			"encrypted", len(gcfg.Keyring) > 0, "signing_key", cfg.SigningKeyFile != "")
-	}
-
-	gcfg.BuildVersion = version.Get()
-
 	reg, err := newRegistry()
 	if err != nil {
 		return err
@@ -176,6 +166,21 @@ func run(cfg Config, log *slog.Logger) error {
 	log.Info("version", "version", version.Get(), "revision", version.GetRevision())
 	log.Info("starting", "node", cfg.NodeName, "bind", cfg.BindAddr, "seeds", cfg.Seeds, "gossip_profile", cfg.GossipProfile, "pid", strconv.Itoa(os.Getpid()))
 	return d.Run(ctx)
+}
+
+// runGossipConfig is gossipConfig stamped with the build version; it
+// warns loudly when gossip runs insecure.
+func runGossipConfig(cfg Config, log *slog.Logger) (gossip.Config, error) {
+	gcfg, err := gossipConfig(cfg)
+	if err != nil {
+		return gcfg, err
+	}
+	if cfg.InsecureGossip {
+		log.Warn("INSECURE: --insecure-gossip is set; gossip may be unencrypted and origin signatures are not enforced without --signing-key-file (tests only, see docs/SECURITY.md)",
+			"encrypted", len(gcfg.Keyring) > 0, "signing_key", cfg.SigningKeyFile != "")
+	}
+	gcfg.BuildVersion = version.Get()
+	return gcfg, nil
 }
 
 // kubeClients connects to the cluster's apiserver.
@@ -246,6 +251,19 @@ func identify(ctx context.Context, cfg Config, client kubernetes.Interface, dyn 
 		id.info.Globalnet = len(sub.GlobalCIDRs) > 0
 	}
 	return id, nil
+}
+
+// submarinerWatcher watches Submariner's objects of the cluster, and logs
+// the identity it starts from.
+func submarinerWatcher(id identity, client kubernetes.Interface, dyn dynamic.Interface, gp enforce.GlobalnetPolicy, log *slog.Logger) (*kube.SubmarinerWatcher, error) {
+	watcher, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: id.clusterID, Dynamic: dyn,
+		Discovery: client.Discovery(), Namespace: id.subNS, Base: id.info, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	log.Info("cluster identity", "pod_cidrs", id.info.PodCIDRs, "globalnet", id.info.Globalnet,
+		"globalnet_policy", gp.String(), "submariner_watching", watcher.Watching())
+	return watcher, nil
 }
 
 // newRegistry is the daemon's Prometheus registry with the Go, process and
