@@ -55,11 +55,7 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			if context == "" {
 				return errors.New("--context is required")
 			}
-			m, err := o.connectOne(ctx, context)
-			if err != nil {
-				return err
-			}
-			holder, pod, err := o.leaseHolder(ctx, m)
+			m, holder, pod, err := o.leaderOf(ctx, context)
 			if err != nil {
 				return err
 			}
@@ -87,16 +83,18 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 	return cmd
 }
 
-// connectOne connects to the cluster of one kubeconfig context.
-func (o *Options) connectOne(ctx context.Context, kubeContext string) (*member, error) {
+// leaderOf connects to the cluster of one kubeconfig context and finds its
+// Lease holder and the pod it designates.
+func (o *Options) leaderOf(ctx context.Context, kubeContext string) (m *member, holder, pod string, err error) {
 	saved := o.Contexts
 	o.Contexts = []string{kubeContext}
 	ms, err := o.connect(ctx)
 	o.Contexts = saved
 	if err != nil {
-		return nil, err
+		return nil, "", "", err
 	}
-	return ms[0], nil
+	holder, pod, err = o.leaseHolder(ctx, ms[0])
+	return ms[0], holder, pod, err
 }
 
 // confirmRetire asks the user to type the cluster ID (unless yes); false:

@@ -53,11 +53,7 @@ func newStoreCmd(o *Options) *cobra.Command {
 // cluster and copies its output.
 func (o *Options) execInLeader(cmd *cobra.Command, context, container string, timeout time.Duration, argv []string) error {
 	ctx := cmd.Context()
-	m, err := o.connectOne(ctx, context)
-	if err != nil {
-		return err
-	}
-	_, pod, err := o.leaseHolder(ctx, m)
+	m, _, pod, err := o.leaderOf(ctx, context)
 	if err != nil {
 		return err
 	}

@@ -392,15 +392,21 @@ func TestAttackOriginAndEntryLimits(t *testing.T) {
 	assert.Equal(t, 1, s.Len("fake-0"))
 }
 
-// FuzzVerifySignedRetire: a verifying replica applies only the retirement
-// its origin signed, whatever the up-to version, signature and key.
-func FuzzVerifySignedRetire(f *testing.F) {
+// signingWriter is cluster c1's writer at epoch 1, signing with key 1.
+func signingWriter(f *testing.F) (edSigner, *State) {
 	sg := newEdSigner(1)
 	w := NewState("c1")
 	w.SetSigner(sg)
 	if err := w.SetEpoch(1); err != nil {
 		f.Fatal(err)
 	}
+	return sg, w
+}
+
+// FuzzVerifySignedRetire: a verifying replica applies only the retirement
+// its origin signed, whatever the up-to version, signature and key.
+func FuzzVerifySignedRetire(f *testing.F) {
+	sg, w := signingWriter(f)
 	if _, _, err := w.Write(KindPod, "ns/a", []byte{0x80}, false, 1); err != nil {
 		f.Fatal(err)
 	}
@@ -423,12 +429,7 @@ func FuzzVerifySignedRetire(f *testing.F) {
 // round-trip and are verified without panics; tampered ones never change
 // a verifying replica's view of the origin beyond what the origin signed.
 func FuzzVerifySignedDelta(f *testing.F) {
-	sg := newEdSigner(1)
-	w := NewState("c1")
-	w.SetSigner(sg)
-	if err := w.SetEpoch(1); err != nil {
-		f.Fatal(err)
-	}
+	sg, w := signingWriter(f)
 	for _, n := range []string{"ns/a", "ns/b"} {
 		d, _, err := w.Write(KindPod, n, []byte{0x80}, false, 1)
 		if err != nil {
