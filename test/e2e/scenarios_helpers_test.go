@@ -243,6 +243,8 @@ type daemonState struct {
 	Origins  map[string]string `json:"origins"`
 	Policies int               `json:"policies"`
 	Services []string          `json:"services"`
+	MCNPs    []string          `json:"mcnps"`
+	Unproven map[string]int    `json:"unproven"`
 }
 
 func debugState(ctx context.Context, d *harness.Daemon) (daemonState, error) {
