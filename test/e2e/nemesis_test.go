@@ -94,6 +94,10 @@ type nemesis struct {
 	lastFault map[string]time.Time // cluster -> end of the last fault touching it
 	explained []string             // leaks with a cause outside coastguard's bound
 	exported  map[string]bool      // cluster -> its Service shop/db is exported
+	// stepFault is the first fault the current step injected ("" if
+	// none); settles the convergence measured after each (nemesis_settle_test.go)
+	stepFault string
+	settles   []settleRecord
 }
 
 type nemPod struct {
@@ -120,6 +124,9 @@ func (n *nemesis) fault(kind string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.faults[kind]++
+	if n.stepFault == "" {
+		n.stepFault = kind
+	}
 }
 
 func nemesisDuration(t *testing.T) time.Duration {
@@ -178,6 +185,9 @@ func TestNemesis(t *testing.T) {
 		path := repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", seed))
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil && os.WriteFile(path, []byte(hist), 0o644) == nil {
 			t.Logf("nemesis history (seed %d): %s", seed, path)
+		}
+		if p, err := n.writeSettles(seed, dur); err == nil {
+			t.Logf("nemesis convergence per fault (seed %d): %s", seed, p)
 		}
 	})
 	n.setup(ctx)
@@ -263,17 +273,17 @@ func (n *nemesis) step(ctx context.Context) {
 	case r < 60:
 		n.toggleMCNP(ctx)
 	case r < 68:
-		n.partition(ctx)
+		n.withSettle(ctx, n.partition)
 	case r < 72:
-		n.lossy(ctx)
+		n.withSettle(ctx, n.lossy)
 	case r < 82:
-		n.killDaemon(ctx)
+		n.withSettle(ctx, n.killDaemon)
 	case r < 84:
-		n.diskFull(ctx)
+		n.withSettle(ctx, n.diskFull)
 	case r < 90 && n.old != "":
-		n.rollingUpgrade(ctx)
+		n.withSettle(ctx, n.rollingUpgrade)
 	case r < 90:
-		n.restartAPIServer(ctx)
+		n.withSettle(ctx, n.restartAPIServer)
 	default:
 		time.Sleep(time.Duration(200+n.rng.IntN(800)) * time.Millisecond)
 	}
@@ -790,6 +800,7 @@ func (n *nemesis) check(ctx context.Context) {
 	defer n.mu.Unlock()
 	allowed, denied := final.Counts()
 	t.Logf("nemesis faults: %v", n.faults)
+	n.logSettles()
 	t.Logf("nemesis summary: %d history events, %d probes during the run, %d stale allows (a non-web pod admitted while a change or fault was settling), %d leaks, %d explained leaks (engine lag, or a fault on the path within the bound); final matrix %d allowed / %d denied",
 		len(n.history), n.probes, n.stale, len(n.leaks), len(n.explained), allowed, denied)
 	for _, e := range n.explained {
