@@ -44,7 +44,10 @@ func main() {
 		os.Exit(1)
 	}
 	byFault := group(runs)
-	writeTables(os.Stdout, runs, byFault)
+	if err := writeTables(os.Stdout, runs, byFault); err != nil {
+		fmt.Fprintln(os.Stderr, "nemesis-report:", err)
+		os.Exit(1)
+	}
 	if *svg != "" {
 		if err := os.WriteFile(*svg, []byte(plot(byFault)), 0o644); err != nil {
 			fmt.Fprintln(os.Stderr, "nemesis-report:", err)
@@ -93,9 +96,10 @@ func quantile(v []float64, q float64) float64 {
 	return v[max(0, min(i, len(v)-1))]
 }
 
-func writeTables(w io.Writer, runs []run, by map[string][]float64) {
-	fmt.Fprintln(w, "| seed | duration | faults injected | heals measured | convergence p50 / p99 / max (s) |")
-	fmt.Fprintln(w, "|---|---|---|---:|---|")
+func writeTables(out io.Writer, runs []run, by map[string][]float64) error {
+	var w strings.Builder
+	fmt.Fprintln(&w, "| seed | duration | faults injected | heals measured | convergence p50 / p99 / max (s) |")
+	fmt.Fprintln(&w, "|---|---|---|---:|---|")
 	for _, r := range runs {
 		var all []float64
 		for _, s := range r.Settles {
@@ -107,16 +111,18 @@ func writeTables(w io.Writer, runs []run, by map[string][]float64) {
 			fs = append(fs, fmt.Sprintf("%s %d", k, n))
 		}
 		sort.Strings(fs)
-		fmt.Fprintf(w, "| %d | %s | %s | %d | %.2f / %.2f / %.2f |\n", r.Seed, r.Duration, strings.Join(fs, ", "), len(all),
+		fmt.Fprintf(&w, "| %d | %s | %s | %d | %.2f / %.2f / %.2f |\n", r.Seed, r.Duration, strings.Join(fs, ", "), len(all),
 			quantile(all, 0.5), quantile(all, 0.99), quantile(all, 1))
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| fault | heals | p50 (s) | p99 (s) | max (s) |")
-	fmt.Fprintln(w, "|---|---:|---:|---:|---:|")
+	fmt.Fprintln(&w)
+	fmt.Fprintln(&w, "| fault | heals | p50 (s) | p99 (s) | max (s) |")
+	fmt.Fprintln(&w, "|---|---:|---:|---:|---:|")
 	for _, k := range kinds(by) {
 		v := by[k]
-		fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f |\n", k, len(v), quantile(v, 0.5), quantile(v, 0.99), v[len(v)-1])
+		fmt.Fprintf(&w, "| %s | %d | %.2f | %.2f | %.2f |\n", k, len(v), quantile(v, 0.5), quantile(v, 0.99), v[len(v)-1])
 	}
+	_, err := io.WriteString(out, w.String())
+	return err
 }
 
 func kinds(by map[string][]float64) []string {

@@ -24,7 +24,7 @@ func TestReportTablesAndPlot(t *testing.T) {
 	require.Equal(t, uint64(1), runs[0].Seed, "sorted by seed")
 	var out bytes.Buffer
 	by := group(runs)
-	writeTables(&out, runs, by)
+	require.NoError(t, writeTables(&out, runs, by))
 	s := out.String()
 	require.Contains(t, s, "| 1 | 10m0s | partition 1 | 1 | 2.50 / 2.50 / 2.50 |")
 	require.Contains(t, s, "| 2 | 10m0s | kill -9 1, partition 2 | 3 | 1.50 / 4.00 / 4.00 |")
