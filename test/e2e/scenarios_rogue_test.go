@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -201,16 +200,7 @@ func startRogue(t *testing.T, ctx context.Context, env *harness.Env) *rogueAgent
 
 func (rg *rogueAgent) state(ctx context.Context, origin string) (rogueState, error) {
 	var s rogueState
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+rg.control+"/state?origin="+url.QueryEscape(origin), nil)
-	if err != nil {
-		return s, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return s, err
-	}
-	defer resp.Body.Close()
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	return s, getJSON(ctx, "http://"+rg.control+"/state?origin="+url.QueryEscape(origin), &s)
 }
 
 func (rg *rogueAgent) waitMember(t *testing.T, ctx context.Context, member string) {
