@@ -78,6 +78,9 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 	g.Profile = gossip.Profile(cfg.GossipProfile)
 	g.ReconnectTimeout = cfg.ReconnectTimeout
 	g.AllowUnsignedMeta = cfg.AllowUnsignedMeta
+	if off := cfg.FaultClockOffset; off != 0 {
+		g.Now = func() time.Time { return time.Now().Add(off) }
+	}
 	if cfg.GossipKeyFile != "" {
 		keys, err := gossip.LoadKeyringFile(cfg.GossipKeyFile)
 		if err != nil {
@@ -196,7 +199,7 @@ func run(cfg Config, log *slog.Logger) error {
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
-		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
+		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs, ClockOffset: cfg.FaultClockOffset,
 		ReleaseLostOrigins: cfg.LostOriginPolicies == "release", Consent: consent,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),

@@ -69,7 +69,8 @@ type nemesis struct {
 	dp    *harness.Dataplane
 	rng   *rand.Rand
 	bin   string
-	old   string // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
+	args  []string // every current daemon's flags
+	old   string   // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
 	start time.Time
 
 	mu      sync.Mutex
@@ -242,6 +243,7 @@ func (n *nemesis) setup(ctx context.Context) {
 		// release's unsigned membership metadata (docs/OPERATIONS.md)
 		args = append(args, "--allow-unsigned-meta")
 	}
+	n.args = args
 	for _, c := range n.env.Clusters {
 		for range 2 {
 			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: args})
@@ -280,6 +282,8 @@ func (n *nemesis) step(ctx context.Context) {
 		n.withSettle(ctx, n.killDaemon)
 	case r < 84:
 		n.withSettle(ctx, n.diskFull)
+	case r < 86:
+		n.withSettle(ctx, n.clockSkew)
 	case r < 90 && n.old != "":
 		n.withSettle(ctx, n.rollingUpgrade)
 	case r < 90:
@@ -529,6 +533,42 @@ func (n *nemesis) diskFull(ctx context.Context) {
 		return
 	}
 	n.log("disk space back for %s", d.NodeName)
+}
+
+// clockSkew replaces one daemon by one on the same store whose shared wall
+// clock (entry stamps, LastSeen, lost-origin records) runs 30 s to 2 h
+// ahead or behind (--fault-clock-offset: the host's clock cannot be skewed
+// for one process), then brings the original back.
+func (n *nemesis) clockSkew(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	d := n.daemons[c.Name][n.rng.IntN(2)]
+	if !d.Running() {
+		return
+	}
+	defer n.disturbLease(c.Name)()
+	off := time.Duration(30+n.rng.IntN(7170)) * time.Second
+	if n.rng.IntN(2) == 0 {
+		off = -off
+	}
+	require.NoError(n.t, d.Stop())
+	n.mu.Lock()
+	n.seq++
+	name := fmt.Sprintf("%s-skew-%d", c.Name, n.seq)
+	n.mu.Unlock()
+	sk, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, NodeName: name, DataDir: d.DataDir,
+		Args: append(slices.Clone(n.args), "--fault-clock-offset="+off.String())})
+	if err != nil {
+		n.log("starting %s (clock %s) failed: %v", name, off, err)
+		require.NoError(n.t, d.Restart())
+		return
+	}
+	n.fault("clock skew")
+	hold := time.Duration(3+n.rng.IntN(6)) * time.Second
+	n.log("%s replaced by %s on the same store, clock %s, for %s", d.NodeName, name, off, hold)
+	n.keepWorking(ctx, hold)
+	require.NoError(n.t, sk.Stop())
+	require.NoError(n.t, d.Restart())
+	n.log("%s back with the host's clock (%s stopped)", d.NodeName, name)
 }
 
 // rollingUpgrade replaces one daemon of a cluster with one running the
