@@ -111,10 +111,20 @@ func effectiveSeeds(seeds []string, ns string) []string {
 	return seeds
 }
 
+// run runs the daemon until SIGINT or SIGTERM. A signal is a clean stop at
+// any point, start-up included: what it interrupts is logged, not failed.
 func run(cfg Config, log *slog.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
+	err := runUntil(ctx, cfg, log)
+	if err != nil && ctx.Err() != nil {
+		log.Info("stopped by a signal", "interrupted", err.Error())
+		return nil
+	}
+	return err
+}
 
+func runUntil(ctx context.Context, cfg Config, log *slog.Logger) error {
 	rc, err := restConfig(cfg.Kubeconfig)
 	if err != nil {
 		return err
