@@ -90,6 +90,7 @@ var unruled = map[string]string{
 	"cmd/coastguard-bench":           "make bench measures every layer, the e2e harness included",
 	"deploy":                         "tests of the manifests only",
 	"hack/crdschema":                 "a generator run by make generate",
+	"hack/nemesis-report":            "turns nemesis runs into RELIABILITY.md tables",
 	"hack/release":                   "release tooling",
 	"test/arch":                      "these tests",
 	"test/demo":                      "make demo: wires the harness",
