@@ -26,7 +26,7 @@ var exportsChecked = []string{"crdt", "enforce", "store", "gossip", "kube", "dae
 // enumerations; each is still a candidate to unexport. Lower this number
 // when you unexport or delete one; never raise it: give a new export an
 // outside user or keep it unexported.
-const maxUnusedExports = 221
+const maxUnusedExports = 220
 
 // TestNoNewUnusedExports fails when the number of exported top-level funcs,
 // types, vars and consts of the checked packages that only their own
