@@ -605,35 +605,30 @@ func (s *Store) load(copyValues bool, fn func(*Snapshot) error) (err error) {
 
 // loadDigests reads every origin's digest and proof into snap.
 func loadDigests(tx *bolt.Tx, snap *Snapshot) error {
-	if err := tx.Bucket(bucketOrigins).ForEach(func(k, v []byte) error {
-		c, err := decodeKey(k, 1)
-		if err != nil {
-			return fmt.Errorf("%w: origin key %x: %v", ErrCorrupt, k, err)
-		}
-		d, err := decodeDigest(v)
-		if err != nil {
-			return fmt.Errorf("%w: origin %q: %v", ErrCorrupt, c[0], err)
-		}
-		snap.Digest[c[0]] = d
-		return nil
-	}); err != nil {
+	if err := loadByOrigin(tx.Bucket(bucketOrigins), "origin", "origin %q", decodeDigest, snap.Digest); err != nil {
 		return err
 	}
 	snap.Proofs = map[string]crdt.Proof{}
-	pb := tx.Bucket(bucketProofs)
-	if pb == nil {
+	return loadByOrigin(tx.Bucket(bucketProofs), "proof", "proof of %q", decodeProof, snap.Proofs)
+}
+
+// loadByOrigin decodes every record of a bucket keyed by origin (nil: none)
+// into into; what names its keys and recFmt (with the origin) a record in
+// errors.
+func loadByOrigin[T any](b *bolt.Bucket, what, recFmt string, decode func([]byte) (T, error), into map[string]T) error {
+	if b == nil {
 		return nil
 	}
-	return pb.ForEach(func(k, v []byte) error {
+	return b.ForEach(func(k, v []byte) error {
 		c, err := decodeKey(k, 1)
 		if err != nil {
-			return fmt.Errorf("%w: proof key %x: %v", ErrCorrupt, k, err)
+			return fmt.Errorf("%w: %s key %x: %v", ErrCorrupt, what, k, err)
 		}
-		p, err := decodeProof(v)
+		rec, err := decode(v)
 		if err != nil {
-			return fmt.Errorf("%w: proof of %q: %v", ErrCorrupt, c[0], err)
+			return fmt.Errorf("%w: %s: %v", ErrCorrupt, fmt.Sprintf(recFmt, c[0]), err)
 		}
-		snap.Proofs[c[0]] = p
+		into[c[0]] = rec
 		return nil
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -125,25 +124,11 @@ func selectedNames(t *testing.T, exported map[string][]string) map[string]bool {
 	t.Helper()
 	used := map[string]bool{}
 	root := filepath.Join("..", "..")
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			switch d.Name() {
-			case ".git", ".cache", ".demo", "testdata", "node_modules":
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") {
-			return nil
-		}
+	for _, path := range moduleGoFiles(t) {
 		dir, _ := filepath.Rel(root, filepath.Dir(path))
-		return selectorsIn(path, module+"/"+filepath.ToSlash(dir), exported, used)
-	})
-	if err != nil {
-		t.Fatal(err)
+		if err := selectorsIn(path, module+"/"+filepath.ToSlash(dir), exported, used); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return used
 }
