@@ -963,24 +963,27 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 	} else if live != nil {
 		origin = live.Annotations[OriginAnnotation]
 	}
-	act := a.decide(desired, live, broken, hold)
+	act, frozen := a.decide(key, origin, desired, live, broken, hold)
+	if frozen {
+		return origin, nil
+	}
 	wasHeld, wasForeign := a.track(key, act)
 	return origin, a.act(ctx, key, origin, act, desired, live, wasHeld, wasForeign)
 }
 
 // decide is DecideGated, except that a name a refused desired object
 // claims is left as it is, and a refused origin's last good objects are
-// not deleted.
-func (a *Applier) decide(desired, live *networkingv1.NetworkPolicy, broken, hold bool) Action {
+// not deleted; frozen: the MCNP is unproven, so nothing is done at all.
+func (a *Applier) decide(key, origin string, desired, live *networkingv1.NetworkPolicy, broken, hold bool) (act Action, frozen bool) {
 	refused := false
 	if live != nil {
 		a.mu.Lock()
 		_, refused = a.rejected[live.Annotations[OriginAnnotation]]
 		a.mu.Unlock()
 	}
-	act := DecideGated(desired, live, hold)
+	act = DecideGated(desired, live, hold)
 	if a.frozen(key, origin, act) {
-		return origin, nil
+		return act, true
 	}
 	if broken && (act == ActionDelete || act == ActionApply) {
 		act = ActionNone // a refused desired object claims this name: keep what is there
@@ -988,7 +991,7 @@ func (a *Applier) decide(desired, live *networkingv1.NetworkPolicy, broken, hold
 	if act == ActionDelete && refused {
 		act = ActionNone // the origin's new output was refused: keep its last good objects
 	}
-	return act
+	return act, false
 }
 
 // track records whether key is held or foreign now (and the gauges), and
