@@ -261,4 +261,17 @@ func podIPMeshFails(t *testing.T, ctx context.Context, env *harness.Env, bin str
 		time.Sleep(500 * time.Millisecond)
 	}
 	t.Logf("advertising pod IPs: the MCNP applied in %s reached no other cluster in %s", a.Name, wait)
+	for _, d := range ds {
+		tail, err := d.TailLog(400)
+		require.NoError(t, err)
+		var bad []string
+		for _, l := range strings.Split(tail, "\n") {
+			if strings.Contains(l, "unreachable") || strings.Contains(l, "Suspect") || strings.Contains(l, "failed") {
+				bad = append(bad, l)
+			}
+		}
+		if len(bad) > 0 {
+			t.Logf("%s: %d gossip failure lines, the last: %.300s", d.Name, len(bad), bad[len(bad)-1])
+		}
+	}
 }
