@@ -395,7 +395,7 @@ func newWhatIfCmd(o *Options) *cobra.Command {
 			}
 			if origin == "" {
 				origin = ms[0].ID
-				if cur, err := currentContext(o); err == nil {
+				if cur, err := o.currentContext(); err == nil {
 					if m, err := o.find(ms, cur); err == nil {
 						origin = m.ID
 					}
