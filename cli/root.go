@@ -25,9 +25,9 @@ type Options struct {
 	// of the set; --context alone selects one context.
 	Flags *genericclioptions.ConfigFlags
 	// Contexts: the kubeconfig contexts of the cluster set (--contexts).
-	Contexts []string
-	Namespace  string // coastguard's namespace (Lease, DaemonSet)
-	Output     string // text, json, yaml
+	Contexts  []string
+	Namespace string // coastguard's namespace (Lease, DaemonSet)
+	Output    string // text, json, yaml
 	// ClusterCIDRs: trusted CIDRs per cluster (--cluster-cidrs, as on
 	// coastguardd), merged with Submariner's Cluster objects, so that
 	// computed policies match what the daemons render (pod-IP ownership).
