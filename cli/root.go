@@ -3,7 +3,8 @@
 // explain, verdict, what-if, conflicts and decommission. Every command reads
 // the clusters through their apiservers (kubeconfig contexts); nothing needs
 // a port-forward. Translation reuses enforce/ (the daemon's code), verdicts
-// use cyclonus' NetworkPolicy matcher, conflicts use reach/.
+// use cyclonus' NetworkPolicy matcher (its successor policy-assistant is
+// not importable: docs/DAY2.md), conflicts use reach/.
 package cli
 
 import (
