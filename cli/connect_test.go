@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,7 +85,9 @@ func testOptions(path string) (*Options, *bytes.Buffer, *bytes.Buffer) {
 // within seconds, reports the working cluster, names each failed context
 // with its fix, skips the unrelated one, and exits unhealthy.
 func TestStatusOnMixedKubeconfig(t *testing.T) {
+	var unauthCalls atomic.Int32
 	unauth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		unauthCalls.Add(1)
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized)
 	}))
 	defer unauth.Close()
@@ -107,6 +110,7 @@ func TestStatusOnMixedKubeconfig(t *testing.T) {
 	err := o.runStatus(context.Background(), false, time.Minute)
 	took := time.Since(start)
 	assert.Less(t, took, 3*time.Second, "no retries, one timeout per context in parallel")
+	assert.Equal(t, int32(1), unauthCalls.Load(), "status without --wait asks once")
 	require.Error(t, err)
 	assert.Equal(t, ExitUnhealthy, ExitCode(err))
 	text := out.String()
