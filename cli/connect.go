@@ -98,12 +98,16 @@ func (o *Options) reach(ctx context.Context) ([]reached, error) {
 		return nil, err
 	}
 	out := make([]reached, len(names))
+	cfgs := make([]*rest.Config, len(names))
+	for i, n := range names { // one after another: restConfig points --context at n
+		if cfgs[i], err = o.restConfig(n); err != nil {
+			out[i] = reached{Context: n, Err: fmt.Errorf("context %s: %w (fix the context's cluster and user entries in the kubeconfig)", n, err)}
+		}
+	}
 	var wg sync.WaitGroup
 	for i, n := range names {
-		// Built one after another: restConfig points --context at n.
-		cfg, err := o.restConfig(n)
-		if err != nil {
-			out[i] = reached{Context: n, Err: fmt.Errorf("context %s: %w (fix the context's cluster and user entries in the kubeconfig)", n, err)}
+		cfg := cfgs[i]
+		if cfg == nil {
 			continue
 		}
 		wg.Add(1)
