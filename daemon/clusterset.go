@@ -90,7 +90,7 @@ func (d *Daemon) observeClusters(dupStreak map[string]int) []kube.ClusterObserva
 		}
 		if o.Local {
 			o.SoftwareVersion = SoftwareVersion
-			o.Alive, o.LastSeen = true, time.Now()
+			o.Alive, o.LastSeen = true, d.now()
 			if o.AliveMembers == 0 {
 				o.AliveMembers = 1
 			}

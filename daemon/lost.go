@@ -100,7 +100,7 @@ func (d *Daemon) noteLost(r crdt.Retire) bool {
 		}
 	}
 	if !had {
-		rec.Since = time.Now().UnixNano()
+		rec.Since = d.now().UnixNano()
 	}
 	rec.Origin, rec.UpTo, rec.Policies = r.Origin, max(rec.UpTo, r.UpTo), kept
 	d.persistLost(rec)

@@ -40,6 +40,11 @@ type Options struct {
 	// GlobalnetPolicy: render (coarse) or drop peers of Globalnet clusters
 	// that only have cluster-wide egress IPs.
 	GlobalnetPolicy enforce.GlobalnetPolicy
+	// ClockOffset shifts every wall-clock time the daemon shares with other
+	// processes (entry stamps, its cluster's LastSeen, lost-origin records);
+	// fault injection for a skewed node clock (--fault-clock-offset). The
+	// gossip layer's clock is Gossip.Now.
+	ClockOffset time.Duration
 	// ClusterCIDRs is the operator's --cluster-cidrs: trusted networks
 	// merged with the Submariner Cluster objects' (pod-IP ownership).
 	ClusterCIDRs enforce.Networks

@@ -119,6 +119,10 @@ func (d *Daemon) setGateWant(missing []string) {
 
 func (d *Daemon) heartbeat(now time.Time) { d.lastBeat.Store(now.UnixNano()) }
 
+// now is the wall clock this daemon shares with other processes: the
+// host's, shifted by Options.ClockOffset (fault injection).
+func (d *Daemon) now() time.Time { return time.Now().Add(d.opts.ClockOffset) }
+
 // Healthy is /healthz: the store accepts writes and the daemon's loops make
 // progress (the readiness loop ticked within 30s; the enforcer, when it has
 // work pending, ran within 2m).

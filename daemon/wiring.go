@@ -27,7 +27,7 @@ func (d *Daemon) openState() (*store.Replica, error) {
 	ignoreFileSizeSignal()
 	d.mu.Lock()
 	rep, loadErrs, err := LoadState(filepath.Join(o.DataDir, StateFile), o.ClusterID,
-		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed}, d.mirror)
+		store.Options{Registerer: o.Registry, Logger: d.log, OnCommitError: d.storeFailed, Now: d.now}, d.mirror)
 	if err != nil {
 		d.mu.Unlock()
 		return nil, fmt.Errorf("opening state: %w", err)

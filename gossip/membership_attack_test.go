@@ -44,22 +44,36 @@ type mlDead struct {
 // label as authenticated data) behind the label header.
 func forgePacket(t *testing.T, key []byte, typ byte, body any) []byte {
 	t.Helper()
+	p, err := sealPacket(key, typ, body)
+	require.NoError(t, err)
+	return p
+}
+
+// sealPacket is forgePacket's body, shared with the e2e rogue agent.
+func sealPacket(key []byte, typ byte, body any) ([]byte, error) {
 	var plain bytes.Buffer
 	plain.WriteByte(typ)
-	require.NoError(t, codec.NewEncoder(&plain, &codec.MsgpackHandle{}).Encode(body))
+	if err := codec.NewEncoder(&plain, &codec.MsgpackHandle{}).Encode(body); err != nil {
+		return nil, err
+	}
 	block, err := aes.NewCipher(key)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	gcm, err := cipher.NewGCM(block)
-	require.NoError(t, err)
+	if err != nil {
+		return nil, err
+	}
 	nonce := make([]byte, gcm.NonceSize())
-	_, err = rand.Read(nonce)
-	require.NoError(t, err)
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, err
+	}
 	label := "coastguard"
 	out := []byte{mlHasLabelMsg, byte(len(label))}
 	out = append(out, label...)
 	out = append(out, 1) // encryption version 1: no padding
 	out = append(out, nonce...)
-	return gcm.Seal(out, nonce, plain.Bytes(), []byte(label))
+	return gcm.Seal(out, nonce, plain.Bytes(), []byte(label)), nil
 }
 
 // mlPushNodeState mirrors memberlist's pushNodeState.

@@ -62,6 +62,7 @@ func runHeal(ctx context.Context, cfg *config, rec *recorder) error {
 		"last_run_slowest":        last.slowest,
 		"how":                     "in-process: store.Replica (bbolt) + gossip.Node over loopback, partition by gossip.FaultTransport.Block; writes on both sides until the partition lifts",
 		"quick_shorter_partition": cfg.quick,
+		"signed":                  "entries, state marks and membership (TOFU)",
 	}, target, ok)
 	return nil
 }
@@ -160,10 +161,18 @@ func startHealMesh(dir string, glog *slog.Logger) ([]*healNode, error) {
 		for _, h := range mesh {
 			seeds = append(seeds, h.node.Addr())
 		}
+		// Signed as deployed: entries, state marks (completeness) and
+		// membership, verified with trust on first use.
+		sg := gossip.NewSigner(joinKey(1000 + i))
+		tr, err := gossip.NewTrust(nil, false, cl, sg.PublicKey(), nil, quiet)
+		if err != nil {
+			_ = rep.Close()
+			return mesh, err
+		}
 		n, err := gossip.New(gossip.Config{
 			NodeName: cl + "-0", ClusterID: cl, BindAddr: "127.0.0.1", EphemeralPort: true,
 			Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: glog,
-			Transport: gossip.NewFaultTransport(inner),
+			Transport: gossip.NewFaultTransport(inner), Signer: sg, Trust: tr,
 		}, rep)
 		if err != nil {
 			_ = rep.Close()

@@ -113,6 +113,9 @@ type config struct {
 	simN  []int
 	// simProfiles are the timing profiles used with simN.
 	simProfiles []string
+	// simUnsigned runs the simulated coastguard members without signing
+	// keys (the pre-issue-29 cost, for comparison).
+	simUnsigned bool
 }
 
 func (c *config) want(section string) bool { return len(c.only) == 0 || c.only[section] }
@@ -168,6 +171,7 @@ func main() {
 	verbose := flag.Bool("v", false, "debug logging")
 	simNs := flag.String("sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
 	simProfiles := flag.String("sim-profiles", "lan,wan", "timing profiles used with -sim-n")
+	simUnsigned := flag.Bool("sim-unsigned", false, "simulate coastguard members without signing keys (default: signed entries, state marks and membership, as deployed)")
 	flag.DurationVar(&simTimeoutOverride, "sim-timeout", 0, "deadline of one simulated mesh in the sim section (default 90s + 0.6s*N)")
 	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
 	joinChild := flag.String("join-child", "", "internal: run the join section's cluster set (JSON options) until stdin closes")
@@ -196,6 +200,7 @@ func main() {
 			cfg.only[s] = true
 		}
 	}
+	cfg.simUnsigned = *simUnsigned
 	for _, f := range strings.Split(*simNs, ",") {
 		if f = strings.TrimSpace(f); f == "" {
 			continue

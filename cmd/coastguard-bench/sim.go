@@ -53,7 +53,7 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}
-			base := sim.Options{N: n, Profile: pl.profile, Updates: updates, IdleWindow: 2 * time.Second, Timeout: 10 * time.Second}
+			base := sim.Options{N: n, Profile: pl.profile, Updates: updates, IdleWindow: 2 * time.Second, Timeout: 10 * time.Second, Unsigned: cfg.simUnsigned}
 			cg, cgErr := runSimRetry(ctx, base)
 			nb := base
 			nb.Naive = true
@@ -79,7 +79,7 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 				}
 			}
 			params := map[string]any{"n": n, "profile": string(pl.profile), "timings": profileTimings(pl.profile),
-				"updates": updates, "payload_b": cg.PayloadBytes, "transport": "loopback UDP/TCP, AES-GCM keyring"}
+				"updates": updates, "payload_b": cg.PayloadBytes, "transport": "loopback UDP/TCP, AES-GCM keyring", "signed": !cfg.simUnsigned}
 			recv := func(r sim.Result) string { return fmt.Sprintf("%d/%d", r.Received, r.Expected) }
 			rec.add("sim_propagation_p99_ms", simMS(cg.P99), "ms", merge(params, map[string]any{"mode": "coastguard",
 				"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen,
@@ -149,11 +149,11 @@ func runBytes(ctx context.Context, cfg *config, rec *recorder) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		r, err := runSimIsolated(ctx, sim.Options{N: n, Profile: prof, Updates: updates, Entries: e, IdleWindow: idle, Timeout: 10 * time.Second}, simTimeout(n)+idle+time.Minute)
+		r, err := runSimIsolated(ctx, sim.Options{N: n, Profile: prof, Updates: updates, Entries: e, IdleWindow: idle, Timeout: 10 * time.Second, Unsigned: cfg.simUnsigned}, simTimeout(n)+idle+time.Minute)
 		if err != nil {
 			return fmt.Errorf("coastguard entries=%d: %w", e, err)
 		}
-		params := map[string]any{"n": n, "entries": e, "profile": string(prof), "updates": updates, "payload_b": r.PayloadBytes,
+		params := map[string]any{"n": n, "entries": e, "profile": string(prof), "updates": updates, "payload_b": r.PayloadBytes, "signed": !cfg.simUnsigned,
 			"app_b": round(r.AppBytesPerUpdatePerNode), "gross_b": round(r.GrossWireBytesPerUpdatePerNode), "idle_exceeded_update": r.IdleExceededUpdate,
 			"what": "UDP+TCP bytes sent by all nodes during the update phase minus the idle rate (clamped at 0), / (updates*N); gross_b without subtraction"}
 		rec.add("bytes_per_update_per_node", r.WireBytesPerUpdatePerNode, "B", params,

@@ -40,6 +40,9 @@ type Config struct {
 	ReconnectTimeout time.Duration `json:"reconnectTimeout"`
 	MetricsAddr      string        `json:"metricsAddr"`
 	GlobalnetPolicy  string        `json:"globalnetPolicy"`
+	// FaultClockOffset shifts the wall clock this daemon shares with others
+	// (fault injection: a skewed node clock).
+	FaultClockOffset time.Duration `json:"faultClockOffset"`
 	// LostOriginPolicies: keep (enforce a lost cluster's MCNPs from their
 	// last-known state until released) or release (the old behaviour).
 	LostOriginPolicies string `json:"lostOriginPolicies"`
@@ -84,6 +87,7 @@ type fileConfig struct {
 	ReconnectTimeout   *string   `json:"reconnectTimeout"`
 	MetricsAddr        *string   `json:"metricsAddr"`
 	GlobalnetPolicy    *string   `json:"globalnetPolicy"`
+	FaultClockOffset   *string   `json:"faultClockOffset"`
 	LostOriginPolicies *string   `json:"lostOriginPolicies"`
 	ConsentFile        *string   `json:"consentFile"`
 	LeaseDuration      *string   `json:"leaseDuration"`
@@ -288,6 +292,8 @@ func options() []option {
 			durSetter("reconnect-timeout", func(c *Config) *time.Duration { return &c.ReconnectTimeout }), func(f *fileConfig) (string, bool) { return sp(f.ReconnectTimeout) }},
 		{false, "metrics-addr", []string{"COASTGUARD_METRICS_ADDR"}, "address serving /metrics, /healthz and /readyz",
 			strSetter(func(c *Config) *string { return &c.MetricsAddr }), func(f *fileConfig) (string, bool) { return sp(f.MetricsAddr) }},
+		{false, "fault-clock-offset", []string{"COASTGUARD_FAULT_CLOCK_OFFSET"}, "fault injection: shift every wall-clock time this daemon shares with others (entry stamps, status times, lost-origin records) by this much, as a skewed node clock would (at most 24h either way)",
+			durSetter("fault-clock-offset", func(c *Config) *time.Duration { return &c.FaultClockOffset }), func(f *fileConfig) (string, bool) { return sp(f.FaultClockOffset) }},
 		{false, "globalnet-policy", []string{"COASTGUARD_GLOBALNET_POLICY"}, "coarse (render cluster-wide Globalnet egress IPs and warn) or drop (fail closed)",
 			strSetter(func(c *Config) *string { return &c.GlobalnetPolicy }), func(f *fileConfig) (string, bool) { return sp(f.GlobalnetPolicy) }},
 		{false, "consent-file", []string{"COASTGUARD_CONSENT_FILE"}, "YAML file of what this cluster admits from other clusters' MCNPs: rules of origins and namespaces, forbidWidening, pinned clusterLabels (default: everything not protected is admitted; docs/SEMANTICS.md, Consent)",
@@ -590,6 +596,9 @@ func (c Config) Validate() error {
 	case "keep", "release":
 	default:
 		errs = append(errs, fmt.Errorf("lost-origin-policies %q: must be keep or release", c.LostOriginPolicies))
+	}
+	if c.FaultClockOffset > 24*time.Hour || c.FaultClockOffset < -24*time.Hour {
+		errs = append(errs, fmt.Errorf("fault-clock-offset %s: must be within 24h either way", c.FaultClockOffset))
 	}
 	switch c.GlobalnetPolicy {
 	case "coarse", "drop":

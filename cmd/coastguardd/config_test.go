@@ -39,6 +39,11 @@ func TestParseConfigDefaultsAndPrecedence(t *testing.T) {
 	cfg, err = parseConfig("run", nil, envMap(map[string]string{"COASTGUARD_NODE_NAME": "explicit", "POD_NAME": "pod", "COASTGUARD_INSECURE_GOSSIP": "1"}))
 	require.NoError(t, err)
 	require.Equal(t, "explicit", cfg.NodeName)
+	require.Zero(t, cfg.FaultClockOffset, "no skew unless asked")
+
+	cfg, err = parseConfig("run", []string{"--node-name", "n", "--insecure-gossip", "--fault-clock-offset=-90s"}, envMap(nil))
+	require.NoError(t, err)
+	require.Equal(t, -90*time.Second, cfg.FaultClockOffset)
 }
 
 // Attack 6: the daemon must not silently run unencrypted, unsigned gossip.
@@ -80,6 +85,7 @@ func TestParseConfigRejectsNonsense(t *testing.T) {
 		"profile":              {[]string{"--gossip-profile", "fast"}, "gossip-profile"},
 		"key file missing":     {[]string{"--gossip-key-file", "/nonexistent/key"}, "gossip-key-file"},
 		"globalnet policy":     {[]string{"--globalnet-policy", "maybe"}, "globalnet-policy"},
+		"clock offset too big": {[]string{"--fault-clock-offset=-25h"}, "fault-clock-offset -25h0m0s: must be within 24h"},
 		"tiny reconnect":       {[]string{"--reconnect-timeout", "10ms"}, "reconnect-timeout"},
 		"stray args":           {[]string{"extra"}, "unexpected arguments"},
 		"unknown flag":         {[]string{"--nope"}, "not defined"},

@@ -78,6 +78,9 @@ func gossipConfig(cfg Config) (gossip.Config, error) {
 	g.Profile = gossip.Profile(cfg.GossipProfile)
 	g.ReconnectTimeout = cfg.ReconnectTimeout
 	g.AllowUnsignedMeta = cfg.AllowUnsignedMeta
+	if off := cfg.FaultClockOffset; off != 0 {
+		g.Now = func() time.Time { return time.Now().Add(off) }
+	}
 	if cfg.GossipKeyFile != "" {
 		keys, err := gossip.LoadKeyringFile(cfg.GossipKeyFile)
 		if err != nil {
@@ -108,10 +111,20 @@ func effectiveSeeds(seeds []string, ns string) []string {
 	return seeds
 }
 
+// run runs the daemon until SIGINT or SIGTERM. A signal is a clean stop at
+// any point, start-up included: what it interrupts is logged, not failed.
 func run(cfg Config, log *slog.Logger) error {
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
+	err := runUntil(ctx, cfg, log)
+	if err != nil && ctx.Err() != nil {
+		log.Info("stopped by a signal", "interrupted", err.Error())
+		return nil
+	}
+	return err
+}
 
+func runUntil(ctx context.Context, cfg Config, log *slog.Logger) error {
 	rc, err := restConfig(cfg.Kubeconfig)
 	if err != nil {
 		return err
@@ -196,7 +209,7 @@ func run(cfg Config, log *slog.Logger) error {
 		Client: client, Dynamic: dyn, DataDir: cfg.DataDir, Gossip: gcfg,
 		Debounce: cfg.Debounce, MaxDelay: cfg.MaxDelay, LeaseDuration: cfg.LeaseDuration,
 		TombstoneGCAfter: cfg.TombstoneGCAfter, ClusterInfo: info,
-		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs,
+		Submariner: watcher, GlobalnetPolicy: gp, ClusterCIDRs: clusterCIDRs, ClockOffset: cfg.FaultClockOffset,
 		ReleaseLostOrigins: cfg.LostOriginPolicies == "release", Consent: consent,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, subNS),

@@ -10,6 +10,8 @@ package sim
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,6 +51,10 @@ type Options struct {
 	IdleWindow time.Duration
 	// NoEncryption disables the AES keyring (default: encrypted, as deployed).
 	NoEncryption bool
+	// Unsigned runs coastguard members without signing keys (default:
+	// signed, as deployed: every entry, state mark and membership record
+	// origin-signed and verified with trust on first use).
+	Unsigned bool
 	// Timeout per update for the last node to receive it (default 5s).
 	Timeout time.Duration
 	// JoinRate paces the members' joins, per second (default 30; negative:
@@ -550,7 +556,7 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 			}
 		}
 	})
-	n, err := gossip.New(gossip.Config{
+	cfg := gossip.Config{
 		NodeName:      fmt.Sprintf("n%03d", i),
 		ClusterID:     origin(i),
 		BindAddr:      memberAddr,
@@ -558,11 +564,32 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 		Keyring:       keys,
 		Profile:       opts.Profile,
 		Transport:     gossip.NewFaultTransport(inner),
-	}, rep)
+	}
+	if !opts.Unsigned {
+		if err := signMember(&cfg, i); err != nil {
+			return nil, err
+		}
+	}
+	n, err := gossip.New(cfg, rep)
 	if err != nil {
 		return nil, err
 	}
 	return &cgMember{idx: i, node: n, rep: rep}, nil
+}
+
+// signMember gives member i its cluster's signing key (derived from i, so
+// runs are repeatable) and a trust-on-first-use verifier, as a daemon runs
+// by default: entries, state marks and membership metadata are signed and
+// checked on every path.
+func signMember(cfg *gossip.Config, i int) error {
+	seed := sha256.Sum256([]byte("coastguard-sim-" + origin(i)))
+	sg := gossip.NewSigner(ed25519.NewKeyFromSeed(seed[:]))
+	tr, err := gossip.NewTrust(nil, false, origin(i), sg.PublicKey(), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return err
+	}
+	cfg.Signer, cfg.Trust = sg, tr
+	return nil
 }
 
 func (m *cgMember) publish(u int, value []byte) (int, error) {

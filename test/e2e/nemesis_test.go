@@ -69,7 +69,8 @@ type nemesis struct {
 	dp    *harness.Dataplane
 	rng   *rand.Rand
 	bin   string
-	old   string // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
+	args  []string // every current daemon's flags
+	old   string   // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
 	start time.Time
 
 	mu      sync.Mutex
@@ -94,6 +95,10 @@ type nemesis struct {
 	lastFault map[string]time.Time // cluster -> end of the last fault touching it
 	explained []string             // leaks with a cause outside coastguard's bound
 	exported  map[string]bool      // cluster -> its Service shop/db is exported
+	// stepFault is the first fault the current step injected ("" if
+	// none); settles the convergence measured after each (nemesis_settle_test.go)
+	stepFault string
+	settles   []settleRecord
 }
 
 type nemPod struct {
@@ -120,6 +125,9 @@ func (n *nemesis) fault(kind string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.faults[kind]++
+	if n.stepFault == "" {
+		n.stepFault = kind
+	}
 }
 
 func nemesisDuration(t *testing.T) time.Duration {
@@ -179,6 +187,9 @@ func TestNemesis(t *testing.T) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil && os.WriteFile(path, []byte(hist), 0o644) == nil {
 			t.Logf("nemesis history (seed %d): %s", seed, path)
 		}
+		if p, err := n.writeSettles(seed, dur); err == nil {
+			t.Logf("nemesis convergence per fault (seed %d): %s", seed, p)
+		}
 	})
 	n.setup(ctx)
 	stop := make(chan struct{})
@@ -232,6 +243,7 @@ func (n *nemesis) setup(ctx context.Context) {
 		// release's unsigned membership metadata (docs/OPERATIONS.md)
 		args = append(args, "--allow-unsigned-meta")
 	}
+	n.args = args
 	for _, c := range n.env.Clusters {
 		for range 2 {
 			d, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, Args: args})
@@ -263,17 +275,19 @@ func (n *nemesis) step(ctx context.Context) {
 	case r < 60:
 		n.toggleMCNP(ctx)
 	case r < 68:
-		n.partition(ctx)
+		n.withSettle(ctx, n.partition)
 	case r < 72:
-		n.lossy(ctx)
+		n.withSettle(ctx, n.lossy)
 	case r < 82:
-		n.killDaemon(ctx)
+		n.withSettle(ctx, n.killDaemon)
 	case r < 84:
-		n.diskFull(ctx)
+		n.withSettle(ctx, n.diskFull)
+	case r < 86:
+		n.withSettle(ctx, n.clockSkew)
 	case r < 90 && n.old != "":
-		n.rollingUpgrade(ctx)
+		n.withSettle(ctx, n.rollingUpgrade)
 	case r < 90:
-		n.restartAPIServer(ctx)
+		n.withSettle(ctx, n.restartAPIServer)
 	default:
 		time.Sleep(time.Duration(200+n.rng.IntN(800)) * time.Millisecond)
 	}
@@ -519,6 +533,42 @@ func (n *nemesis) diskFull(ctx context.Context) {
 		return
 	}
 	n.log("disk space back for %s", d.NodeName)
+}
+
+// clockSkew replaces one daemon by one on the same store whose shared wall
+// clock (entry stamps, LastSeen, lost-origin records) runs 30 s to 2 h
+// ahead or behind (--fault-clock-offset: the host's clock cannot be skewed
+// for one process), then brings the original back.
+func (n *nemesis) clockSkew(ctx context.Context) {
+	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
+	d := n.daemons[c.Name][n.rng.IntN(2)]
+	if !d.Running() {
+		return
+	}
+	defer n.disturbLease(c.Name)()
+	off := time.Duration(30+n.rng.IntN(7170)) * time.Second
+	if n.rng.IntN(2) == 0 {
+		off = -off
+	}
+	require.NoError(n.t, d.Stop())
+	n.mu.Lock()
+	n.seq++
+	name := fmt.Sprintf("%s-skew-%d", c.Name, n.seq)
+	n.mu.Unlock()
+	sk, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, NodeName: name, DataDir: d.DataDir,
+		Args: append(slices.Clone(n.args), "--fault-clock-offset="+off.String())})
+	if err != nil {
+		n.log("starting %s (clock %s) failed: %v", name, off, err)
+		require.NoError(n.t, d.Restart())
+		return
+	}
+	n.fault("clock skew")
+	hold := time.Duration(3+n.rng.IntN(6)) * time.Second
+	n.log("%s replaced by %s on the same store, clock %s, for %s", d.NodeName, name, off, hold)
+	n.keepWorking(ctx, hold)
+	require.NoError(n.t, sk.Stop())
+	require.NoError(n.t, d.Restart())
+	n.log("%s back with the host's clock (%s stopped)", d.NodeName, name)
 }
 
 // rollingUpgrade replaces one daemon of a cluster with one running the
@@ -790,6 +840,7 @@ func (n *nemesis) check(ctx context.Context) {
 	defer n.mu.Unlock()
 	allowed, denied := final.Counts()
 	t.Logf("nemesis faults: %v", n.faults)
+	n.logSettles()
 	t.Logf("nemesis summary: %d history events, %d probes during the run, %d stale allows (a non-web pod admitted while a change or fault was settling), %d leaks, %d explained leaks (engine lag, or a fault on the path within the bound); final matrix %d allowed / %d denied",
 		len(n.history), n.probes, n.stale, len(n.leaks), len(n.explained), allowed, denied)
 	for _, e := range n.explained {

@@ -243,29 +243,40 @@ type daemonState struct {
 	Origins  map[string]string `json:"origins"`
 	Policies int               `json:"policies"`
 	Services []string          `json:"services"`
+	MCNPs    []string          `json:"mcnps"`
+	Unproven map[string]int    `json:"unproven"`
 }
 
 func debugState(ctx context.Context, d *harness.Daemon) (daemonState, error) {
 	var s daemonState
+	err := getJSON(ctx, "http://"+d.AdminAddr+"/debug/state", &s)
+	if err != nil {
+		err = fmt.Errorf("%s: %w", d.NodeName, err)
+	}
+	return s, err
+}
+
+// getJSON decodes the JSON answer of a GET (within 5 s) into v.
+func getJSON(ctx context.Context, u string, v any) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.AdminAddr+"/debug/state", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return s, err
+		return err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return s, err
+		return err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return s, err
+		return err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return s, fmt.Errorf("%s /debug/state: HTTP %d: %s", d.NodeName, resp.StatusCode, b)
+		return fmt.Errorf("GET %s: HTTP %d: %s", u, resp.StatusCode, b)
 	}
-	return s, json.Unmarshal(b, &s)
+	return json.Unmarshal(b, v)
 }
 
 // version parses "<epoch>.<seq>" from /debug/state origins.

@@ -138,10 +138,18 @@ var builds struct {
 // "./cmd/coastguardd") once per process with `go build -o` into a temporary
 // directory and returns the binary's path. Later calls for the same package
 // return the cached path. RemoveBuilds deletes the directory.
-func Build(pkg string) (string, error) {
+func Build(pkg string) (string, error) { return build(pkg, "build") }
+
+// BuildTest compiles pkg's test binary (go test -c), for an agent that a
+// package's TestMain runs instead of its tests (the gossip package's rogue
+// member, say). Cached like Build.
+func BuildTest(pkg string) (string, error) { return build(pkg, "test") }
+
+func build(pkg, mode string) (string, error) {
 	builds.mu.Lock()
 	defer builds.mu.Unlock()
-	if p, ok := builds.done[pkg]; ok {
+	id := mode + " " + pkg
+	if p, ok := builds.done[id]; ok {
 		return p, nil
 	}
 	root, err := RepoRoot()
@@ -157,13 +165,18 @@ func Build(pkg string) (string, error) {
 		builds.done = map[string]string{}
 	}
 	out := filepath.Join(builds.dir, strings.NewReplacer("/", "_", ".", "_").Replace(strings.Trim(pkg, "./")))
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	args := []string{"build", "-o", out, pkg}
+	if mode == "test" {
+		out += ".test"
+		args = []string{"test", "-c", "-o", out, pkg}
+	}
+	cmd := exec.Command("go", args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("harness: go build %s: %v\n%s", pkg, err, b)
+		return "", fmt.Errorf("harness: go %s %s: %v\n%s", mode, pkg, err, b)
 	}
-	builds.done[pkg] = out
+	builds.done[id] = out
 	return out, nil
 }
 
