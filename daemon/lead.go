@@ -18,6 +18,10 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 		d.log.Error("cannot persist writer epoch; giving up this term", "err", err)
 		return
 	}
+	if err := d.fenceEpoch(ctx); err != nil {
+		d.log.Error("cannot fence the writer epoch on the Lease; giving up this term", "err", err)
+		return
+	}
 	// Seed the applier with what this daemon already computed (from the
 	// loaded state, or warm as a standby) before it runs: started with an
 	// empty desired set it would delete every generated NetworkPolicy and
@@ -56,6 +60,15 @@ func (d *Daemon) lead(ctx context.Context, epochHint uint32) {
 		d.log.Error("inventory writer stopped", "err", err)
 	}
 	wg.Wait()
+}
+
+// fenceEpoch records the writer epoch on the Lease before anything is
+// written at it, so that no later leader reuses it (kube.RecordEpoch).
+func (d *Daemon) fenceEpoch(ctx context.Context) error {
+	if d.elector == nil {
+		return nil
+	}
+	return d.elector.RecordEpoch(ctx, d.rep.Epoch())
 }
 
 // leaseIdentity returns the identity persisted in dataDir for this node name,

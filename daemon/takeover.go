@@ -26,7 +26,10 @@ var errEpochMoved = errors.New("takeover incomplete")
 // arrive later. The order matters: sealing first would retire the live
 // entries too, until re-published.
 type takeover struct {
-	epoch     func() uint32
+	epoch func() uint32
+	// fence records the epoch on the Lease (a writer epoch bumped during
+	// the term must be fenced too); an error stops the takeover.
+	fence     func() error
 	republish []func() error // each rewrites its entries at the current epoch
 	// settle waits for the re-publication to propagate before the seal (a
 	// peer that got the seal first would drop live entries until their
@@ -40,6 +43,11 @@ type takeover struct {
 // run re-publishes, then seals. At epoch 1 there is nothing prior to seal.
 func (t takeover) run() error {
 	epoch := t.epoch()
+	if t.fence != nil {
+		if err := t.fence(); err != nil {
+			return err
+		}
+	}
 	if epoch < 2 {
 		return nil
 	}
@@ -80,6 +88,7 @@ func (d *Daemon) newTakeover(ctx context.Context) takeover {
 	}
 	return takeover{
 		epoch:     d.rep.Epoch,
+		fence:     func() error { return d.fenceEpoch(ctx) },
 		republish: []func() error{d.inv.Republish, d.reports.Republish},
 		settle: func() error {
 			select {

@@ -181,3 +181,24 @@ func TestTakeoverSealsBelowTheRepublishedEpoch(t *testing.T) {
 		require.True(t, ok && !e.Deleted && e.Version.Epoch() == 3)
 	})
 }
+
+// A takeover fences its epoch on the Lease before it writes anything; a
+// fence that fails (the Lease is someone else's) stops it.
+func TestTakeoverFencesTheEpochFirst(t *testing.T) {
+	var order []string
+	tk := takeover{epoch: func() uint32 { return 3 },
+		fence:     func() error { order = append(order, "fence"); return nil },
+		republish: []func() error{func() error { order = append(order, "republish"); return nil }},
+		seal: func(uint32) (crdt.Retire, []crdt.Change, error) {
+			order = append(order, "seal")
+			return crdt.Retire{}, nil, nil
+		},
+		publish: func(crdt.Retire) {}}
+	require.NoError(t, tk.run())
+	require.Equal(t, []string{"fence", "republish", "seal"}, order)
+
+	order = nil
+	tk.fence = func() error { return errors.New("held by another") }
+	require.ErrorContains(t, tk.run(), "held by another")
+	require.Empty(t, order, "nothing re-published or sealed without the fence")
+}

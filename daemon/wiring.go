@@ -191,6 +191,7 @@ func (d *Daemon) inventoryConfig() kube.InventoryConfig {
 // leader-only ones.
 func (d *Daemon) startLoops(ctx context.Context, cancel context.CancelFunc, k kubeParts, goRun func(func())) {
 	o := d.opts
+	d.applier.SetUnprovenCheck(d.policyUnproven) // before the first reconcile (proven.go)
 	k.factory.Start(ctx.Done())
 	d.inv.Start(ctx)
 	goRun(func() { d.enforce.Run(ctx) })
@@ -201,6 +202,7 @@ func (d *Daemon) startLoops(ctx context.Context, cancel context.CancelFunc, k ku
 	goRun(func() { d.consentEventLoop(ctx, k.recorder) }) // MCNPNotAdmitted Events (consent.go)
 	goRun(func() { d.releaseLoop(ctx) })                  // release annotations of lost clusters (lost.go)
 	goRun(func() { d.pinLoop(ctx) })                      // this cluster's shared key pins (pins.go)
+	goRun(func() { d.provenLoop(ctx) })                   // MCNPs not yet proven by their origin's mark (proven.go)
 	if o.Submariner != nil {
 		d.startSubmariner(ctx)
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -435,6 +436,7 @@ type ApplierMetrics struct {
 	Repairs   prometheus.Counter
 	Foreign   prometheus.Gauge
 	Held      prometheus.Gauge
+	Unproven  prometheus.Gauge
 	Rejected  prometheus.Counter
 	Errors    *prometheus.CounterVec   // label op = apply|delete|plan
 	Duration  *prometheus.HistogramVec // label op = apply|delete
@@ -456,6 +458,8 @@ func NewApplierMetrics(reg prometheus.Registerer) (*ApplierMetrics, error) {
 			Name: "coastguard_networkpolicy_foreign", Help: "NetworkPolicies carrying coastguard's managed-by label that coastguard never wrote (left alone)."}),
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coastguard_networkpolicy_held", Help: "Deletes or content changes of generated NetworkPolicies held back by the empty-view gate."}),
+		Unproven: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "coastguard_mcnp_unproven", Help: "MCNPs whose replicated entry is above its origin's proven watermark (not yet confirmed by the origin's signed state mark); their generated NetworkPolicies are left as they are."}),
 		Rejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coastguard_networkpolicy_rejected_total", Help: "Desired NetworkPolicies refused (invalid or colliding name); only their own MCNP is affected."}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -464,7 +468,7 @@ func NewApplierMetrics(reg prometheus.Registerer) (*ApplierMetrics, error) {
 			Name: "coastguard_networkpolicy_op_duration_seconds", Help: "Duration of NetworkPolicy API operations.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"op"}),
 	}
-	if err := metricsreg.All(reg, m.Applies, m.Deletes, m.Conflicts, m.Repairs, m.Foreign, m.Held, m.Rejected, m.Errors, m.Duration); err != nil {
+	if err := metricsreg.All(reg, m.Applies, m.Deletes, m.Conflicts, m.Repairs, m.Foreign, m.Held, m.Unproven, m.Rejected, m.Errors, m.Duration); err != nil {
 		return nil, fmt.Errorf("applier metrics: %w", err)
 	}
 	return m, nil
@@ -528,6 +532,12 @@ type Applier struct {
 	opErrors map[string]map[string]string
 	foreign  map[string]struct{}
 	held     map[string]struct{}
+	// unproven MCNPs (origin/namespace/name, SetUnproven): their generated
+	// objects are neither created, changed nor deleted; frozenKeys are the
+	// object keys left alone for that, re-checked when the set changes.
+	unproven   map[string]struct{}
+	frozenKeys map[string]string // object key -> its MCNP
+	isUnproven func(ref string) bool
 }
 
 // NewApplier builds an applier on a NetworkPolicy informer (it must watch
@@ -561,6 +571,9 @@ func NewApplier(client kubernetes.Interface, inf networkinginformers.NetworkPoli
 		opErrors: map[string]map[string]string{},
 		foreign:  map[string]struct{}{},
 		held:     map[string]struct{}{},
+
+		unproven:   map[string]struct{}{},
+		frozenKeys: map[string]string{},
 	}
 	_, err = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    a.onEvent,
@@ -742,6 +755,64 @@ func (a *Applier) SetHold(hold bool) {
 		clear(a.held)
 		a.metrics.Held.Set(0)
 	}
+}
+
+// SetUnproven names the MCNPs (origin/namespace/name, the origin
+// annotation of what they generate) whose replicated entry lies above its
+// origin's proven watermark: it arrived in a frame whose origin-signed
+// state mark this replica has not reproduced, so it may be a key holder's
+// resurrection or a fragment of a skipped range (docs/SECURITY.md, issue
+// 29). Their generated NetworkPolicies are left exactly as they are (not
+// created, changed or deleted) until the entry is proven or gone. Objects
+// left alone before are re-checked when the set changes.
+func (a *Applier) SetUnproven(refs map[string]struct{}) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !maps.Equal(a.unproven, refs) {
+		a.unproven = maps.Clone(refs)
+		a.metrics.Unproven.Set(float64(len(refs)))
+	}
+	for k, ref := range a.frozenKeys {
+		if _, still := refs[ref]; !still {
+			a.enqueueLocked(k) // re-decided, with the decision-time check
+			delete(a.frozenKeys, k)
+		}
+	}
+}
+
+// SetUnprovenCheck installs the check frozen asks at decision time, so
+// that an entry merged between two SetUnproven calls is never acted on.
+// It must not call into the applier.
+func (a *Applier) SetUnprovenCheck(fn func(ref string) bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.isUnproven = fn
+}
+
+// frozen reports whether the object key of the MCNP origin (its origin
+// annotation) is left alone because that MCNP is unproven, and records it
+// for SetUnproven.
+func (a *Applier) frozen(key, origin string, act Action) bool {
+	if act != ActionApply && act != ActionDelete && act != ActionHold {
+		return false
+	}
+	a.mu.Lock()
+	_, ok := a.unproven[origin]
+	check := a.isUnproven
+	a.mu.Unlock()
+	if !ok && check != nil {
+		ok = check(origin)
+	}
+	if !ok {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, was := a.frozenKeys[key]; !was {
+		a.log.Info("MCNP entry not proven by its origin's signed state mark yet; leaving its generated NetworkPolicy as it is", "key", key, "origin", origin)
+	}
+	a.frozenKeys[key] = origin
+	return true
 }
 
 // LiveOrigins lists the origin clusters (first segment of the origin
@@ -945,6 +1016,9 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 		origin = live.Annotations[OriginAnnotation]
 	}
 	act := DecideGated(desired, live, hold)
+	if a.frozen(key, origin, act) {
+		return origin, nil
+	}
 	if broken && (act == ActionDelete || act == ActionApply) {
 		act = ActionNone // a refused desired object claims this name: keep what is there
 	}

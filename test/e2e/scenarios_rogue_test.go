@@ -90,22 +90,27 @@ func rogueSkip(t *testing.T, ctx context.Context, env *harness.Env, rg *rogueAge
 	rg.post(t, ctx, "freeze", url.Values{"origin": {a.Name}, "off": {"1"}})
 }
 
-// rogueResurrect: A creates "open" (enforced in B only), deletes it, and
-// creates p4. A fresh pod of C, cut off from A and B, meets the rogue first,
-// which serves it a reset of A with open's live version and without p4.
+// rogueResurrect: A creates "open" (enforced everywhere), deletes it, and
+// creates p4. A fresh pod of C (its only daemon, so it leads and enforces),
+// cut off from A and B, meets the rogue first, which serves it a reset of A
+// with open's live version and without p4. Neither B nor C ever enforces
+// "open" again: C leaves the generated policies of MCNPs it holds unproven
+// as they are.
 func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rogueAgent, ds []*harness.Daemon, bin string) *harness.Daemon {
 	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
-	onlyB := "{matchLabels: {cluster.clusterset.k8s.io: " + b.Name + "}}"
-	applyYAML(t, ctx, a, webPolicy("open", onlyB))
+	applyYAML(t, ctx, a, webPolicy("open", "{}"))
 	waitPolicy(t, ctx, b, "open", true, 60*time.Second)
+	waitPolicy(t, ctx, c, "open", true, 60*time.Second)
 	rg.waitMax(t, ctx, a.Name, func(s rogueState) bool { return s.Seen["shop/open"] > 0 })
 	out, errOut, err := a.Kubectl(ctx, "-n", "shop", "delete", "mcnp", "open")
 	require.NoError(t, err, "%s %s", out, errOut)
 	waitPolicy(t, ctx, b, "open", false, 60*time.Second)
-	applyYAML(t, ctx, a, webPolicy("p4", onlyB))
+	waitPolicy(t, ctx, c, "open", false, 60*time.Second)
+	applyYAML(t, ctx, a, webPolicy("p4", "{}"))
 	waitPolicy(t, ctx, b, "p4", true, 60*time.Second)
 	rg.waitMax(t, ctx, a.Name, func(s rogueState) bool { return s.Seen["shop/p4"] > 0 && s.Digest.Max == s.Digest.Top })
-	stopB := neverPolicy(t, ctx, b, "open") // B must never enforce "open" again
+	stopB := neverPolicy(t, ctx, b, "open") // no cluster may enforce "open" again
+	stopC := neverPolicy(t, ctx, c, "open")
 
 	rg.post(t, ctx, "freeze", url.Values{"origin": {a.Name}}) // a fresh pod hears of A from the rogue's lie only
 	require.NoError(t, ds[2].Stop())
@@ -122,6 +127,7 @@ func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rog
 	s, err := debugState(ctx, fresh)
 	require.NoError(t, err)
 	require.Positive(t, s.Unproven[a.Name], "the resurrected entries are held above A's proven watermark")
+	waitUnprovenGauge(t, ctx, fresh)
 	t.Logf("resurrect: fresh pod holds A at %s with %d unproven MCNP entries", s.Origins[a.Name], s.Unproven[a.Name])
 
 	healed := time.Now()
@@ -132,8 +138,10 @@ func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rog
 			!slices.Contains(s.MCNPs, a.Name+"/shop/open"), err
 	})
 	require.NoError(t, err, "the fresh pod after the heal: MCNPs %v, unproven %v", s.MCNPs, s.Unproven)
-	t.Logf("resurrect: the fresh pod dropped the deleted MCNP and holds p4 %s after the heal", time.Since(healed).Round(time.Millisecond))
+	waitPolicy(t, ctx, c, "p4", true, rogueBound)
+	t.Logf("resurrect: the fresh pod dropped the deleted MCNP and enforces p4 %s after the heal", time.Since(healed).Round(time.Millisecond))
 	stopB()
+	stopC()
 	return fresh
 }
 
@@ -233,6 +241,21 @@ func (rg *rogueAgent) post(t *testing.T, ctx context.Context, what string, q url
 }
 
 // ---- checks ----
+
+// waitUnprovenGauge waits until d reports unproven MCNPs whose generated
+// policies it leaves alone.
+func waitUnprovenGauge(t *testing.T, ctx context.Context, d *harness.Daemon) {
+	t.Helper()
+	err := harness.Eventually(ctx, 10*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		m, err := d.Metrics(ctx)
+		if err != nil {
+			return false, nil
+		}
+		v, _ := harness.MetricValue(m, "coastguard_mcnp_unproven", nil)
+		return v > 0, nil
+	})
+	require.NoError(t, err, "%s: coastguard_mcnp_unproven must count the resurrected MCNPs", d.NodeName)
+}
 
 func dropCount(t *testing.T, ctx context.Context, d *harness.Daemon, reason string) float64 {
 	t.Helper()

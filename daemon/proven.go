@@ -1,0 +1,68 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
+)
+
+// Unproven MCNPs (issue 29, item 1). A receiver merges a validly signed
+// entry even when the frame around it lies; only its watermark waits for a
+// state mark its own records reproduce. An MCNP entry above its origin's
+// proven watermark may therefore be a key holder's resurrection of a
+// deleted policy, or a fragment of a range whose rest was skipped. The
+// applier leaves the generated NetworkPolicies of such MCNPs exactly as
+// they are (not created, changed or deleted) until the entry is proven or
+// dropped by an honest stream; honest traffic is proven as it arrives
+// (every push carries its origin's mark), so only out-of-order arrivals
+// and lies wait.
+
+// provenEvery is how often the unproven set is recomputed: a watermark can
+// move without a change to any entry (a reproduced mark), so the set is
+// polled, not derived from the change feed.
+const provenEvery = 250 * time.Millisecond
+
+// unprovenPolicies lists the MCNPs (origin/namespace/name) whose entry lies
+// above its origin's proven watermark.
+func unprovenPolicies(dg crdt.Digest, view func(func(*crdt.State))) map[string]struct{} {
+	out := map[string]struct{}{}
+	view(func(st *crdt.State) {
+		for o, od := range dg {
+			if od.Top <= od.Max && od.Max >= od.GC {
+				continue // nothing held above the watermark
+			}
+			st.Range(o, crdt.KindPolicy, func(e crdt.Entry) bool {
+				if e.Version > od.Max {
+					out[o+"/"+e.Name] = struct{}{}
+				}
+				return true
+			})
+		}
+	})
+	return out
+}
+
+// policyUnproven is the applier's decision-time check for one MCNP
+// (origin/namespace/name).
+func (d *Daemon) policyUnproven(ref string) bool {
+	origin, name, ok := strings.Cut(ref, "/")
+	if !ok {
+		return false
+	}
+	od, present := d.rep.Digest()[origin]
+	if !present || (od.Top <= od.Max && od.Max >= od.GC) {
+		return false
+	}
+	var e crdt.Entry
+	d.rep.View(func(st *crdt.State) { e, ok = st.Get(crdt.Key{Origin: origin, Kind: crdt.KindPolicy, Name: name}) })
+	return ok && e.Version > od.Max
+}
+
+// provenLoop keeps the applier's unproven set current.
+func (d *Daemon) provenLoop(ctx context.Context) {
+	every(ctx, provenEvery, func(time.Time) {
+		d.applier.SetUnproven(unprovenPolicies(d.rep.Digest(), d.rep.View))
+	})
+}

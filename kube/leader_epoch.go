@@ -1,0 +1,46 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+// RecordEpoch fences the writer epoch this leader writes at: the next
+// leader's epoch hint is EpochHint(leaseTransitions), and client-go adds
+// one to leaseTransitions when another identity acquires the Lease. A
+// writer may run above its own hint (its replica had seen later versions
+// of its origin, or the mesh retired its epoch), so the holder raises
+// leaseTransitions to epoch-1 before it writes at epoch: every successor
+// then starts above it, never at an epoch two writers share (two writers
+// at one epoch write different entries under the same versions, which no
+// seal separates). It fails unless this elector still holds the Lease;
+// the caller must not write at epoch then.
+func (e *Elector) RecordEpoch(ctx context.Context, epoch uint32) error {
+	want := int32(epoch) - 1
+	for try := 0; try < 5; try++ {
+		l, err := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Get(ctx, e.name, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("recording writer epoch %d on the Lease: %w", epoch, err)
+		}
+		if holder := ptr.Deref(l.Spec.HolderIdentity, ""); holder != e.cfg.Identity {
+			return fmt.Errorf("recording writer epoch %d on the Lease: held by %q, not by us", epoch, holder)
+		}
+		if ptr.Deref(l.Spec.LeaseTransitions, 0) >= want {
+			return nil // a successor already starts above epoch
+		}
+		l.Spec.LeaseTransitions = ptr.To(want)
+		_, err = e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Update(ctx, l, metav1.UpdateOptions{})
+		if err == nil {
+			e.log.Info("writer epoch recorded on the Lease", "epoch", epoch, "leaseTransitions", want)
+			return nil
+		}
+		if !apierrors.IsConflict(err) {
+			return fmt.Errorf("recording writer epoch %d on the Lease: %w", epoch, err)
+		}
+	}
+	return fmt.Errorf("recording writer epoch %d on the Lease: conflicting updates", epoch)
+}
