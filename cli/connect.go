@@ -14,7 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
@@ -32,53 +32,89 @@ type reached struct {
 	Err     error
 }
 
-// loadKubeconfig loads the merged kubeconfig (--kubeconfig, else $KUBECONFIG
-// with its files merged, else ~/.kube/config).
-func (o *Options) loadKubeconfig() (*clientcmdapi.Config, *clientcmd.ClientConfigLoadingRules, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if o.Kubeconfig != "" {
-		rules.ExplicitPath = o.Kubeconfig
-	}
-	raw, err := rules.Load()
+// kubeconfig loads the merged kubeconfig the flags name (--kubeconfig, else
+// $KUBECONFIG with its files merged, else ~/.kube/config).
+func (o *Options) kubeconfig() (*clientcmdapi.Config, error) {
+	raw, err := o.Flags.ToRawKubeConfigLoader().RawConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("loading kubeconfig: %w", err)
+		return nil, fmt.Errorf("loading kubeconfig: %w", err)
 	}
-	return raw, rules, nil
+	return &raw, nil
 }
 
-// reach connects to the selected contexts (--contexts, default every
-// context), in parallel, each within the request timeout. It fails only
-// when the kubeconfig cannot be read or names no such context; per-context
-// problems are in the results, in context order.
-func (o *Options) reach(ctx context.Context) ([]reached, error) {
-	raw, rules, err := o.loadKubeconfig()
-	if err != nil {
-		return nil, err
+// currentContext is the context kubectl would use: --context, else the
+// kubeconfig's current context.
+func (o *Options) currentContext() (string, error) {
+	if o.Flags.Context != nil && *o.Flags.Context != "" {
+		return *o.Flags.Context, nil
 	}
-	names := o.Contexts
-	explicit := len(names) > 0
-	if !explicit {
-		for n := range raw.Contexts {
-			names = append(names, n)
-		}
-		sort.Strings(names)
+	raw, err := o.kubeconfig()
+	if err != nil {
+		return "", err
+	}
+	return raw.CurrentContext, nil
+}
+
+// selected returns the contexts of the set and whether they were named:
+// --contexts, else --context, else every context of the kubeconfig.
+func (o *Options) selected(raw *clientcmdapi.Config) (names []string, named bool, err error) {
+	one := ""
+	if o.Flags.Context != nil {
+		one = *o.Flags.Context
+	}
+	switch {
+	case len(o.Contexts) > 0 && one != "":
+		return nil, false, errors.New("--context selects one context and --contexts a set: pass only one of them")
+	case len(o.Contexts) > 0:
+		names, named = o.Contexts, true
+	case one != "":
+		names, named = []string{one}, true
+	default:
+		names = sortedContexts(raw)
 	}
 	if len(names) == 0 {
-		return nil, errors.New("no kubeconfig contexts; pass --kubeconfig or --contexts")
+		return nil, false, errors.New("no kubeconfig contexts; pass --kubeconfig or --contexts")
 	}
 	for _, n := range names {
 		if _, ok := raw.Contexts[n]; !ok {
-			return nil, fmt.Errorf("context %q not in kubeconfig (it has: %s)", n, strings.Join(sortedContexts(raw), ", "))
+			return nil, false, fmt.Errorf("context %q not in kubeconfig (it has: %s)", n, strings.Join(sortedContexts(raw), ", "))
 		}
 	}
+	return names, named, nil
+}
+
+// reach connects to the selected contexts in parallel, each within its
+// request timeout. It fails only when the kubeconfig cannot be read or
+// names no such context; per-context problems are in the results, in
+// context order. A named context without coastguard is an error, an
+// unnamed one is skipped.
+func (o *Options) reach(ctx context.Context) ([]reached, error) {
+	raw, err := o.kubeconfig()
+	if err != nil {
+		return nil, err
+	}
+	names, named, err := o.selected(raw)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]reached, len(names))
+	cfgs := make([]*rest.Config, len(names))
+	for i, n := range names { // one after another: restConfig points --context at n
+		if cfgs[i], err = o.restConfig(n); err != nil {
+			out[i] = reached{Context: n, Err: fmt.Errorf("context %s: %w (fix the context's cluster and user entries in the kubeconfig)", n, err)}
+		}
+	}
 	var wg sync.WaitGroup
 	for i, n := range names {
+		cfg := cfgs[i]
+		if cfg == nil {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			out[i] = o.reachOne(ctx, raw, rules, n)
-			if out[i].Skipped != "" && explicit {
+			out[i] = o.reachOne(ctx, raw, n, cfg)
+			if out[i].Skipped != "" && named {
 				out[i].Err = fmt.Errorf("context %s: %s", n, out[i].Skipped)
 				out[i].Skipped = ""
 			}
@@ -86,6 +122,16 @@ func (o *Options) reach(ctx context.Context) ([]reached, error) {
 	}
 	wg.Wait()
 	return out, nil
+}
+
+// restConfig builds the client config of context name with the kubeconfig
+// flags, which apply to every context of the set (--user, --as,
+// --request-timeout, ...). It is not safe for concurrent use.
+func (o *Options) restConfig(name string) (*rest.Config, error) {
+	saved := o.Flags.Context
+	o.Flags.Context = &name
+	defer func() { o.Flags.Context = saved }()
+	return o.Flags.ToRESTConfig()
 }
 
 func sortedContexts(raw *clientcmdapi.Config) []string {
@@ -97,22 +143,11 @@ func sortedContexts(raw *clientcmdapi.Config) []string {
 	return out
 }
 
-func (o *Options) requestTimeout() time.Duration {
-	if o.RequestTimeout > 0 {
-		return o.RequestTimeout
-	}
-	return DefaultRequestTimeout
-}
-
-func (o *Options) reachOne(ctx context.Context, raw *clientcmdapi.Config, rules clientcmd.ClientConfigLoader, name string) reached {
+// reachOne finds the cluster ID of one context within its request timeout
+// (--request-timeout; 0 waits as long as the apiserver takes, as kubectl).
+func (o *Options) reachOne(ctx context.Context, raw *clientcmdapi.Config, name string, cfg *rest.Config) reached {
 	r := reached{Context: name}
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(*raw, name, &clientcmd.ConfigOverrides{}, rules).ClientConfig()
-	if err != nil {
-		r.Err = fmt.Errorf("context %s: %w (fix the context's cluster and user entries in the kubeconfig)", name, err)
-		return r
-	}
 	cfg.QPS, cfg.Burst = 50, 100
-	cfg.Timeout = o.requestTimeout()
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		r.Err = fmt.Errorf("context %s: %w", name, err)
@@ -124,12 +159,15 @@ func (o *Options) reachOne(ctx context.Context, raw *clientcmdapi.Config, rules 
 		return r
 	}
 	m := &member{Context: name, Client: cs, Dynamic: dyn, Config: cfg}
-	cctx, cancel := context.WithTimeout(ctx, o.requestTimeout())
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if cfg.Timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+	}
 	defer cancel()
 	id, skip, err := o.clusterID(cctx, m)
 	switch {
 	case err != nil:
-		r.Err = contextError(name, raw, o.Namespace, o.requestTimeout(), err)
+		r.Err = contextError(name, o.userOf(raw, name, cfg), cfg, o.Namespace, err)
 	case skip != "":
 		r.Skipped = skip
 	default:
@@ -137,6 +175,18 @@ func (o *Options) reachOne(ctx context.Context, raw *clientcmdapi.Config, rules 
 		r.Member = m
 	}
 	return r
+}
+
+// userOf names the user a context's requests authenticate as: --as when
+// impersonating, else --user, else the context's user entry.
+func (o *Options) userOf(raw *clientcmdapi.Config, name string, cfg *rest.Config) string {
+	switch {
+	case cfg.Impersonate.UserName != "":
+		return cfg.Impersonate.UserName + " (impersonated)"
+	case o.Flags.AuthInfoName != nil && *o.Flags.AuthInfoName != "":
+		return *o.Flags.AuthInfoName
+	}
+	return raw.Contexts[name].AuthInfo
 }
 
 // clusterID finds a context's cluster ID: the CoastguardCluster its leader
@@ -172,25 +222,21 @@ func (o *Options) clusterID(ctx context.Context, m *member) (id, skip string, er
 }
 
 // contextError names the context, what went wrong and what to do.
-func contextError(name string, raw *clientcmdapi.Config, ns string, timeout time.Duration, err error) error {
-	kc := raw.Contexts[name]
-	server := ""
-	if c := raw.Clusters[kc.Cluster]; c != nil {
-		server = c.Server
-	}
+func contextError(name, user string, cfg *rest.Config, ns string, err error) error {
+	server := cfg.Host
 	var netErr net.Error
 	switch {
 	case apierrors.IsUnauthorized(err):
 		return fmt.Errorf("context %s: the apiserver %s rejected the credentials of user %q (401 Unauthorized). "+
 			"Refresh that user's credentials; if you merged kubeconfigs, give every cluster's user a unique name "+
 			"(with KUBECONFIG=a:b, the first file that defines a user name wins, so clusters that share one get the wrong credentials)",
-			name, server, kc.AuthInfo)
+			name, server, user)
 	case apierrors.IsForbidden(err):
 		return fmt.Errorf("context %s: user %q may not read coastguard's objects (403 Forbidden: %v). "+
-			"Use a context that can list coastguardclusters, multiclusternetworkpolicies and leases in %s", name, kc.AuthInfo, err, ns)
+			"Use a context that can list coastguardclusters, multiclusternetworkpolicies and leases in %s", name, user, err, ns)
 	case errors.Is(err, context.DeadlineExceeded) || apierrors.IsTimeout(err) || (errors.As(err, &netErr) && netErr.Timeout()):
 		return fmt.Errorf("context %s: the apiserver %s did not answer within %s. "+
-			"Check the context's server address and that the cluster is up, or raise --request-timeout", name, server, timeout)
+			"Check the context's server address and that the cluster is up, or raise --request-timeout", name, server, cfg.Timeout)
 	case errors.As(err, &netErr):
 		return fmt.Errorf("context %s: cannot reach the apiserver %s: %v. Check the context's server address and that the cluster is up", name, server, err)
 	}

@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +32,17 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason) {
 // coastguardServer is an apiserver of a cluster running coastguard: its
 // leader marks CoastguardCluster id local, alive, with a leader.
 func coastguardServer(t *testing.T, id string) *httptest.Server {
+	srv := httptest.NewServer(coastguardHandler(id))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func coastguardHandler(id string) http.Handler {
 	gv := v1.SchemeGroupVersion.String()
 	cc := v1.CoastguardCluster{TypeMeta: metav1.TypeMeta{APIVersion: gv, Kind: "CoastguardCluster"}, ObjectMeta: metav1.ObjectMeta{Name: id}}
 	cc.Status.Local, cc.Status.Leader, cc.Status.AliveMembers, cc.Status.SoftwareVersion = true, "pod-1", 1, "v9.9.9"
 	cc.Status.Conditions = []metav1.Condition{{Type: v1.ClusterConditionAlive, Status: metav1.ConditionTrue, Reason: "Alive", LastTransitionTime: metav1.Now()}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		list := func(kind string, items ...any) {
 			w.Header().Set("Content-Type", "application/json")
 			_ = json.NewEncoder(w).Encode(map[string]any{"apiVersion": gv, "kind": kind, "metadata": map[string]any{}, "items": items})
@@ -47,9 +55,7 @@ func coastguardServer(t *testing.T, id string) *httptest.Server {
 		default:
 			writeStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound)
 		}
-	}))
-	t.Cleanup(srv.Close)
-	return srv
+	})
 }
 
 // kubeconfig writes a kubeconfig with one context, cluster and user per
@@ -68,8 +74,10 @@ func kubeconfig(t *testing.T, servers map[string]string) string {
 
 func testOptions(path string) (*Options, *bytes.Buffer, *bytes.Buffer) {
 	var out, errOut bytes.Buffer
-	return &Options{Kubeconfig: path, Namespace: "coastguard-system", Output: "text",
-		RequestTimeout: 500 * time.Millisecond, Out: &out, ErrOut: &errOut}, &out, &errOut
+	f := newConfigFlags()
+	timeout := "500ms"
+	f.KubeConfig, f.Timeout = &path, &timeout
+	return &Options{Flags: f, Namespace: "coastguard-system", Output: "text", Out: &out, ErrOut: &errOut}, &out, &errOut
 }
 
 // A merged kubeconfig with a context the apiserver refuses (401), one that
@@ -77,7 +85,9 @@ func testOptions(path string) (*Options, *bytes.Buffer, *bytes.Buffer) {
 // within seconds, reports the working cluster, names each failed context
 // with its fix, skips the unrelated one, and exits unhealthy.
 func TestStatusOnMixedKubeconfig(t *testing.T) {
+	var unauthCalls atomic.Int32
 	unauth := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		unauthCalls.Add(1)
 		writeStatus(w, http.StatusUnauthorized, metav1.StatusReasonUnauthorized)
 	}))
 	defer unauth.Close()
@@ -100,6 +110,7 @@ func TestStatusOnMixedKubeconfig(t *testing.T) {
 	err := o.runStatus(context.Background(), false, time.Minute)
 	took := time.Since(start)
 	assert.Less(t, took, 3*time.Second, "no retries, one timeout per context in parallel")
+	assert.Equal(t, int32(1), unauthCalls.Load(), "status without --wait asks once")
 	require.Error(t, err)
 	assert.Equal(t, ExitUnhealthy, ExitCode(err))
 	text := out.String()
@@ -115,7 +126,7 @@ func TestStatusOnMixedKubeconfig(t *testing.T) {
 	// The working and the unrelated context alone: healthy, exit 0.
 	o, out, _ = testOptions(path)
 	o.Contexts = nil
-	o.Kubeconfig = kubeconfig(t, map[string]string{"eu-1": good.URL, "kind-dev": unrelated.URL})
+	*o.Flags.KubeConfig = kubeconfig(t, map[string]string{"eu-1": good.URL, "kind-dev": unrelated.URL})
 	require.NoError(t, o.runStatus(context.Background(), false, time.Minute))
 	assert.Contains(t, out.String(), "cluster set healthy")
 
@@ -176,4 +187,71 @@ func TestVersionReportsClientAndClusters(t *testing.T) {
 	cmd.SetArgs([]string{"--client"})
 	require.NoError(t, cmd.ExecuteContext(context.Background()))
 	assert.NotContains(t, out.String(), "cluster")
+}
+
+// runPlugin runs the command tree as kubectl-coastguard does, with args.
+func runPlugin(args ...string) (out string, err error) {
+	var o, e bytes.Buffer
+	root := newCommands(&Options{Flags: newConfigFlags(), Out: &o, ErrOut: &e})
+	root.SetArgs(args)
+	err = root.ExecuteContext(context.Background())
+	return o.String() + e.String(), err
+}
+
+// The kubectl flags apply to every context of the set: --as impersonates
+// on each (a 403 names the impersonated user), --context picks one
+// context and no other is contacted, --request-timeout bounds each.
+func TestKubectlFlags(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string][]string{} // cluster -> Impersonate-User of each request
+	record := func(id string, deny bool) http.Handler {
+		h := coastguardHandler(id)
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			seen[id] = append(seen[id], r.Header.Get("Impersonate-User"))
+			mu.Unlock()
+			if deny && r.Header.Get("Impersonate-User") != "" {
+				writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	}
+	eu1, eu2 := httptest.NewServer(record("eu-1", false)), httptest.NewServer(record("eu-2", true))
+	defer eu1.Close()
+	defer eu2.Close()
+	hang := httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	defer hang.Close()
+	path := kubeconfig(t, map[string]string{"eu-1": eu1.URL, "eu-2": eu2.URL, "eu-3": hang.URL})
+
+	out, err := runPlugin("--kubeconfig", path, "--as", "auditor", "--contexts", "eu-1,eu-2", "status")
+	assert.Equal(t, ExitUnhealthy, ExitCode(err))
+	assert.Contains(t, out, "VIEW FROM eu-1 (context eu-1)")
+	assert.Contains(t, out, `context eu-2: user "auditor (impersonated)" may not read coastguard's objects (403 Forbidden`)
+	mu.Lock()
+	assert.NotEmpty(t, seen["eu-1"])
+	for id, users := range seen {
+		for _, u := range users {
+			assert.Equal(t, "auditor", u, "every request to %s impersonates", id)
+		}
+	}
+	clear(seen)
+	mu.Unlock()
+
+	out, err = runPlugin("--kubeconfig", path, "--context", "eu-1", "status")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "cluster set healthy")
+	mu.Lock()
+	assert.NotEmpty(t, seen["eu-1"])
+	assert.Empty(t, seen["eu-2"], "--context selects one context")
+	mu.Unlock()
+
+	_, err = runPlugin("--kubeconfig", path, "--context", "eu-1", "--contexts", "eu-1,eu-2", "status")
+	require.ErrorContains(t, err, "pass only one of them")
+
+	start := time.Now()
+	out, err = runPlugin("--kubeconfig", path, "--request-timeout", "300ms", "--context", "eu-3", "status")
+	assert.Less(t, time.Since(start), 2*time.Second)
+	assert.Equal(t, ExitUnhealthy, ExitCode(err))
+	assert.Contains(t, out, "context eu-3: the apiserver "+hang.URL+" did not answer within 300ms")
 }

@@ -36,7 +36,6 @@ func (o *Options) leaseHolder(ctx context.Context, m *member) (holder, pod strin
 }
 
 func newDecommissionCmd(o *Options) *cobra.Command {
-	var context string
 	var yes bool
 	var container string
 	var timeout time.Duration
@@ -52,10 +51,10 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			if context == "" {
-				return errors.New("--context is required")
+			if o.Flags.Context == nil || *o.Flags.Context == "" || len(o.Contexts) > 0 {
+				return errors.New("name the one cluster to retire with --context (not --contexts)")
 			}
-			m, holder, pod, err := o.leaderOf(ctx, context)
+			m, holder, pod, err := o.leaderOf(ctx)
 			if err != nil {
 				return err
 			}
@@ -76,20 +75,16 @@ undone without deleting the DECOMMISSIONED marker in the daemon's data dir.`,
 			return err
 		},
 	}
-	cmd.Flags().StringVar(&context, "context", "", "kubeconfig context of the cluster to retire")
 	cmd.Flags().BoolVar(&yes, "yes", false, "do not ask for confirmation")
 	cmd.Flags().StringVar(&container, "container", "coastguardd", "name of the coastguardd container in the pod")
 	cmd.Flags().DurationVar(&timeout, "timeout", 90*time.Second, "how long to wait for the daemon")
 	return cmd
 }
 
-// leaderOf connects to the cluster of one kubeconfig context and finds its
-// Lease holder and the pod it designates.
-func (o *Options) leaderOf(ctx context.Context, kubeContext string) (m *member, holder, pod string, err error) {
-	saved := o.Contexts
-	o.Contexts = []string{kubeContext}
+// leaderOf connects to the one cluster --context names and finds its Lease
+// holder and the pod it designates.
+func (o *Options) leaderOf(ctx context.Context) (m *member, holder, pod string, err error) {
 	ms, err := o.connect(ctx)
-	o.Contexts = saved
 	if err != nil {
 		return nil, "", "", err
 	}

@@ -1,22 +1,17 @@
 package cli
 
 import (
-	"errors"
 	"fmt"
-	"io"
 	"net/netip"
-	"os"
 	"sort"
 	"strings"
 
-	"github.com/google/go-cmp/cmp"
 	"github.com/spf13/cobra"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
-	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
@@ -343,156 +338,4 @@ func printExplanation(w *strings.Builder, ex *Explanation, showYAML bool) {
 func indent(s, p string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return p + strings.Join(lines, "\n"+p) + "\n"
-}
-
-// ---- what-if
-
-// ClusterDiff is the change of generated NetworkPolicies in one cluster.
-type ClusterDiff struct {
-	Cluster string   `json:"cluster"`
-	Added   []string `json:"added,omitempty"`
-	Removed []string `json:"removed,omitempty"`
-	Changed []string `json:"changed,omitempty"`
-	Diff    string   `json:"diff,omitempty"`
-	// Degraded and Details are the candidate's Degraded reason there, as
-	// the daemon would report it; Services its exactness decisions for
-	// the exported Services of other clusters (the ClusterIP rules).
-	Degraded string           `json:"degraded,omitempty"`
-	Details  []string         `json:"details,omitempty"`
-	Services []ServiceAddress `json:"services,omitempty"`
-}
-
-// WhatIf is the what-if document.
-type WhatIf struct {
-	Policy   string        `json:"policy"`
-	Exists   bool          `json:"exists"`
-	Error    string        `json:"error,omitempty"`
-	Clusters []ClusterDiff `json:"clusters"`
-}
-
-func newWhatIfCmd(o *Options) *cobra.Command {
-	var file, origin string
-	cmd := &cobra.Command{
-		Use:   "what-if -f candidate.yaml [--origin CLUSTER]",
-		Short: "Diff of the generated NetworkPolicies in every cluster if this MCNP were applied, from the live inventory",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var b []byte
-			var err error
-			if file == "-" {
-				b, err = io.ReadAll(o.In)
-			} else {
-				b, err = os.ReadFile(file)
-			}
-			if err != nil {
-				return err
-			}
-			var cand v1.MultiClusterNetworkPolicy
-			if err := yaml.UnmarshalStrict(b, &cand); err != nil {
-				return fmt.Errorf("%s: %w", file, err)
-			}
-			if cand.Kind != v1.KindMultiClusterNetworkPolicy || cand.Name == "" {
-				return errors.New("the file must hold one MultiClusterNetworkPolicy with a name")
-			}
-			if cand.Namespace == "" {
-				cand.Namespace = "default"
-			}
-			if err := v1.Validate(&cand); err != nil {
-				o.warnf("the apiserver would reject this policy: %v", err)
-			}
-			ctx := cmd.Context()
-			ms, err := o.connect(ctx)
-			if err != nil {
-				return err
-			}
-			if origin == "" {
-				origin = ms[0].ID
-				if cur, err := currentContext(o); err == nil {
-					if m, err := o.find(ms, cur); err == nil {
-						origin = m.ID
-					}
-				}
-			}
-			om, err := o.find(ms, origin)
-			if err != nil {
-				return err
-			}
-			l, err := o.load(ctx, ms)
-			if err != nil {
-				return err
-			}
-			wi := whatIf(l, om.ID, &cand)
-			return o.print(wi, func(w *strings.Builder) { printWhatIf(w, wi) })
-		},
-	}
-	cmd.Flags().StringVarP(&file, "filename", "f", "", "candidate MCNP manifest (- for stdin)")
-	cmd.Flags().StringVar(&origin, "origin", "", "cluster (or context) the MCNP would be applied in (default: the current context)")
-	_ = cmd.MarkFlagRequired("filename")
-	return cmd
-}
-
-func whatIf(l *live, origin string, cand *v1.MultiClusterNetworkPolicy) *WhatIf {
-	ref := enforce.PolicyRef{Origin: origin, Namespace: cand.Namespace, Name: cand.Name}
-	_, exists := l.inv.Policy(ref)
-	wi := &WhatIf{Policy: ref.String(), Exists: exists}
-	before := map[string][]networkingv1.NetworkPolicy{}
-	for _, c := range l.inv.Clusters() {
-		before[c] = l.admit(c, ref).NetworkPolicies
-	}
-	if err := l.inv.SetPolicy(enforce.Policy{Origin: origin, Namespace: cand.Namespace, Name: cand.Name, Generation: cand.Generation + 1, Spec: cand.Spec}); err != nil {
-		wi.Error = err.Error()
-	}
-	for _, c := range l.inv.Clusters() {
-		res := l.admit(c, ref)
-		after := res.NetworkPolicies
-		d := ClusterDiff{Cluster: c, Degraded: res.Degraded, Details: res.DegradedDetails,
-			Services: l.serviceAddresses(c, after, res.DegradedDetails)}
-		bm := map[string]networkingv1.NetworkPolicy{}
-		for _, np := range before[c] {
-			bm[np.Name] = np
-		}
-		var diffs []string
-		for _, np := range after {
-			old, ok := bm[np.Name]
-			switch {
-			case !ok:
-				d.Added = append(d.Added, np.Namespace+"/"+np.Name)
-				diffs = append(diffs, "+ "+np.Name+"\n"+cmp.Diff(networkingv1.NetworkPolicySpec{}, np.Spec))
-			case old.Annotations[enforce.AnnotationContentHash] != np.Annotations[enforce.AnnotationContentHash]:
-				d.Changed = append(d.Changed, np.Namespace+"/"+np.Name)
-				diffs = append(diffs, "~ "+np.Name+"\n"+cmp.Diff(old.Spec, np.Spec))
-			}
-			delete(bm, np.Name)
-		}
-		for n, np := range bm {
-			d.Removed = append(d.Removed, np.Namespace+"/"+n)
-			diffs = append(diffs, "- "+n)
-		}
-		sort.Strings(d.Removed)
-		d.Diff = strings.Join(diffs, "\n")
-		wi.Clusters = append(wi.Clusters, d)
-	}
-	return wi
-}
-
-func printWhatIf(w *strings.Builder, wi *WhatIf) {
-	verb := "creating"
-	if wi.Exists {
-		verb = "changing"
-	}
-	fmt.Fprintf(w, "what if: %s MCNP %s\n", verb, wi.Policy)
-	if wi.Error != "" {
-		fmt.Fprintf(w, "policy error: %s\n", wi.Error)
-	}
-	for _, c := range wi.Clusters {
-		if len(c.Added)+len(c.Removed)+len(c.Changed) == 0 {
-			fmt.Fprintf(w, "\n%s: no change\n", c.Cluster)
-		} else {
-			fmt.Fprintf(w, "\n%s: %d added, %d changed, %d removed\n%s\n", c.Cluster, len(c.Added), len(c.Changed), len(c.Removed), indent(c.Diff, "  "))
-		}
-		if c.Degraded != "" {
-			fmt.Fprintf(w, "  degraded: %s %s\n", c.Degraded, strings.Join(c.Details, "; "))
-		}
-		printServiceAddresses(w, c.Services)
-	}
 }

@@ -3,7 +3,8 @@
 // explain, verdict, what-if, conflicts and decommission. Every command reads
 // the clusters through their apiservers (kubeconfig contexts); nothing needs
 // a port-forward. Translation reuses enforce/ (the daemon's code), verdicts
-// use cyclonus' NetworkPolicy matcher, conflicts use reach/.
+// use cyclonus' NetworkPolicy matcher (its successor policy-assistant is
+// not importable: docs/DAY2.md), conflicts use reach/.
 package cli
 
 import (
@@ -12,25 +13,26 @@ import (
 	"io"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"sigs.k8s.io/yaml"
 )
 
 // Options are the flags shared by every command.
 type Options struct {
-	Kubeconfig string
-	Contexts   []string
-	Namespace  string // coastguard's namespace (Lease, DaemonSet)
-	Output     string // text, json, yaml
+	// Flags are kubectl's kubeconfig flags (--kubeconfig, --context,
+	// --user, --as, --request-timeout, ...). They apply to every context
+	// of the set; --context alone selects one context.
+	Flags *genericclioptions.ConfigFlags
+	// Contexts: the kubeconfig contexts of the cluster set (--contexts).
+	Contexts  []string
+	Namespace string // coastguard's namespace (Lease, DaemonSet)
+	Output    string // text, json, yaml
 	// ClusterCIDRs: trusted CIDRs per cluster (--cluster-cidrs, as on
 	// coastguardd), merged with Submariner's Cluster objects, so that
 	// computed policies match what the daemons render (pod-IP ownership).
 	ClusterCIDRs []string
-	// RequestTimeout bounds each request to an apiserver, and finding a
-	// context's cluster ID (--request-timeout; 0 = DefaultRequestTimeout).
-	RequestTimeout time.Duration
 	// ConsentFile: the consent applied in every cluster (--consent-file);
 	// empty reads each cluster's from its ConfigMap labelled ConsentLabel.
 	ConsentFile string
@@ -42,7 +44,10 @@ type Options struct {
 // NewCommands returns the command tree. Mount it as the root of
 // kubectl-coastguard, or add its subcommands to another root (coastguardd).
 func NewCommands() *cobra.Command {
-	o := &Options{Out: os.Stdout, ErrOut: os.Stderr, In: os.Stdin}
+	return newCommands(&Options{Flags: newConfigFlags(), Out: os.Stdout, ErrOut: os.Stderr, In: os.Stdin})
+}
+
+func newCommands(o *Options) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "kubectl-coastguard",
 		Short: "Inspect and operate a coastguard cluster set through the Kubernetes API",
@@ -53,15 +58,27 @@ do, and which policies conflict.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.PersistentFlags().StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-	root.PersistentFlags().StringSliceVar(&o.Contexts, "contexts", nil, "kubeconfig contexts of the cluster set (default: every context that reaches a coastguard install; others are skipped with a note)")
-	root.PersistentFlags().DurationVar(&o.RequestTimeout, "request-timeout", DefaultRequestTimeout, "bound of each request to a context's apiserver")
+	o.Flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringSliceVar(&o.Contexts, "contexts", nil, "kubeconfig contexts of the cluster set (default: --context if given, else every context that reaches a coastguard install; others are skipped with a note)")
 	root.PersistentFlags().StringVar(&o.Namespace, "coastguard-namespace", "coastguard-system", "namespace of coastguardd (Lease, pods)")
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "text", "output format: text, json or yaml")
 	root.PersistentFlags().StringSliceVar(&o.ClusterCIDRs, "cluster-cidrs", nil, "trusted CIDRs per cluster, as given to coastguardd (<cluster>[:pod|:service|:global]=<cidr>,...); merged with Submariner's Cluster objects")
 	root.PersistentFlags().StringVar(&o.ConsentFile, "consent-file", "", "consent applied in every cluster, as given to coastguardd (default: each cluster's ConfigMap labelled "+ConsentLabel+"=true in the coastguard namespace, as the Helm chart installs it)")
 	root.AddCommand(newStatusCmd(o), newExplainCmd(o), newVerdictCmd(o), newWhatIfCmd(o), newConflictsCmd(o), newDecommissionCmd(o), newReleaseLostCmd(o), newPinsCmd(o), newVersionCmd(o), newStoreCmd(o))
 	return root
+}
+
+// newConfigFlags returns kubectl's kubeconfig flags as the plugin uses them:
+// --request-timeout defaults to DefaultRequestTimeout (a context that does
+// not answer costs seconds, not minutes); no --namespace (explain's -n names
+// an MCNP's namespace, --coastguard-namespace coastguard's) and no
+// --cache-dir (the plugin does no discovery).
+func newConfigFlags() *genericclioptions.ConfigFlags {
+	f := genericclioptions.NewConfigFlags(false)
+	timeout := DefaultRequestTimeout.String()
+	f.Timeout = &timeout
+	f.Namespace, f.CacheDir = nil, nil
+	return f
 }
 
 // print writes v as JSON or YAML, or for the text format renders it with

@@ -16,7 +16,7 @@ import (
 // endpoint listens on loopback only), so an operator reads the replicated
 // entries of one cluster's mirror without a port-forward.
 func newStoreCmd(o *Options) *cobra.Command {
-	var context, container string
+	var container string
 	var prefix, keysOnly bool
 	var limit int
 	var timeout time.Duration
@@ -25,8 +25,8 @@ func newStoreCmd(o *Options) *cobra.Command {
 		Short: "print replicated entries (/coastguard/<cluster>/<kind>/<name>) from a cluster's daemon, like etcdctl get",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if context == "" {
-				return errors.New("--context is required")
+			if o.Flags.Context == nil || *o.Flags.Context == "" || len(o.Contexts) > 0 {
+				return errors.New("name the one cluster whose daemon to ask with --context (not --contexts)")
 			}
 			argv := []string{"coastguardd", "store", "get", "--daemon", args[0], "--limit", strconv.Itoa(limit)}
 			if prefix {
@@ -35,10 +35,9 @@ func newStoreCmd(o *Options) *cobra.Command {
 			if keysOnly {
 				argv = append(argv, "--keys-only")
 			}
-			return o.execInLeader(cmd, context, container, timeout, argv)
+			return o.execInLeader(cmd, container, timeout, argv)
 		},
 	}
-	get.Flags().StringVar(&context, "context", "", "kubeconfig context of the cluster whose daemon to ask")
 	get.Flags().BoolVar(&prefix, "prefix", false, "KEY is a prefix")
 	get.Flags().BoolVar(&keysOnly, "keys-only", false, "print the keys only")
 	get.Flags().IntVar(&limit, "limit", 0, "print at most this many entries (0: all)")
@@ -49,11 +48,11 @@ func newStoreCmd(o *Options) *cobra.Command {
 	return c
 }
 
-// execInLeader runs argv in the Lease holder's pod of the context's
+// execInLeader runs argv in the Lease holder's pod of the --context
 // cluster and copies its output.
-func (o *Options) execInLeader(cmd *cobra.Command, context, container string, timeout time.Duration, argv []string) error {
+func (o *Options) execInLeader(cmd *cobra.Command, container string, timeout time.Duration, argv []string) error {
 	ctx := cmd.Context()
-	m, _, pod, err := o.leaderOf(ctx, context)
+	m, _, pod, err := o.leaderOf(ctx)
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +116,8 @@ func (w *svcWorld) live(t *testing.T) *live {
 		}
 		l.setServices(c, w.svcs[c])
 	}
-	for name, doc := range w.mcnps {
+	for _, name := range slices.Sorted(maps.Keys(w.mcnps)) {
+		doc := w.mcnps[name]
 		var spec v1.MultiClusterNetworkPolicySpec
 		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &spec), name)
 		l.mcnps["a"] = append(l.mcnps["a"], v1.MultiClusterNetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: name}, Spec: spec})

@@ -146,11 +146,17 @@ func (d *Daemon) Run(parent context.Context) (err error) {
 	if err := d.newElector(); err != nil { // 3. leader election
 		return err
 	}
-	if err := d.startGossip(); err != nil { // 4. gossip, writer, reporter
+	if err := d.advertiseGlobalIP(ctx); err != nil { // 4. Globalnet: wait for the address to advertise
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	if err := d.startGossip(); err != nil { // 5. gossip, writer, reporter
 		return err
 	}
 	defer d.leaveMesh()
-	k, err := d.wireKube(cancel) // 5. applier, inventory, status writer
+	k, err := d.wireKube(cancel) // 6. applier, inventory, status writer
 	if err != nil {
 		return err
 	}

@@ -27,6 +27,11 @@ type Options struct {
 	// Gossip is completed by the daemon (NodeName, ClusterID, IsWriter,
 	// Logger, Registerer).
 	Gossip gossip.Config
+	// AdvertiseGlobalIPOf (--advertise-global-ip) names this daemon's pod:
+	// under Globalnet the daemon waits for the pod's GlobalIngressIP (in
+	// Namespace) and advertises it for gossip instead of Gossip.AdvertiseAddr
+	// (advertise.go). Empty: off.
+	AdvertiseGlobalIPOf string
 
 	Debounce         time.Duration
 	MaxDelay         time.Duration

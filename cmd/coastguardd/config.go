@@ -22,24 +22,27 @@ import (
 // environment variable or a key in the --config YAML file; precedence is
 // flag > env > file > default.
 type Config struct {
-	ClusterID        string        `json:"clusterID"`
-	Kubeconfig       string        `json:"kubeconfig"`
-	NodeName         string        `json:"nodeName"`
-	Namespace        string        `json:"namespace"`
-	BindAddr         string        `json:"bindAddr"`
-	AdvertiseAddr    string        `json:"advertiseAddr"`
-	Seeds            []string      `json:"seeds"`
-	GossipKeyFile    string        `json:"gossipKeyFile"`
-	InsecureGossip   bool          `json:"insecureGossip"`
-	SigningKeyFile   string        `json:"signingKeyFile"`
-	TrustBundleFile  string        `json:"trustBundleFile"`
-	GossipProfile    string        `json:"gossipProfile"`
-	DataDir          string        `json:"dataDir"`
-	Debounce         time.Duration `json:"debounce"`
-	MaxDelay         time.Duration `json:"maxDelay"`
-	ReconnectTimeout time.Duration `json:"reconnectTimeout"`
-	MetricsAddr      string        `json:"metricsAddr"`
-	GlobalnetPolicy  string        `json:"globalnetPolicy"`
+	ClusterID     string `json:"clusterID"`
+	Kubeconfig    string `json:"kubeconfig"`
+	NodeName      string `json:"nodeName"`
+	Namespace     string `json:"namespace"`
+	BindAddr      string `json:"bindAddr"`
+	AdvertiseAddr string `json:"advertiseAddr"`
+	// AdvertiseGlobalIP: under Globalnet, advertise this pod's
+	// GlobalIngressIP instead of AdvertiseAddr (docs/OPERATIONS.md "Globalnet").
+	AdvertiseGlobalIP bool          `json:"advertiseGlobalIP"`
+	Seeds             []string      `json:"seeds"`
+	GossipKeyFile     string        `json:"gossipKeyFile"`
+	InsecureGossip    bool          `json:"insecureGossip"`
+	SigningKeyFile    string        `json:"signingKeyFile"`
+	TrustBundleFile   string        `json:"trustBundleFile"`
+	GossipProfile     string        `json:"gossipProfile"`
+	DataDir           string        `json:"dataDir"`
+	Debounce          time.Duration `json:"debounce"`
+	MaxDelay          time.Duration `json:"maxDelay"`
+	ReconnectTimeout  time.Duration `json:"reconnectTimeout"`
+	MetricsAddr       string        `json:"metricsAddr"`
+	GlobalnetPolicy   string        `json:"globalnetPolicy"`
 	// FaultClockOffset shifts the wall clock this daemon shares with others
 	// (fault injection: a skewed node clock).
 	FaultClockOffset time.Duration `json:"faultClockOffset"`
@@ -75,6 +78,7 @@ type fileConfig struct {
 	Namespace          *string   `json:"namespace"`
 	BindAddr           *string   `json:"bindAddr"`
 	AdvertiseAddr      *string   `json:"advertiseAddr"`
+	AdvertiseGlobalIP  *bool     `json:"advertiseGlobalIP"`
 	Seeds              *[]string `json:"seeds"`
 	GossipKeyFile      *string   `json:"gossipKeyFile"`
 	InsecureGossip     *bool     `json:"insecureGossip"`
@@ -262,6 +266,8 @@ func options() []option {
 			strSetter(func(c *Config) *string { return &c.BindAddr }), func(f *fileConfig) (string, bool) { return sp(f.BindAddr) }},
 		{false, "advertise-addr", []string{"COASTGUARD_ADVERTISE_ADDR", "POD_IP"}, "gossip address advertised to peers, ip or ip:port (default: bind address)",
 			strSetter(func(c *Config) *string { return &c.AdvertiseAddr }), func(f *fileConfig) (string, bool) { return sp(f.AdvertiseAddr) }},
+		{true, "advertise-global-ip", []string{"COASTGUARD_ADVERTISE_GLOBAL_IP"}, "Globalnet: advertise this pod's GlobalIngressIP (pod-<POD_NAME, else node-name> in --namespace; the daemon's headless Service must be exported) instead of --advertise-addr; until it is allocated the daemon does not join and is not ready",
+			boolSetter("advertise-global-ip", func(c *Config) *bool { return &c.AdvertiseGlobalIP }), func(f *fileConfig) (string, bool) { return bp(f.AdvertiseGlobalIP) }},
 		{false, "seeds", []string{"COASTGUARD_SEEDS"}, "comma-separated seed peers host[:port]; DNS names are re-resolved on every rejoin (default: the Lighthouse name coastguard.<namespace>.svc.clusterset.local; \"none\" disables)",
 			listSetter(func(c *Config) *[]string { return &c.Seeds }), func(f *fileConfig) (string, bool) { return lp(f.Seeds) }},
 		{false, "gossip-key-file", []string{"COASTGUARD_GOSSIP_KEY_FILE"}, "keyring file: one base64 AES key (16/24/32 bytes) per line, first is primary",

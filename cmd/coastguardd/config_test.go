@@ -1,6 +1,7 @@
 package main
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,4 +134,26 @@ func TestDefaultProtectedNamespaces(t *testing.T) {
 	require.Equal(t, []string{"kube-node-lease", "kube-public", "kube-system"}, g.ProtectedNamespaces)
 	g = guards(Config{Namespace: "coastguard-system", ProtectedNamespaces: []string{"team-a"}}, "submariner-operator")
 	require.Equal(t, []string{"team-a"}, g.ProtectedNamespaces)
+}
+
+// --advertise-global-ip comes from the flag, the env (the chart's ConfigMap)
+// or the file; the pod it watches is POD_NAME, else the node name.
+func TestAdvertiseGlobalIPConfig(t *testing.T) {
+	cfg, err := parseConfig("run", []string{"--insecure-gossip", "--node-name", "n1"}, envMap(map[string]string{"COASTGUARD_ADVERTISE_GLOBAL_IP": "true"}))
+	require.NoError(t, err)
+	require.True(t, cfg.AdvertiseGlobalIP)
+	require.Equal(t, "n1", advertiseGlobalIPOf(cfg, slog.New(slog.DiscardHandler)))
+	t.Setenv("POD_NAME", "coastguard-abcde")
+	require.Equal(t, "coastguard-abcde", advertiseGlobalIPOf(cfg, slog.New(slog.DiscardHandler)))
+
+	cfg, err = parseConfig("run", []string{"--insecure-gossip", "--node-name", "n1"}, envMap(nil))
+	require.NoError(t, err)
+	require.False(t, cfg.AdvertiseGlobalIP, "off by default")
+	require.Empty(t, advertiseGlobalIPOf(cfg, slog.New(slog.DiscardHandler)))
+
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("advertiseGlobalIP: true\n"), 0o600))
+	cfg, err = parseConfig("run", []string{"--config", file, "--insecure-gossip", "--node-name", "n1"}, envMap(nil))
+	require.NoError(t, err)
+	require.True(t, cfg.AdvertiseGlobalIP)
 }

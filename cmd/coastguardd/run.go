@@ -168,6 +168,7 @@ func runUntil(ctx context.Context, cfg Config, log *slog.Logger) error {
 		ReleaseLostOrigins: cfg.LostOriginPolicies == "release", Consent: in.consent,
 		Registry: reg, Logger: log, Ready: h.set, GossipKeyFile: cfg.GossipKeyFile,
 		EmptyViewTimeout: cfg.EmptyViewTimeout, Guards: guards(cfg, id.subNS),
+		AdvertiseGlobalIPOf: advertiseGlobalIPOf(cfg, log),
 	})
 	if err != nil {
 		return err
@@ -330,6 +331,22 @@ func serveEndpoints(cfg Config, reg *prometheus.Registry, h *health, d *daemon.D
 		started = append(started, admin)
 	}
 	return stop, nil
+}
+
+// advertiseGlobalIPOf is the pod whose GlobalIngressIP --advertise-global-ip
+// advertises: POD_NAME (the downward API, as the chart sets it), else the
+// node name (which defaults to POD_NAME). Empty when the flag is off.
+func advertiseGlobalIPOf(cfg Config, log *slog.Logger) string {
+	if !cfg.AdvertiseGlobalIP {
+		return ""
+	}
+	pod := os.Getenv("POD_NAME")
+	if pod == "" {
+		pod = cfg.NodeName
+	}
+	log.Info("--advertise-global-ip: gossip will advertise this pod's Globalnet ingress IP, not --advertise-addr",
+		"pod", pod, "namespace", cfg.Namespace, "advertise_addr_ignored", cfg.AdvertiseAddr)
+	return pod
 }
 
 func shutdownHTTP(srv *http.Server) {

@@ -185,6 +185,10 @@ func TestPackaging(t *testing.T) {
 	t.Run("equivalent without the ServiceExport: deploy/ plus the cluster ID", func(t *testing.T) {
 		requireEquivalent(t, kustomizeWith(t, ctx, c, true), helmTemplate(t, ctx, "submariner.serviceExport=false"))
 	})
+	t.Run("equivalent on Globalnet: the daemons advertise their GlobalIngressIP", func(t *testing.T) {
+		requireEquivalent(t, kustomizeWith(t, ctx, c, true, "submariner", "globalnet"),
+			helmTemplate(t, ctx, "submariner.advertiseGlobalIP=true"))
+	})
 	t.Run("equivalent with metrics auth off", func(t *testing.T) {
 		requireEquivalent(t, kustomizeWith(t, ctx, c, true, "metrics-no-auth"),
 			helmTemplate(t, ctx, "submariner.serviceExport=false", "metricsAuth.enabled=false"))
