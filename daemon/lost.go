@@ -32,13 +32,21 @@ type lostGuard struct {
 	d *Daemon
 }
 
+// A takeover's seal (a signed retirement up to the end of an epoch) that
+// arrives before the new leader's re-published entries would remove the
+// origin's live MCNPs until those arrive, which deletes their generated
+// policies (fail open), and would look like a decommission (the origin left
+// with no entry). Its MCNPs are kept like a lost cluster's until the origin
+// replaces or deletes each of them; it never counts as a decommission.
+
 // ApplyRetire implements the retirement path of gossip.Replica.
 func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
 	d := g.d
 	remote := r.Origin != d.opts.ClusterID
+	seal := remote && r.Sig != nil && isEpochSeal(r.UpTo)
 	created := false
-	if remote && r.Sig == nil && !d.opts.ReleaseLostOrigins {
-		created = d.noteLost(r)
+	if remote && ((r.Sig == nil && !d.opts.ReleaseLostOrigins) || seal) {
+		created = d.noteLost(r, seal)
 	}
 	ch, err := g.Replica.ApplyRetire(r)
 	switch {
@@ -46,11 +54,18 @@ func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
 		if created { // refused: nothing was lost (an earlier loss stays kept)
 			d.dropLost(r.Origin, "")
 		}
-	case remote && r.Sig != nil && d.originEmpty(r.Origin):
+	case remote && r.Sig != nil && !seal && d.originEmpty(r.Origin):
 		d.dropLost(r.Origin, "decommissioned")
 		go d.forgetPins(r.Origin) // API calls: not on gossip's apply path
 	}
 	return ch, err
+}
+
+// isEpochSeal reports whether a retirement ends exactly at the end of an
+// epoch, as a takeover's seal does (crdt.SealEpochsBelow); a decommission
+// retires up to the writer's real head.
+func isEpochSeal(upTo crdt.Version) bool {
+	return upTo == crdt.MakeVersion(upTo.Epoch()+1, 0)-1
 }
 
 // originEmpty reports whether the replica holds no live entry of origin.
@@ -73,7 +88,7 @@ func (d *Daemon) originEmpty(origin string) bool {
 // noteLost records the live policies of origin at or below r.UpTo as lost,
 // before the retirement is applied (merged into the record of an earlier
 // loss, if any), and reports whether it created a new record.
-func (d *Daemon) noteLost(r crdt.Retire) bool {
+func (d *Daemon) noteLost(r crdt.Retire, seal bool) bool {
 	var kept []crdt.Entry
 	d.rep.View(func(st *crdt.State) {
 		st.Range(r.Origin, crdt.KindPolicy, func(e crdt.Entry) bool {
@@ -109,6 +124,12 @@ func (d *Daemon) noteLost(r crdt.Retire) bool {
 	d.mirror.MarkLost(r.Origin, rec.UpTo)
 	d.mu.Unlock()
 	d.m.lostPolicies.WithLabelValues(r.Origin).Set(float64(len(kept)))
+	if seal {
+		d.m.lostEvents.WithLabelValues("sealed").Inc()
+		d.log.Info("a takeover's seal arrived before the cluster's re-published MCNPs: they stay enforced here from their last-known state until re-published",
+			"remote_cluster", r.Origin, "policies", len(kept), "upto", r.UpTo.String())
+		return !had
+	}
 	d.m.lostEvents.WithLabelValues("lost").Inc()
 	d.log.Warn("cluster lost (retired without a decommission): its MCNPs stay enforced here from their last-known state until released",
 		"remote_cluster", r.Origin, "policies", len(kept), "release", "kubectl coastguard release-lost "+r.Origin)

@@ -127,3 +127,40 @@ func TestLostGuardDecommissionIsNotALoss(t *testing.T) {
 	require.Eventually(t, func() bool { return !d.hasPolicy("deny") }, timeout, tick)
 	require.Empty(t, d.kept())
 }
+
+// A takeover's seal that arrives before the new leader's re-published
+// entries (nemesis seed 29005: cluster1's MCNP left the other clusters and
+// its key pin was forgotten, as for a decommission) keeps the sealed MCNP
+// enforced until the re-published version replaces it, and is never taken
+// for a decommission.
+func TestLostGuardSealBeforeRepublish(t *testing.T) {
+	d := lostDaemon(t, filepath.Join(t.TempDir(), "s.db"))
+	b := crdt.NewState("b")
+	require.NoError(t, b.SetEpoch(1))
+	spec, err := crdt.EncodeValue(policyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
+	require.NoError(t, err)
+	dl, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
+	require.NoError(t, err)
+	_, err = d.rep.Apply(dl)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return d.hasPolicy("deny") }, timeout, tick)
+
+	// b's new leader writes at epoch 2 and seals epoch 1; the seal comes first
+	require.NoError(t, b.SetEpoch(2))
+	again, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
+	require.NoError(t, err)
+	seal := crdt.Retire{Origin: "b", UpTo: crdt.MakeVersion(2, 0) - 1, Sig: []byte("signed")} // unverified here
+	require.True(t, isEpochSeal(seal.UpTo))
+	_, err = lostGuard{Replica: d.rep, d: d}.ApplyRetire(seal)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick)
+	require.True(t, d.hasPolicy("deny"), "the sealed MCNP stays enforced until re-published")
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("sealed")))
+	require.Zero(t, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("decommissioned")), "a seal is not a decommission")
+
+	_, err = d.rep.Apply(again) // the re-published version arrives
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.kept()) == 0 }, timeout, tick, "replaced by the origin: no longer kept")
+	require.True(t, d.hasPolicy("deny"))
+	require.False(t, isEpochSeal(crdt.MakeVersion(3, 17)), "a decommission retires up to a real head")
+}

@@ -53,7 +53,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Lost-origin transitions: lost (its policies kept), released (by the annotation), decommissioned, back (the origin rewrote them), store_error."},
 			[]string{"event"}),
 	}
-	for _, e := range []string{"lost", "released", "decommissioned", "back", "store_error"} {
+	for _, e := range []string{"lost", "sealed", "released", "decommissioned", "back", "store_error"} {
 		m.lostEvents.WithLabelValues(e)
 	}
 	if err := metricsreg.All(reg, m.leader, m.enforceRuns, m.enforceErrors, m.enforceDuration, m.enforceLag,
