@@ -10,17 +10,19 @@ import (
 )
 
 // RecordEpoch fences the writer epoch this leader writes at: the next
-// leader's epoch hint is EpochHint(leaseTransitions), and client-go adds
-// one to leaseTransitions when another identity acquires the Lease. A
-// writer may run above its own hint (its replica had seen later versions
-// of its origin, or the mesh retired its epoch), so the holder raises
-// leaseTransitions to epoch-1 before it writes at epoch: every successor
-// then starts above it, never at an epoch two writers share (two writers
-// at one epoch write different entries under the same versions, which no
-// seal separates). It fails unless this elector still holds the Lease;
-// the caller must not write at epoch then.
+// term's epoch hint is EpochHint(leaseTransitions) = leaseTransitions+1,
+// and client-go adds one to leaseTransitions when another identity
+// acquires the Lease, but not when the same identity (a daemon restarted
+// on its persisted identity) acquires it again. A writer may run above its
+// own hint (its replica had seen later versions of its origin, or the mesh
+// retired its epoch), so the holder raises leaseTransitions to epoch
+// before it writes at epoch: every later term, by another identity or by
+// this one after a restart that lost its store, starts above it, never at
+// an epoch two terms share (two terms at one epoch write different entries
+// under the same versions, which no seal separates). It fails unless this
+// elector still holds the Lease; the caller must not write at epoch then.
 func (e *Elector) RecordEpoch(ctx context.Context, epoch uint32) error {
-	want := int32(epoch) - 1
+	want := int32(epoch)
 	for try := 0; try < 5; try++ {
 		l, err := e.cfg.Client.CoordinationV1().Leases(e.cfg.Namespace).Get(ctx, e.name, metav1.GetOptions{})
 		if err != nil {

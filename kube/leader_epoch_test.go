@@ -31,13 +31,16 @@ func TestRecordEpochFencesTheNextLeader(t *testing.T) {
 	require.NoError(t, e.RecordEpoch(ctx, 9)) // the writer went above its hint
 	l, err := leases.Get(ctx, e.name, metav1.GetOptions{})
 	require.NoError(t, err)
-	require.Equal(t, int32(8), *l.Spec.LeaseTransitions)
-	next := EpochHint(*l.Spec.LeaseTransitions + 1) // a new holder acquires
-	require.Greater(t, next, uint32(9), "the successor starts above the fenced epoch")
+	require.Equal(t, int32(9), *l.Spec.LeaseTransitions)
+	require.Greater(t, EpochHint(*l.Spec.LeaseTransitions+1), uint32(9), "another identity acquires: it starts above the fenced epoch")
+	// Seed 29006: the same identity, restarted with its store lost (moved
+	// aside as corrupt), acquires again without a transition and must not
+	// reuse its own epoch either.
+	require.Greater(t, EpochHint(*l.Spec.LeaseTransitions), uint32(9), "the same identity re-acquires: it starts above too")
 
 	require.NoError(t, e.RecordEpoch(ctx, 5), "an epoch already below the fence changes nothing")
 	l, _ = leases.Get(ctx, e.name, metav1.GetOptions{})
-	require.Equal(t, int32(8), *l.Spec.LeaseTransitions)
+	require.Equal(t, int32(9), *l.Spec.LeaseTransitions)
 
 	l.Spec.HolderIdentity = ptr.To("someone-else")
 	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
