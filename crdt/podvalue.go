@@ -210,6 +210,12 @@ func (pd *PodDecoder) fast(v *PodValue) error {
 			if err = once(64); err == nil {
 				v.EgressIPs, err = pd.strs(v.EgressIPs)
 			}
+		case "nr":
+			if err = once(128); err == nil {
+				if err = pd.peek(func(c byte) bool { return c == msgpcode.True || c == msgpcode.False }); err == nil {
+					v.NotReady, err = pd.d.DecodeBool()
+				}
+			}
 		default:
 			err = pd.d.Skip()
 		}
