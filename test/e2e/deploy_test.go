@@ -281,6 +281,8 @@ func TestDeployManifests(t *testing.T) {
 			{[]string{"watch", "clusterglobalegressips.submariner.io", "-n", "submariner-operator"}, "yes"},
 			{[]string{"list", "globalegressips.submariner.io", "-n", "shop"}, "yes"},
 			{[]string{"update", "globalegressips.submariner.io", "-n", "shop"}, "no"},
+			{[]string{"watch", "globalingressips.submariner.io", "-n", "shop"}, "yes"},
+			{[]string{"update", "globalingressips.submariner.io", "-n", "shop"}, "no"},
 			{[]string{"update", "clusters.submariner.io", "-n", "submariner-operator"}, "no"},
 			// The Submariner CR holds the broker token and the IPsec PSK.
 			{[]string{"get", "submariners.submariner.io", "-n", "submariner-operator"}, "no"},
