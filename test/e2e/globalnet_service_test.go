@@ -47,7 +47,8 @@ func allocateGlobalIngressIP(t *testing.T, ctx context.Context, dp *harness.Data
 // cluster2's kube-proxy translates to a backend (as Globalnet does). A
 // pod of cluster1 dials the global IP, as Lighthouse answers it there:
 //   - an egress MCNP admitting every backend admits the global IP on the
-//     service port, never the ClusterIP (not routable under Globalnet);
+//     service port, never the ClusterIP (not what clients dial under
+//     Globalnet; the harness still routes it, and it is denied);
 //   - a new backend the MCNP does not admit withdraws it (fail closed,
 //     Degraded ServiceBackendsPartiallyAdmitted naming the Service), and
 //     the global IP is refused on packets;
@@ -85,14 +86,20 @@ func TestPacketsGlobalnetService(t *testing.T) {
 	startDaemons(t, ctx, env, harness.DaemonOptions{ClusterCIDRs: []string{}})
 	applyYAML(t, ctx, a, webEgress(inCluster2, nonReplicaDB))
 	began := time.Now()
-	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
-		ans, err = dial("242.2.0.50")
-		return err == nil && ans.Pod == "shop/db-0", nil
-	}), "every backend admitted: the global IP is admitted on 15432")
-	t.Logf("global IP admitted after %s", time.Since(began).Round(time.Millisecond))
-	waitNPs(t, ctx, a, "coastguard.submariner.io/origin-name=web-egress", 30*time.Second, func(blocks []string, _ []networkingv1.NetworkPolicy) bool {
+	waitNPs(t, ctx, a, "coastguard.submariner.io/origin-name=web-egress", 60*time.Second, func(blocks []string, _ []networkingv1.NetworkPolicy) bool {
 		return containsAll(blocks, "242.2.0.50/32") && containsNone(blocks, clusterIP+"/32", "10.2.0.10/32")
 	}, "the global IP, neither the ClusterIP nor the pod IP")
+	t.Logf("global IP rendered %s after the MCNP was applied", time.Since(began).Round(time.Millisecond))
+	require.NoError(t, harness.Eventually(ctx, 60*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		ans, err = dial("242.2.0.50")
+		_, cipErr := dial(clusterIP)
+		return err == nil && ans.Pod == "shop/db-0" && cipErr != nil, nil
+	}), "every backend admitted: the global IP is admitted on 15432 while the egress is isolated (the ClusterIP is denied)")
+	for range 5 {
+		ans, err = dial("242.2.0.50")
+		require.NoError(t, err)
+		require.Equal(t, "shop/db-0", ans.Pod)
+	}
 	waitCondition(t, ctx, a, "web-egress", "Degraded", "True", "GlobalnetCoarseIdentity")
 
 	// a backend the MCNP does not admit: the global IP is withdrawn
