@@ -215,7 +215,7 @@ func (l *live) loadPods(ctx context.Context, m *member) error {
 			return fmt.Errorf("%s: pod %s/%s: %w", m.ID, p.Namespace, p.Name, err)
 		}
 		ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: v.Labels, IPs: v.IPs,
-			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork}
+			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, NotReady: v.NotReady}
 		for _, port := range v.Ports {
 			ep.Ports = append(ep.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
 		}
@@ -256,7 +256,8 @@ func loadServices(ctx context.Context, m *member, inv *enforce.Inventory) ([]*co
 			return nil, fmt.Errorf("%s: %w", m.ID, err)
 		}
 		out = append(out, svc)
-		es := enforce.Service{Namespace: ns, Name: name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless}
+		es := enforce.Service{Namespace: ns, Name: name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless,
+			PublishNotReady: v.PublishNotReady}
 		for _, p := range v.Ports {
 			es.Ports = append(es.Ports, enforce.ServicePort{Name: p.Name, Port: p.Port, TargetPort: p.TargetPort,
 				TargetPortName: p.TargetPortName, Protocol: corev1.Protocol(p.Protocol)})

@@ -354,7 +354,7 @@ func (l *live) serviceBackends(cluster string, svc *corev1.Service, sp *corev1.S
 		case !serves:
 			excluded = append(excluded, fmt.Sprintf("%s: has no container port named %q (%s): not an endpoint of this port",
 				name, sp.TargetPort.StrVal, protoText(sp.Protocol)))
-		case !podReady(p):
+		case !podReady(p) && !svc.Spec.PublishNotReadyAddresses:
 			excluded = append(excluded, name+": not Ready: not an endpoint, receives no service traffic")
 		default:
 			out = append(out, backend{pod: p, port: port, portName: portName})

@@ -97,7 +97,7 @@ func (w *svcWorld) live(t *testing.T) *live {
 			p := &w.pods[c][i]
 			v, err := kube.PodToValue(p)
 			require.NoError(t, err)
-			ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IPs: v.IPs, Phase: p.Status.Phase}
+			ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: p.Labels, IPs: v.IPs, Phase: p.Status.Phase, NotReady: v.NotReady}
 			for _, port := range v.Ports {
 				ep.Ports = append(ep.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
 			}
@@ -107,7 +107,8 @@ func (w *svcWorld) live(t *testing.T) *live {
 		for _, s := range w.svcs[c] {
 			v, err := kube.ServiceToValue(s)
 			require.NoError(t, err)
-			es := enforce.Service{Namespace: s.Namespace, Name: s.Name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless}
+			es := enforce.Service{Namespace: s.Namespace, Name: s.Name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless,
+				PublishNotReady: v.PublishNotReady}
 			for _, p := range v.Ports {
 				es.Ports = append(es.Ports, enforce.ServicePort{Name: p.Name, Port: p.Port, TargetPort: p.TargetPort,
 					TargetPortName: p.TargetPortName, Protocol: corev1.Protocol(p.Protocol)})
@@ -116,7 +117,7 @@ func (w *svcWorld) live(t *testing.T) *live {
 		}
 		l.setServices(c, w.svcs[c])
 	}
-	for _, name := range slices.Sorted(maps.Keys(w.mcnps)) {
+	for _, name := range slices.Sorted(maps.Keys(w.mcnps)) { // in name order: tests pick l.mcnps["a"][0]
 		doc := w.mcnps[name]
 		var spec v1.MultiClusterNetworkPolicySpec
 		require.NoError(t, yaml.UnmarshalStrict([]byte(doc), &spec), name)
@@ -451,4 +452,27 @@ func TestVerdictServiceAddressNotOwned(t *testing.T) {
 	assert.False(t, sa.Admitted)
 	assert.Len(t, sa.AdmittedBackends, 2)
 	assert.Contains(t, sa.Decision, "Degraded "+enforce.ReasonServiceIPNotOwned)
+}
+
+// Readiness: the egress MCNP admits only db-0; db-1 is not Ready, so it
+// is no endpoint, the address rule exists and the verdict is ALLOWED with
+// db-1 listed as excluded. With publishNotReadyAddresses db-1 is an
+// endpoint again: no address rule, and the verdict says the egress
+// denies the ClusterIP.
+func TestVerdictServiceNotReadyBackend(t *testing.T) {
+	w := newSvcWorld()
+	w.mcnps["api-egress"] = strings.Replace(w.mcnps["api-egress"], "{role: db}", "{tier: primary}", 1)
+	w.pods["b"][1].Status.Conditions[0].Status = corev1.ConditionFalse
+	v, err := verdictService(w.live(t), Endpoint{"a", "shop", "api"}, apiToDB, 15432, corev1.ProtocolTCP)
+	require.NoError(t, err)
+	assert.True(t, v.Allowed, "%+v", v)
+	assert.Equal(t, []string{"b/shop/db-1: not Ready: not an endpoint, receives no service traffic"}, v.Excluded)
+	require.Len(t, v.Backends, 1)
+
+	w.svcs["b"][0].Spec.PublishNotReadyAddresses = true
+	v, err = verdictService(w.live(t), Endpoint{"a", "shop", "api"}, apiToDB, 15432, corev1.ProtocolTCP)
+	require.NoError(t, err)
+	assert.False(t, v.Allowed)
+	assert.Len(t, v.Backends, 2, "published while not ready: an endpoint")
+	assert.Equal(t, "the egress of a/shop/api denies the ClusterIP 10.97.0.20 on 15432/TCP", v.Reason)
 }

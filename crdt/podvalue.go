@@ -199,6 +199,8 @@ func podFieldBit(key []byte) uint8 {
 		return 32
 	case "eg":
 		return 64
+	case "nr":
+		return 128
 	}
 	return 0
 }
@@ -226,6 +228,10 @@ func (pd *PodDecoder) field(v *PodValue, key []byte) (err error) {
 		err = pd.ports(v)
 	case "eg":
 		v.EgressIPs, err = pd.strs(v.EgressIPs)
+	case "nr":
+		if err = pd.peek(func(c byte) bool { return c == msgpcode.True || c == msgpcode.False }); err == nil {
+			v.NotReady, err = pd.d.DecodeBool()
+		}
 	default:
 		err = pd.d.Skip()
 	}

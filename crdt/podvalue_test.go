@@ -64,12 +64,15 @@ func podSeeds() [][]byte {
 	enc(&PodValue{Labels: map[string]string{"app": "web", "pod-template-hash": "abc", "tier": "frontend"},
 		IPs: []string{"10.0.0.1", "fd00::1"}, Phase: "Running", Ports: []NamedPort{{Name: "http", Port: 8080}, {Port: 53, Protocol: "UDP"}}})
 	enc(&PodValue{HostNetwork: true, EgressIPs: []string{"242.0.0.1"}, Phase: "Succeeded"})
+	enc(&PodValue{IPs: []string{"10.0.0.2"}, Phase: "Running", NotReady: true})
 	// other forms DecodeValue accepts or rejects
 	add(map[string]any{"v": 1, "l": nil, "ip": nil, "po": nil})                         // nil fields
 	add(map[string]any{"v": 300, "ph": "x"})                                            // format truncated to uint8
 	add(map[string]any{"v": 1, "po": []any{map[string]any{"p": -5, "n": "a", "x": 1}}}) // negative port, unknown key
 	add(map[string]any{"v": 1, "po": []any{[]any{"n", 80, "TCP"}}})                     // array-encoded port
 	add(map[string]any{"v": 1, "hn": 1})                                                // wrong type
+	add(map[string]any{"v": 1, "nr": 1})                                                // wrong type
+	add(map[string]any{"v": 1, "nr": true, "ip": []string{"10.0.0.3"}})                 // written by hand
 	add(map[string]any{"v": 1, "zz": map[string]any{"a": []int{1, 2}}, "l": map[string]string{"a": ""}})
 	add([]any{1, map[string]string{"a": "b"}, []string{"1.2.3.4"}, "Running", false, nil, nil}) // array-encoded struct
 	add(map[string]any{"l": map[string]string{"a": "b"}})                                       // no format
@@ -126,4 +129,38 @@ func BenchmarkDecodePodValue(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestNotReadyForwardCompatible: a pod value without the readiness field
+// (written by an older peer) reads as ready, the reading that counts the
+// pod as a Service backend; a value that has it decodes on both paths,
+// and the reused target forgets it on the next pod.
+func TestNotReadyForwardCompatible(t *testing.T) {
+	old, err := msgpack.Marshal(map[string]any{"v": 1, "ip": []string{"10.0.0.1"}, "ph": "Running"})
+	require.NoError(t, err)
+	nr, err := EncodeValue(&PodValue{IPs: []string{"10.0.0.2"}, Phase: "Running", NotReady: true})
+	require.NoError(t, err)
+	var pd PodDecoder
+	var v PodValue
+	require.NoError(t, pd.Decode(nr, &v))
+	require.True(t, v.NotReady)
+	require.NoError(t, pd.Decode(old, &v))
+	require.False(t, v.NotReady, "an older writer's pod is ready")
+	var slow PodValue
+	require.NoError(t, DecodeValue(nr, &slow))
+	require.True(t, slow.NotReady)
+	// and a Service value with the Globalnet and readiness fields reads
+	// on a decoder that predates them (unknown keys are skipped)
+	sv, err := EncodeValue(&ServiceValue{ClusterIPs: []string{"100.2.0.5"}, GlobalIPs: []string{"242.2.0.9"}, PublishNotReady: true})
+	require.NoError(t, err)
+	var before struct {
+		Format     uint8    `msgpack:"v"`
+		ClusterIPs []string `msgpack:"ip,omitempty"`
+	}
+	require.NoError(t, msgpack.Unmarshal(sv, &before))
+	require.Equal(t, []string{"100.2.0.5"}, before.ClusterIPs)
+	var back ServiceValue
+	require.NoError(t, DecodeValue(sv, &back))
+	require.Equal(t, []string{"242.2.0.9"}, back.GlobalIPs)
+	require.True(t, back.PublishNotReady)
 }

@@ -62,6 +62,10 @@ type PodValue struct {
 	Ports       []NamedPort       `msgpack:"po,omitempty"`
 	// EgressIPs are Globalnet per-pod egress IPs when allocated.
 	EgressIPs []string `msgpack:"eg,omitempty"`
+	// NotReady is true when the pod's Ready condition is not True: it is
+	// no endpoint of its Services. Absent (older writers) means ready,
+	// which counts the pod as a backend (the stricter reading).
+	NotReady bool `msgpack:"nr,omitempty"`
 }
 
 // PolicyValue carries a MultiClusterNetworkPolicy (KindPolicy).
@@ -112,6 +116,12 @@ type ServiceValue struct {
 	// Service without one has no pods the exporting cluster chose.
 	Selector map[string]string `msgpack:"s,omitempty"`
 	Headless bool              `msgpack:"h,omitempty"`
+	// GlobalIPs are the Globalnet global ingress IPs allocated to the
+	// Service (GlobalIngressIP status.allocatedIP, target ClusterIPService).
+	GlobalIPs []string `msgpack:"gi,omitempty"`
+	// PublishNotReady mirrors spec.publishNotReadyAddresses: every
+	// selected pod is an endpoint, ready or not.
+	PublishNotReady bool `msgpack:"pn,omitempty"`
 }
 
 // Value is implemented by the value type of every kind (pointer receivers):

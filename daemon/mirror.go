@@ -299,7 +299,7 @@ func (m *Mirror) applyPod(ch crdt.Change, isLive bool) (*enforce.Change, error) 
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
 		p := enforce.Pod{Namespace: ns, Name: name, Labels: v.Labels, IPs: v.IPs,
-			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, EgressIPs: v.EgressIPs}
+			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, EgressIPs: v.EgressIPs, NotReady: v.NotReady}
 		for _, port := range v.Ports {
 			p.Ports = append(p.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
 		}
@@ -361,7 +361,8 @@ func (m *Mirror) applyService(ch crdt.Change, isLive bool) (*enforce.Change, err
 	if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
 		return nil, fmt.Errorf("%s: %w", k, err)
 	}
-	s := enforce.Service{Namespace: ns, Name: name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless}
+	s := enforce.Service{Namespace: ns, Name: name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless,
+		GlobalIPs: v.GlobalIPs, PublishNotReady: v.PublishNotReady}
 	for _, p := range v.Ports {
 		s.Ports = append(s.Ports, enforce.ServicePort{Name: p.Name, Port: p.Port, TargetPort: p.TargetPort,
 			TargetPortName: p.TargetPortName, Protocol: corev1.Protocol(p.Protocol)})

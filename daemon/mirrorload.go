@@ -159,7 +159,7 @@ func (m *Mirror) loadPods(origin string, entries []crdt.Entry, slow func(*crdt.E
 			m.counts[origin]++
 			m.ensureCluster(origin)
 			p = enforce.Pod{Namespace: d.ns, Name: d.name, Labels: d.v.Labels, IPs: d.v.IPs,
-				Phase: corev1.PodPhase(d.v.Phase), HostNetwork: d.v.HostNetwork, EgressIPs: d.v.EgressIPs, Ports: p.Ports[:0]}
+				Phase: corev1.PodPhase(d.v.Phase), HostNetwork: d.v.HostNetwork, EgressIPs: d.v.EgressIPs, NotReady: d.v.NotReady, Ports: p.Ports[:0]}
 			for _, port := range d.v.Ports {
 				p.Ports = append(p.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
 			}

@@ -22,21 +22,28 @@ import (
 // restores the ClusterIP rule without a full recompute. A second policy
 // names the Service as a peer (egress and ingress, in every cluster or in
 // b only, the Service db or db2), so its backends and addresses follow the
-// same changes, the enforcing cluster's own export included.
+// same changes, the enforcing cluster's own export included. Backends
+// flip readiness, and cluster c has Globalnet: its Services are admitted
+// by their global IPs.
 func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 	clusters := []string{"a", "b", "c"}
-	rendered, svcRendered, svcNative := 0, 0, 0
+	rendered, svcRendered, svcNative, globalRendered := 0, 0, 0, 0
 	for seed := int64(1); seed <= 4; seed++ {
 		rng := rand.New(rand.NewSource(seed))
 		w := newWorld(t, "a", clusters...)
 		nets, err := enforce.ParseClusterCIDRs([]string{"a=10.0.0.0/16", "a:service=10.96.0.0/16",
-			"b=10.1.0.0/16", "b:service=10.97.0.0/16", "c=10.2.0.0/16", "c:service=10.98.0.0/16"})
+			"b=10.1.0.0/16", "b:service=10.97.0.0/16", "c=10.2.0.0/16", "c:service=10.98.0.0/16", "c:global=242.2.0.0/16"})
 		require.NoError(t, err)
 		w.setNetworks(nets)
 		for _, c := range clusters {
 			// known (empty) labels: a cluster whose labels are unknown
-			// matches no clusterSelector but one naming its ID
-			w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{})
+			// matches no clusterSelector but one naming its ID; c has
+			// Globalnet (its Services are reached by global IPs)
+			cv := &crdt.ClusterValue{}
+			if c == "c" {
+				cv = &crdt.ClusterValue{Globalnet: true, GlobalCIDRs: []string{"242.2.0.0/16"}}
+			}
+			w.write(c, crdt.KindCluster, "", cv)
 			w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 		}
 		port := intstr.FromString("sql")
@@ -83,7 +90,7 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 				w.write(c, crdt.KindPod, name, &crdt.PodValue{
 					Labels: map[string]string{"app": "db", "tier": []string{"x", "y"}[rng.Intn(2)]},
 					IPs:    []string{fmt.Sprintf("10.%d.0.%d", idx, rng.Intn(250)+1)}, Phase: "Running",
-					Ports: []crdt.NamedPort{{Name: "sql", Port: 5432}}})
+					Ports: []crdt.NamedPort{{Name: "sql", Port: 5432}}, NotReady: rng.Intn(4) == 0})
 			case r < 9:
 				name := []string{"shop/db", "shop/db2"}[rng.Intn(2)]
 				if rng.Intn(4) == 0 {
@@ -96,6 +103,7 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 				}
 				w.write(c, crdt.KindService, name, &crdt.ServiceValue{
 					ClusterIPs: []string{fmt.Sprintf("10.9%d.0.%d", 6+idx, rng.Intn(3)+1)},
+					GlobalIPs:  []string{fmt.Sprintf("242.2.0.%d", rng.Intn(3)+1)},
 					Selector:   sel,
 					Ports:      []crdt.ServicePort{{Name: "sql", Port: 15432, TargetPortName: "sql"}}})
 			default:
@@ -109,6 +117,12 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 			require.Equal(t, want, names(w.outputs.Desired()), "seed %d step %d", seed, step)
 			if strings.Contains(strings.Join(want, ""), "10.97.0.") || strings.Contains(strings.Join(want, ""), "10.98.0.") {
 				rendered++
+			}
+			for _, ip := range []string{"242.2.0.1/32", "242.2.0.2/32", "242.2.0.3/32"} {
+				if strings.Contains(strings.Join(want, ""), ip) {
+					globalRendered++ // a Service's global IP (c's pods: its global CIDR)
+					break
+				}
 			}
 			for _, np := range w.fromScratch("a") {
 				if np.Labels["coastguard.submariner.io/origin-name"] != "svcpeer" || len(np.Spec.Ingress) == 0 {
@@ -132,4 +146,5 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 	require.Greater(t, rendered, 10, "some steps must render a ClusterIP")
 	require.Greater(t, svcRendered, 10, "some steps must render a service peer's backends")
 	require.Greater(t, svcNative, 10, "some steps must render the enforcing cluster's own export natively")
+	require.Greater(t, globalRendered, 5, "some steps must render a Globalnet Service's global IP")
 }

@@ -172,9 +172,10 @@ func (d *Daemon) inventoryConfig() kube.InventoryConfig {
 	o := d.opts
 	return kube.InventoryConfig{
 		ClusterID: o.ClusterID, Client: o.Client, Dynamic: o.Dynamic,
-		Writer:       d.elector.Fenced(d.w),
-		Persisted:    d.persistedOwn,
-		PodEgressIPs: o.Submariner.PodEgressIPsFunc(),
+		Writer:           d.elector.Fenced(d.w),
+		Persisted:        d.persistedOwn,
+		PodEgressIPs:     o.Submariner.PodEgressIPsFunc(),
+		ServiceGlobalIPs: o.Submariner.ServiceGlobalIPsFunc(),
 		ClusterInfo: func() kube.ClusterInfo {
 			ci := o.ClusterInfo
 			if o.Submariner != nil {
@@ -231,6 +232,7 @@ func (d *Daemon) startSubmariner(ctx context.Context) {
 	sub.OnChange(d.inv.ClusterChanged)
 	sub.OnChange(d.refreshNetworks)
 	sub.OnPodEgressChange(d.inv.NamespacePodsChanged)
+	sub.OnServiceGlobalIPChange(d.inv.ServiceChanged)
 	sub.Start(ctx.Done())
 	syncCtx, syncCancel := context.WithTimeout(ctx, SubmarinerSyncTimeout)
 	defer syncCancel()

@@ -247,11 +247,24 @@ type podAux struct {
 	// family of the pod's first address (podEntry.ip): 4, 6, or 0 when
 	// the pod is not eligible.
 	family uint8
+	// notReady: the pod is no ready endpoint (Pod.NotReady).
+	notReady bool
 }
 
-func appendAuxKey(b []byte, nsID uint64, family uint8, ports []Port, more []netip.Addr, egress []netip.Prefix) []byte {
+// podFlags are the small per-pod facts interned in podAux.
+type podFlags struct {
+	family   uint8
+	notReady bool
+}
+
+func appendAuxKey(b []byte, nsID uint64, f podFlags, ports []Port, more []netip.Addr, egress []netip.Prefix) []byte {
 	b = binary.BigEndian.AppendUint64(b, nsID)
-	b = append(b, family)
+	b = append(b, f.family)
+	if f.notReady {
+		b = append(b, 1)
+	} else {
+		b = append(b, 0)
+	}
 	for _, p := range ports {
 		b = append(b, p.Name...)
 		b = append(b, 0)
@@ -273,14 +286,14 @@ func appendAuxKey(b []byte, nsID uint64, family uint8, ports []Port, more []neti
 	return b
 }
 
-func (in *interner) podAux(ns *namespaceState, family uint8, ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
-	in.buf = appendAuxKey(in.buf[:0], ns.id, family, ports, more, egress)
+func (in *interner) podAux(ns *namespaceState, f podFlags, ports []Port, more []netip.Addr, egress []netip.Prefix) *podAux {
+	in.buf = appendAuxKey(in.buf[:0], ns.id, f, ports, more, egress)
 	if a := in.aux[string(in.buf)]; a != nil {
 		a.refs++
 		return a
 	}
 	k := string(in.buf)
-	a := &podAux{ns: ns, family: family, ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
+	a := &podAux{ns: ns, family: f.family, notReady: f.notReady, ports: slices.Clone(ports), more: slices.Clone(more), egress: slices.Clone(egress), key: k, refs: 1}
 	in.aux[k] = a
 	return a
 }
@@ -312,6 +325,10 @@ func (e *podEntry) ns() *namespaceState { return e.aux.ns }
 
 // eligible reports whether the pod can be a peer.
 func (e *podEntry) eligible() bool { return e.aux.family != 0 }
+
+// ready reports whether the pod's Ready condition is True (or unknown:
+// older writers do not say), i.e. whether kube-proxy sends it traffic.
+func (e *podEntry) ready() bool { return !e.aux.notReady }
 
 // addr is the pod's first address (invalid for an ineligible pod).
 func (e *podEntry) addr() netip.Addr {

@@ -264,6 +264,8 @@ var reasonOrder = []string{
 	ReasonGlobalnetPeersDropped,
 	ReasonOverlappingPodCIDRs,
 	ReasonServiceIPNotOwned,
+	reasonServiceGlobalIPNotOwned,
+	reasonServiceNoGlobalIP,
 	ReasonServicePartiallyAdmitted,
 	ReasonGlobalnetCoarseIdentity,
 }
@@ -276,6 +278,9 @@ var reasonHint = map[string]string{
 	ReasonPodIPReserved:           " (loopback, link-local, unspecified or multicast pod IPs left out)",
 	ReasonPodIPOutsideClusterCIDR: " (pod IPs outside their cluster's CIDRs left out)",
 	ReasonServiceIPNotOwned:       " (Service addresses outside their cluster's service CIDRs left out)",
+	reasonServiceGlobalIPNotOwned: " (Service global ingress IPs outside their cluster's global CIDRs left out)",
+	reasonServiceNoGlobalIP: " (Services of Globalnet clusters without a global ingress IP: " +
+		"their addresses are not admitted)",
 	ReasonServicePartiallyAdmitted: " (Services of which the egress rule admits only some backends: " +
 		"their addresses are not admitted)",
 	ReasonServicePeerNotExported: " (service peers naming a Service that no selected cluster exports: " +
@@ -331,8 +336,10 @@ func (b *remoteBuilder) put(a netip.Prefix, pod *podEntry, shared bool) {
 //   - ingress (the pod is the source): its per-pod egress IPs, else its
 //     namespace's, else the cluster-wide ones (coarse);
 //   - egress (the pod is the destination): it is reached only through
-//     global ingress IPs coastguard does not track, all inside the
-//     cluster's global CIDRs (coarse).
+//     global ingress IPs, all inside the cluster's global CIDRs (coarse);
+//     the pod is also recorded as selected, so that the global ingress IPs
+//     of Services whose backends the rule selects entirely are admitted
+//     exactly (services.go).
 //
 // Coarse addresses are rendered or, with GlobalnetDrop, left out; either
 // way the set records why.
@@ -349,6 +356,9 @@ func (b *remoteBuilder) add(c string, pod *podEntry) {
 	}
 	var exact, coarse []netip.Prefix
 	if b.egress {
+		// Its exported Services' global ingress IPs are exact: the rule
+		// selects this pod, whatever its coarse address (services.go).
+		b.set.selectGlobalnet(pod)
 		coarse = v.globalCIDRs
 	} else if own := pod.egress(); len(own) > 0 {
 		exact = own

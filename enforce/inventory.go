@@ -81,6 +81,10 @@ type Pod struct {
 	// EgressIPs are the pod's Globalnet egress IPs when a GlobalEgressIP
 	// with a podSelector selects it.
 	EgressIPs []string
+	// NotReady: the pod's Ready condition is not True, so it is no
+	// endpoint of its Services (unless they publish not-ready addresses).
+	// It stays a peer by its own IP (docs/SEMANTICS.md "Readiness").
+	NotReady bool
 }
 
 // Eligible reports whether the pod can be a peer: it has an IP, is not
@@ -432,7 +436,7 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 	if len(addrs) > 0 && p.Eligible() {
 		family, more = e.setAddr(addrs[0]), addrs[1:]
 	}
-	e.aux = inv.intern.podAux(ns, family, p.Ports, more, egress)
+	e.aux = inv.intern.podAux(ns, podFlags{family: family, notReady: p.NotReady}, p.Ports, more, egress)
 	if old != nil {
 		inv.dropPod(ns, old)
 	}

@@ -33,6 +33,15 @@ const (
 	// its cluster's service CIDRs as this cluster knows them (or they are
 	// unknown, or it lies in this cluster's own ranges): not rendered.
 	ReasonServiceIPNotOwned = "ServiceIPOutsideServiceCIDR"
+	// reasonServiceGlobalIPNotOwned: a Globalnet cluster's exported
+	// Service claims a global ingress IP outside that cluster's global
+	// CIDRs as this cluster knows them (or they are unknown, or it lies in
+	// this cluster's own ranges): not rendered.
+	reasonServiceGlobalIPNotOwned = "ServiceGlobalIPOutsideGlobalCIDR"
+	// reasonServiceNoGlobalIP: a Globalnet cluster's exported Service
+	// whose backends an egress rule admits has no global ingress IP (yet):
+	// clients cannot reach it across the cable, nothing is rendered.
+	reasonServiceNoGlobalIP = "ServiceGlobalIPNotAllocated"
 )
 
 // ServicePort is a port of an exported Service.
@@ -56,12 +65,27 @@ type Service struct {
 	// without a selector has no backends coastguard can see.
 	Selector map[string]string
 	Headless bool
+	// GlobalIPs are the Service's Globalnet global ingress IPs: how
+	// clients of other clusters reach it when its cluster has Globalnet.
+	GlobalIPs []string
+	// PublishNotReady: spec.publishNotReadyAddresses, every selected pod
+	// is an endpoint whether it is ready or not.
+	PublishNotReady bool
 }
 
 type serviceState struct {
 	svc   Service
 	sel   labels.Selector // nil: no selector
 	addrs []netip.Prefix  // parsed cluster IPs
+	// global are the parsed global ingress IPs (Globalnet).
+	global []netip.Prefix
+}
+
+// serves reports whether kube-proxy of the Service's cluster may send the
+// Service's traffic to pod: it is ready, or the Service publishes
+// not-ready addresses.
+func (st *serviceState) serves(pod *podEntry) bool {
+	return st.svc.PublishNotReady || pod.ready()
 }
 
 // SetService adds or replaces an exported Service of a cluster.
@@ -79,11 +103,13 @@ func (inv *Inventory) SetService(cluster string, s Service) {
 	st.svc.ClusterIPs = slices.Clone(s.ClusterIPs)
 	st.svc.Ports = slices.Clone(s.Ports)
 	st.svc.Selector = maps.Clone(s.Selector)
+	st.svc.GlobalIPs = slices.Clone(s.GlobalIPs)
 	if len(s.Selector) > 0 {
 		st.sel = labels.SelectorFromSet(labels.Set(st.svc.Selector))
 	}
 	if !s.Headless {
 		st.addrs = parseAddrs(s.ClusterIPs)
+		st.global = hostAddrs(s.GlobalIPs)
 	}
 	byName[s.Name] = st
 }
@@ -215,6 +241,25 @@ func admittedPods(remote map[netip.Prefix]*renderedAddr, addrs []netip.Prefix) m
 	return out
 }
 
+// admittedBackends returns, by "cluster\x00namespace", the remote pods an
+// egress rule admits for the exactness rule: those rendered by their own
+// IPs (admittedPods) and the selected pods of Globalnet clusters, whose
+// Services are reached by their global ingress IPs (remoteSet.gnSelected).
+func admittedBackends(sets []*remoteSet, remote map[netip.Prefix]*renderedAddr, addrs []netip.Prefix) map[string]map[*podEntry]bool {
+	out := admittedPods(remote, addrs)
+	for _, rs := range sets {
+		for k, pods := range rs.gnSelected {
+			if out[k] == nil {
+				out[k] = map[*podEntry]bool{}
+			}
+			for p := range pods {
+				out[k][p] = true
+			}
+		}
+	}
+	return out
+}
+
 // serviceDecision is what the exactness rule decides for one Service and
 // one egress rule: the service ports whose address is admitted, and
 // whether some port was admitted only for some backends.
@@ -245,7 +290,9 @@ func (ec *evalCache) backends(st *serviceState, ns *namespaceState) []*podEntry 
 }
 
 // decideService applies the exactness rule to one Service, whose
-// backends are given, for one egress rule.
+// backends are given, for one egress rule. Only backends the Service's
+// load balancer may pick count (st.serves: ready, or published while not
+// ready): a not-ready backend neither blocks the address nor admits it.
 func decideService(st *serviceState, backends []*podEntry, admitted map[*podEntry]bool, rulePorts []networkingv1.NetworkPolicyPort) serviceDecision {
 	var d serviceDecision
 	for _, sp := range st.svc.Ports {
@@ -253,7 +300,7 @@ func decideService(st *serviceState, backends []*podEntry, admitted map[*podEntr
 		n, ok := 0, 0
 		for _, pod := range backends {
 			target, serves := backendPort(sp, pod)
-			if !serves {
+			if !serves || !st.serves(pod) {
 				continue
 			}
 			n++
@@ -274,59 +321,97 @@ func decideService(st *serviceState, backends []*podEntry, admitted map[*podEntr
 	return d
 }
 
+// serviceGroups collects the address rules of one egress rule, grouped
+// by identical port lists in order of first appearance.
+type serviceGroups struct {
+	groups map[string]*outRule
+	order  []string
+}
+
+func (g *serviceGroups) add(ports []networkingv1.NetworkPolicyPort, a netip.Prefix) {
+	pk := portsKey(ports)
+	r := g.groups[pk]
+	if r == nil {
+		if g.groups == nil {
+			g.groups = map[string]*outRule{}
+		}
+		r = &outRule{ports: ports}
+		g.groups[pk] = r
+		g.order = append(g.order, pk)
+	}
+	r.peers = appendIPBlock(r.peers, &r.sizes, a)
+}
+
+func (g *serviceGroups) rules() []outRule {
+	out := make([]outRule, 0, len(g.order))
+	for _, pk := range g.order {
+		out = append(out, *g.groups[pk])
+	}
+	return out
+}
+
 // serviceRules returns the address rules of one egress rule: for every
 // exported Service of a remote cluster that backs some admitted pod, its
-// cluster IPs on the service ports whose backends the rule admits
-// entirely (see the exactness rule above). Problems are recorded in acc.
-func serviceRules(inv *Inventory, ec *evalCache, r *compiledRule, remote map[netip.Prefix]*renderedAddr, addrs []netip.Prefix, acc *evalAcc) []outRule {
-	byNS := admittedPods(remote, addrs)
-	if len(byNS) == 0 {
+// addresses on the service ports whose backends the rule admits
+// entirely (see the exactness rule above). admitted holds, by
+// "cluster\x00namespace", the pods the rule admits (admittedBackends).
+// Problems are recorded in acc.
+func serviceRules(inv *Inventory, ec *evalCache, r *compiledRule, admitted map[string]map[*podEntry]bool, acc *evalAcc) []outRule {
+	if len(admitted) == 0 {
 		return nil
 	}
-	keys := slices.Sorted(maps.Keys(byNS))
-	groups := map[string]*outRule{}
-	var order []string
-	for _, k := range keys {
+	var g serviceGroups
+	for _, k := range slices.Sorted(maps.Keys(admitted)) {
 		cid, nsName, _ := strings.Cut(k, "\x00")
 		c := inv.clusters[cid]
 		if c == nil || c.services[nsName] == nil {
 			continue
 		}
 		ns := c.namespaces[nsName]
-		admitted := byNS[k]
 		for _, name := range slices.Sorted(maps.Keys(c.services[nsName])) {
 			st := c.services[nsName][name]
-			if st.sel == nil || len(st.addrs) == 0 || !selectsSome(st.sel, admitted) {
+			if st.sel == nil || st.svc.Headless || !selectsSome(st.sel, admitted[k]) {
 				continue
 			}
 			id := cid + "/" + nsName + "/" + name
-			d := decideService(st, ec.backends(st, ns), admitted, r.ports)
+			d := decideService(st, ec.backends(st, ns), admitted[k], r.ports)
 			if d.partial {
 				acc.problems.add(ReasonServicePartiallyAdmitted, id)
 			}
 			if len(d.ports) == 0 {
 				continue
 			}
-			for _, a := range st.addrs {
-				if CheckServiceAddr(ec.local(inv), inv.networksOf(cid), a) != DropNone {
-					acc.problems.add(ReasonServiceIPNotOwned, id)
-					continue
-				}
-				pk := portsKey(d.ports)
-				g := groups[pk]
-				if g == nil {
-					g = &outRule{ports: d.ports}
-					groups[pk] = g
-					order = append(order, pk)
-				}
-				g.peers = appendIPBlock(g.peers, &g.sizes, a)
+			for _, a := range ec.serviceAddrs(inv, cid, st, id, acc) {
+				g.add(d.ports, a)
 				acc.seen[a] = struct{}{}
 			}
 		}
 	}
-	out := make([]outRule, 0, len(order))
-	for _, pk := range order {
-		out = append(out, *groups[pk])
+	return g.rules()
+}
+
+// serviceAddrs returns the addresses under which clients of the enforcing
+// cluster reach Service st of cluster cid, each checked for ownership:
+// its ClusterIPs, or its global ingress IPs when cid has Globalnet (its
+// gateway translates them to the Service; its ClusterIPs are not routable
+// across the cable there). Problems are recorded in acc under id.
+func (ec *evalCache) serviceAddrs(inv *Inventory, cid string, st *serviceState, id string, acc *evalAcc) []netip.Prefix {
+	owner := inv.networksOf(cid)
+	check, addrs, reason := CheckServiceAddr, st.addrs, ReasonServiceIPNotOwned
+	if ec.view(inv, cid).globalnet {
+		check, addrs, reason = checkServiceGlobalAddr, st.global, reasonServiceGlobalIPNotOwned
+		if len(addrs) == 0 {
+			acc.problems.add(reasonServiceNoGlobalIP, id)
+			return nil
+		}
+	}
+	out := make([]netip.Prefix, 0, len(addrs))
+	for _, a := range addrs {
+		if check(ec.local(inv), owner, a) != DropNone {
+			acc.problems.add(reason, id)
+			continue
+		}
+		out = append(out, a)
 	}
 	return out
 }
@@ -351,4 +436,32 @@ func CheckServiceAddr(local, owner *ClusterNetworks, p netip.Prefix) DropReason 
 	}
 	o := ClusterNetworks{PodCIDRs: owner.ServiceCIDRs}
 	return CheckRemoteAddr(local, &o, false, p)
+}
+
+// checkServiceGlobalAddr decides whether the global ingress IP p of an
+// exported Service of the Globalnet cluster owner may become an ipBlock in
+// the enforcing cluster (local): the owner's global CIDRs, as this
+// cluster knows them independently of gossip, must be known and contain
+// p; p must not be reserved nor overlap the enforcing cluster's own
+// ranges (the rules of CheckRemoteAddr for a global address).
+func checkServiceGlobalAddr(local, owner *ClusterNetworks, p netip.Prefix) DropReason {
+	if owner == nil || len(owner.GlobalCIDRs) == 0 {
+		return DropCIDRsUnknown
+	}
+	return CheckRemoteAddr(local, owner, true, p)
+}
+
+// hostAddrs parses single IP addresses (a Service address is one host);
+// prefixes and invalid entries are skipped, so a claimed range can never
+// widen an address rule.
+func hostAddrs(in []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, s := range in {
+		if a, err := netip.ParseAddr(s); err == nil {
+			a = a.Unmap().WithZone("")
+			out = append(out, netip.PrefixFrom(a, a.BitLen()))
+		}
+	}
+	slices.SortFunc(out, netip.Prefix.Compare)
+	return slices.Compact(out)
 }

@@ -166,7 +166,8 @@ func TestServiceChangesAffectPolicies(t *testing.T) {
 }
 
 // The address rule never admits a flow the MCNP denies: over random
-// backends, selectors and ports, every (ClusterIP, service port) the
+// backends (ready or not), selectors, ports, publishNotReadyAddresses
+// and with or without Globalnet in the exporting cluster, every (ClusterIP, service port) the
 // generated egress rules admit leads only to backends on target ports
 // that the MCNP itself admits (an oracle reading the spec, not the
 // translator); and when one rule admits every backend, the address is
@@ -174,8 +175,8 @@ func TestServiceChangesAffectPolicies(t *testing.T) {
 func TestServiceAddressNeverOverAllows(t *testing.T) {
 	rng := rand.New(rand.NewSource(33))
 	vals := []string{"a", "b"}
-	var nAllowed, nPartial int
-	for iter := 0; iter < 400; iter++ {
+	var nAllowed, nPartial, nGlobal int
+	for iter := 0; iter < 600; iter++ {
 		inv := svcInv(t)
 		inv.RemovePod("eu-2", "shop", "db-0")
 		var backends []Pod
@@ -185,6 +186,7 @@ func TestServiceAddressNeverOverAllows(t *testing.T) {
 				p.Ports = append(p.Ports, Port{Name: "pg", Port: int32(5432 + rng.Intn(2))})
 			}
 			p.HostNetwork = rng.Intn(10) == 0
+			p.NotReady = rng.Intn(4) == 0
 			inv.SetPod("eu-2", p)
 			backends = append(backends, p)
 		}
@@ -194,7 +196,17 @@ func TestServiceAddressNeverOverAllows(t *testing.T) {
 		} else {
 			sp.TargetPort = int32(5432 + rng.Intn(2))
 		}
-		inv.SetService("eu-2", Service{Namespace: "shop", Name: "db", ClusterIPs: []string{"10.97.0.20"}, Selector: l("role", "db"), Ports: []ServicePort{sp}})
+		publish := rng.Intn(5) == 0
+		// eu-2 with Globalnet: the Service is reached by its global IP
+		gn := rng.Intn(3) == 0
+		addr := "10.97.0.20/32 TCP:15432"
+		if gn {
+			inv.SetCluster(Cluster{ID: "eu-2", Globalnet: true, GlobalCIDRs: []string{"242.2.0.0/16"}})
+			inv.SetNetworks(nets(t, "eu-1=10.1.0.0/16", "eu-1:service=10.96.0.0/16", "eu-2=10.2.0.0/16", "eu-2:service=10.97.0.0/16", "eu-2:global=242.2.0.0/16"))
+			addr = "242.2.0.9/32 TCP:15432"
+		}
+		inv.SetService("eu-2", Service{Namespace: "shop", Name: "db", ClusterIPs: []string{"10.97.0.20"}, GlobalIPs: []string{"242.2.0.9"},
+			Selector: l("role", "db"), Ports: []ServicePort{sp}, PublishNotReady: publish})
 		sels := []string{"{role: db}", "{x: a}", "{x: b}"}
 		portsOpts := []string{"[{port: pg}]", "[{port: 5432}]", "[{port: 5433}]", "[{port: 5432, endPort: 5433}]", "[]", "[{protocol: UDP, port: 5432}]"}
 		sel, ports := sels[rng.Intn(len(sels))], portsOpts[rng.Intn(len(portsOpts))]
@@ -240,15 +252,21 @@ func TestServiceAddressNeverOverAllows(t *testing.T) {
 					}
 				}
 			}
-			if !serves {
-				continue
+			if !serves || (b.NotReady && !publish) {
+				continue // kube-proxy never picks it
 			}
 			n++
 			ok := admits(b, target)
 			all, some = all && ok, some || ok
 		}
-		allowed := slices.Contains(addressRules(res), "10.97.0.20/32 TCP:15432")
-		msg := fmt.Sprintf("iter %d: backends %v service port %+v rule %s %s", iter, backends, sp, sel, ports)
+		allowed := slices.Contains(addressRules(res), addr)
+		msg := fmt.Sprintf("iter %d: backends %v service port %+v publishNotReady %v globalnet %v rule %s %s", iter, backends, sp, publish, gn, sel, ports)
+		if gn {
+			require.NotContains(t, addressRules(res), "10.97.0.20/32 TCP:15432", "a Globalnet cluster's ClusterIP is never rendered: %s", msg)
+			if allowed {
+				nGlobal++
+			}
+		}
 		if allowed {
 			nAllowed++
 		}
@@ -263,4 +281,5 @@ func TestServiceAddressNeverOverAllows(t *testing.T) {
 	}
 	require.Greater(t, nAllowed, 20, "the generator must exercise admitted addresses")
 	require.Greater(t, nPartial, 20, "the generator must exercise partial admission")
+	require.Greater(t, nGlobal, 10, "the generator must exercise admitted global IPs")
 }

@@ -370,6 +370,21 @@ type remoteSet struct {
 	addrs    map[netip.Prefix]*renderedAddr
 	sorted   []netip.Prefix
 	problems problems
+	// gnSelected: the selected pods of Globalnet clusters in an egress
+	// rule, by "cluster\x00namespace" (they have no address of their own
+	// there; services.go admits their Services' global ingress IPs).
+	gnSelected map[string]map[*podEntry]bool
+}
+
+func (rs *remoteSet) selectGlobalnet(pod *podEntry) {
+	k := pod.ns().cluster.id + "\x00" + pod.ns().name
+	if rs.gnSelected == nil {
+		rs.gnSelected = map[string]map[*podEntry]bool{}
+	}
+	if rs.gnSelected[k] == nil {
+		rs.gnSelected[k] = map[*podEntry]bool{}
+	}
+	rs.gnSelected[k][pod] = true
 }
 
 // evalCache shares remoteSets between the policies of one evaluation batch
@@ -447,7 +462,7 @@ func translateRule(inv *Inventory, ec *evalCache, policyNS string, r *compiledRu
 	if egress {
 		// Exported Services whose backends the rule admits: their
 		// addresses too (services.go, the exactness rule).
-		svc = serviceRules(inv, ec, r, remote, addrs, acc)
+		svc = serviceRules(inv, ec, r, admittedBackends(sets, remote, addrs), acc)
 	}
 
 	if !egress || !r.hasNamed {
@@ -495,7 +510,7 @@ func rulePeers(inv *Inventory, ec *evalCache, policyNS string, r *compiledRule, 
 			base.peers = append(base.peers, *native.DeepCopy())
 			base.sizes = append(base.sizes, size)
 		}
-		if len(rs.sorted) > 0 {
+		if len(rs.sorted) > 0 || len(rs.gnSelected) > 0 {
 			sets = append(sets, rs)
 		}
 	}

@@ -60,6 +60,10 @@ type InventoryConfig struct {
 	// SubmarinerWatcher.PodEgressIPs). Call NamespacePodsChanged when they
 	// change.
 	PodEgressIPs func(namespace string, labels map[string]string) []string
+	// ServiceGlobalIPs supplies an exported Service's Globalnet global
+	// ingress IPs (optional; see SubmarinerWatcher.ServiceGlobalIPs). Call
+	// ServiceChanged when they change.
+	ServiceGlobalIPs func(namespace, name string) ([]string, error)
 	// PodFilter selects replicated pods (default PodRelevant).
 	PodFilter func(*corev1.Pod) bool
 	// FullSyncPeriod is how often the writer re-diffs everything against

@@ -2,10 +2,12 @@ package kube
 
 import (
 	"fmt"
+	"net/netip"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -22,10 +24,11 @@ var ServiceExportResource = schema.GroupVersionResource{Group: "multicluster.x-k
 
 // ServiceToValue converts an exported Service into its replicated value:
 // cluster IPs (none when headless), ports with their targetPorts (numeric
-// or named) and the selector. A cluster IP that is not an IP address, or a
+// or named), the selector and publishNotReadyAddresses. Its Globalnet
+// global ingress IPs are the caller's to fill in (ServiceGlobalIPsFrom). A cluster IP that is not an IP address, or a
 // port without a port number, is an error.
 func ServiceToValue(s *corev1.Service) (crdt.ServiceValue, error) {
-	v := crdt.ServiceValue{Selector: copyLabels(s.Spec.Selector)}
+	v := crdt.ServiceValue{Selector: copyLabels(s.Spec.Selector), PublishNotReady: s.Spec.PublishNotReadyAddresses}
 	ips := s.Spec.ClusterIPs
 	if len(ips) == 0 && s.Spec.ClusterIP != "" {
 		ips = []string{s.Spec.ClusterIP}
@@ -122,7 +125,52 @@ func serviceEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
+	if inv.cfg.ServiceGlobalIPs != nil && !v.Headless {
+		if v.GlobalIPs, err = inv.cfg.ServiceGlobalIPs(ns, n); err != nil {
+			return nil, false, err
+		}
+	}
 	return encodeEntry(&v)
+}
+
+// ServiceChanged queues a rewrite of the Service entry namespace/name (call
+// it when ServiceGlobalIPs may have changed for it).
+func (inv *Inventory) ServiceChanged(namespace, name string) {
+	inv.queue.Add(InventoryKey{Kind: crdt.KindService, Name: PodName(namespace, name)})
+}
+
+// globalIngressIPTargetService is the spec.target of a GlobalIngressIP that
+// allocates a global IP to a ClusterIP Service (Submariner Globalnet).
+const globalIngressIPTargetService = "ClusterIPService"
+
+// ServiceGlobalIPsFrom returns the global ingress IPs (sorted, unique) that
+// the GlobalIngressIPs of namespace ns allocate to the ClusterIP Service
+// called name (spec.target ClusterIPService, spec.serviceRef.name; the
+// converter behind SubmarinerWatcher.ServiceGlobalIPs and `coastguardd
+// render`). An allocatedIP that is not an IP address is an error naming
+// the object: the Service entry then keeps its last replicated value.
+func ServiceGlobalIPsFrom(objs []*unstructured.Unstructured, ns, name string) ([]string, error) {
+	var out []string
+	for _, u := range objs {
+		if u.GetNamespace() != ns {
+			continue
+		}
+		target, _, _ := unstructured.NestedString(u.Object, "spec", "target")
+		ref, _, _ := unstructured.NestedString(u.Object, "spec", "serviceRef", "name")
+		if target != globalIngressIPTargetService || ref != name {
+			continue
+		}
+		ip, _, _ := unstructured.NestedString(u.Object, "status", "allocatedIP")
+		if ip == "" {
+			continue // not allocated yet
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil || a.Zone() != "" || a.Is4In6() {
+			return nil, fmt.Errorf("GlobalIngressIP %s/%s: status.allocatedIP: %q is not an IP address", u.GetNamespace(), u.GetName(), ip)
+		}
+		out = append(out, a.String())
+	}
+	return sortedUnique(out), nil
 }
 
 // ensureServiceExports starts the ServiceExport informer once the

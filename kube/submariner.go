@@ -28,6 +28,7 @@ var (
 	SubmarinerClusterResource     = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "clusters"}
 	ClusterGlobalEgressIPResource = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "clusterglobalegressips"}
 	GlobalEgressIPResource        = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "globalegressips"}
+	GlobalIngressIPResource       = schema.GroupVersionResource{Group: "submariner.io", Version: "v1", Resource: "globalingressips"}
 )
 
 // SubmarinerConfig configures a SubmarinerWatcher.
@@ -54,11 +55,12 @@ type SubmarinerWatcher struct {
 	synced   []cache.InformerSynced
 	startFns []func(<-chan struct{})
 
-	clusters, clusterEgress, egress cache.GenericLister
+	clusters, clusterEgress, egress, ingress cache.GenericLister
 
-	mu       sync.Mutex
-	onChange []func()
-	onPods   []func(namespace string)
+	mu         sync.Mutex
+	onChange   []func()
+	onPods     []func(namespace string)
+	onServices []func(namespace, name string)
 }
 
 // NewSubmarinerWatcher sets up informers for the served Submariner
@@ -87,11 +89,21 @@ func NewSubmarinerWatcher(cfg SubmarinerConfig) (*SubmarinerWatcher, error) {
 		if err := inf.Informer().SetTransform(stripManagedFields); err != nil {
 			return nil, err
 		}
-		if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { w.changed(o, perPod) },
-			UpdateFunc: func(o, n any) { w.changed(o, perPod); w.changed(n, false) },
-			DeleteFunc: func(o any) { w.changed(o, perPod) },
-		}); err != nil {
+		var h cache.ResourceEventHandlerFuncs
+		if gvr == GlobalIngressIPResource {
+			h = cache.ResourceEventHandlerFuncs{
+				AddFunc:    w.serviceChanged,
+				UpdateFunc: func(o, n any) { w.serviceChanged(o); w.serviceChanged(n) },
+				DeleteFunc: w.serviceChanged,
+			}
+		} else {
+			h = cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(o any) { w.changed(o, perPod) },
+				UpdateFunc: func(o, n any) { w.changed(o, perPod); w.changed(n, false) },
+				DeleteFunc: func(o any) { w.changed(o, perPod) },
+			}
+		}
+		if _, err := inf.Informer().AddEventHandler(h); err != nil {
 			return nil, err
 		}
 		w.synced = append(w.synced, inf.Informer().HasSynced)
@@ -108,7 +120,53 @@ func NewSubmarinerWatcher(cfg SubmarinerConfig) (*SubmarinerWatcher, error) {
 	if w.egress, err = watch(GlobalEgressIPResource, metav1.NamespaceAll); err != nil {
 		return nil, err
 	}
+	if w.ingress, err = watch(GlobalIngressIPResource, metav1.NamespaceAll); err != nil {
+		return nil, err
+	}
 	return w, nil
+}
+
+// OnServiceGlobalIPChange registers fn to be called with the Service a
+// changed GlobalIngressIP names (its global ingress IPs may have changed).
+func (w *SubmarinerWatcher) OnServiceGlobalIPChange(fn func(namespace, name string)) {
+	w.mu.Lock()
+	w.onServices = append(w.onServices, fn)
+	w.mu.Unlock()
+}
+
+func (w *SubmarinerWatcher) serviceChanged(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	name, _, _ := unstructured.NestedString(u.Object, "spec", "serviceRef", "name")
+	if name == "" {
+		return // not a ClusterIP Service's (headless pods: not replicated)
+	}
+	w.mu.Lock()
+	fns := slices.Clone(w.onServices)
+	w.mu.Unlock()
+	for _, fn := range fns {
+		fn(u.GetNamespace(), name)
+	}
+}
+
+// ServiceGlobalIPs returns the global ingress IPs Globalnet allocated to
+// the ClusterIP Service namespace/name (ServiceGlobalIPsFrom).
+func (w *SubmarinerWatcher) ServiceGlobalIPs(ns, name string) ([]string, error) {
+	return ServiceGlobalIPsFrom(list(w.ingress, ns), ns, name)
+}
+
+// ServiceGlobalIPsFunc returns ServiceGlobalIPs for InventoryConfig, or nil
+// when w is nil or GlobalIngressIP is not served.
+func (w *SubmarinerWatcher) ServiceGlobalIPsFunc() func(string, string) ([]string, error) {
+	if w == nil || w.ingress == nil {
+		return nil
+	}
+	return w.ServiceGlobalIPs
 }
 
 // OnChange registers fn to be called (from an informer goroutine) after
@@ -170,7 +228,7 @@ func (w *SubmarinerWatcher) Watching() []string {
 	for _, x := range []struct {
 		l   cache.GenericLister
 		gvr schema.GroupVersionResource
-	}{{w.clusters, SubmarinerClusterResource}, {w.clusterEgress, ClusterGlobalEgressIPResource}, {w.egress, GlobalEgressIPResource}} {
+	}{{w.clusters, SubmarinerClusterResource}, {w.clusterEgress, ClusterGlobalEgressIPResource}, {w.egress, GlobalEgressIPResource}, {w.ingress, GlobalIngressIPResource}} {
 		if x.l != nil {
 			out = append(out, x.gvr.Resource)
 		}

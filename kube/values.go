@@ -43,7 +43,7 @@ func PodName(namespace, name string) string { return namespace + "/" + name }
 
 // TransformPod is a cache.TransformFunc for the pod informer: it keeps only
 // what PodToValue reads (name, namespace, uid, resourceVersion, labels, pod
-// IPs, phase, hostNetwork and container ports) so a large cluster's pod cache
+// IPs, phase, the Ready condition's status, hostNetwork and container ports) so a large cluster's pod cache
 // stays small. Non-pod objects pass through unchanged; tombstones are
 // transformed inside.
 func TransformPod(obj any) (any, error) {
@@ -74,6 +74,11 @@ func stripPod(p *corev1.Pod) *corev1.Pod {
 			PodIP:  p.Status.PodIP,
 			PodIPs: p.Status.PodIPs,
 		},
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			out.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+		}
 	}
 	for _, c := range p.Spec.Containers {
 		if len(c.Ports) == 0 {
@@ -124,6 +129,7 @@ func PodToValue(p *corev1.Pod) (crdt.PodValue, error) {
 		Labels:      copyLabels(p.Labels),
 		Phase:       string(p.Status.Phase),
 		HostNetwork: p.Spec.HostNetwork,
+		NotReady:    notReady(p),
 	}
 	for _, ip := range p.Status.PodIPs {
 		if ip.IP != "" {
@@ -146,6 +152,20 @@ func PodToValue(p *corev1.Pod) (crdt.PodValue, error) {
 		v.Ports = append(v.Ports, crdt.NamedPort{Name: port.Name, Port: port.ContainerPort, Protocol: proto})
 	}
 	return v, nil
+}
+
+// notReady reports whether the pod says it is not ready: a Ready
+// condition whose status is not True. The EndpointSlice controller makes
+// such a pod a not-ready endpoint, to which kube-proxy sends no service
+// traffic. A pod without a Ready condition is not reported not ready:
+// counting it as a backend is the stricter reading of the exactness rule.
+func notReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status != corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 // PodEntryValue is the replicated value of a pod as the inventory writes it:

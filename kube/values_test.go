@@ -37,9 +37,10 @@ func fullPod() *corev1.Pod {
 		},
 		Status: corev1.PodStatus{
 			Phase: corev1.PodRunning, PodIP: "10.0.0.5",
-			PodIPs:     []corev1.PodIP{{IP: "10.0.0.5"}, {IP: "fd00::5"}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady}},
-			HostIP:     "192.168.0.1",
+			PodIPs: []corev1.PodIP{{IP: "10.0.0.5"}, {IP: "fd00::5"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionTrue},
+				{Type: corev1.PodReady, Status: corev1.ConditionFalse, Message: "probe failed", LastTransitionTime: metav1.Now()}},
+			HostIP: "192.168.0.1",
 		},
 	}
 }
@@ -66,7 +67,8 @@ func TestTransformPodStripsEverythingElse(t *testing.T) {
 	assert.Len(t, s.Spec.Containers[0].Ports, 2)
 	assert.Equal(t, corev1.PodRunning, s.Status.Phase)
 	assert.Equal(t, p.Status.PodIPs, s.Status.PodIPs)
-	assert.Nil(t, s.Status.Conditions)
+	assert.Equal(t, []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}, s.Status.Conditions,
+		"only the Ready condition's status is kept")
 	assert.Empty(t, s.Status.HostIP)
 	// the stripped pod converts to exactly the same value
 	assert.Equal(t, mustPodValue(t, p), mustPodValue(t, s))
@@ -86,6 +88,7 @@ func TestPodToValue(t *testing.T) {
 	assert.Equal(t, []string{"10.0.0.5", "fd00::5"}, v.IPs)
 	assert.Equal(t, "Running", v.Phase)
 	assert.True(t, v.HostNetwork)
+	assert.True(t, v.NotReady, "Ready=False")
 	assert.Equal(t, []crdt.NamedPort{{Name: "http", Port: 8080}, {Port: 53, Protocol: "UDP"}}, v.Ports)
 	assert.Equal(t, map[string]string{"app": "web", "tier": "front"}, v.Labels)
 
@@ -242,4 +245,27 @@ func TestSidecarNamedPortsReplicated(t *testing.T) {
 	assert.Equal(t, "mesh", s.Spec.InitContainers[0].Name)
 	assert.Empty(t, s.Spec.InitContainers[0].Image)
 	assert.Equal(t, want, mustPodValue(t, s).Ports, "the stripped pod converts to the same value")
+}
+
+// Readiness: only a Ready condition that is not True makes a pod not
+// ready; a pod without one (no kubelet has reported yet, or an older
+// fixture) counts as ready, the stricter reading for Service addresses.
+func TestPodToValueReadiness(t *testing.T) {
+	for _, tc := range []struct {
+		conds    []corev1.PodCondition
+		notReady bool
+	}{
+		{nil, false},
+		{[]corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse}}, false},
+		{[]corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}, false},
+		{[]corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}, true},
+		{[]corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionUnknown}}, true},
+	} {
+		p := fullPod()
+		p.Status.Conditions = tc.conds
+		assert.Equal(t, tc.notReady, mustPodValue(t, p).NotReady, "%v", tc.conds)
+		s, err := TransformPod(p)
+		require.NoError(t, err)
+		assert.Equal(t, tc.notReady, mustPodValue(t, s.(*corev1.Pod)).NotReady, "after the informer's transform: %v", tc.conds)
+	}
 }

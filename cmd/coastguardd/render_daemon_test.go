@@ -120,7 +120,7 @@ func daemonInventory(t *testing.T, id string, o *clusterObjects) (kube.Snapshot,
 			"test inputs keep Submariner's Cluster and ClusterGlobalEgressIP objects where the watcher looks")
 		dyn = append(dyn, u.DeepCopy())
 	}
-	for _, u := range o.egress {
+	for _, u := range append(append([]*unstructured.Unstructured(nil), o.egress...), o.ingress...) {
 		dyn = append(dyn, u.DeepCopy())
 	}
 	client := fake.NewClientset(typed...)
@@ -131,6 +131,7 @@ func daemonInventory(t *testing.T, id string, o *clusterObjects) (kube.Snapshot,
 		kube.SubmarinerClusterResource:     "ClusterList",
 		kube.ClusterGlobalEgressIPResource: "ClusterGlobalEgressIPList",
 		kube.GlobalEgressIPResource:        "GlobalEgressIPList",
+		kube.GlobalIngressIPResource:       "GlobalIngressIPList",
 		kube.ServiceExportResource:         "ServiceExportList",
 	}, dyn...)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -139,7 +140,7 @@ func daemonInventory(t *testing.T, id string, o *clusterObjects) (kube.Snapshot,
 	inv, err := kube.NewInventory(kube.InventoryConfig{
 		ClusterID: id, Client: client, Dynamic: dynClient, Discovery: client.Discovery(),
 		Writer: noWriter{}, Persisted: func() (kube.Snapshot, error) { return kube.Snapshot{}, nil },
-		ClusterInfo: w.Info, PodEgressIPs: w.PodEgressIPsFunc(), Logger: log,
+		ClusterInfo: w.Info, PodEgressIPs: w.PodEgressIPsFunc(), ServiceGlobalIPs: w.ServiceGlobalIPsFunc(), Logger: log,
 	})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -172,6 +173,7 @@ func servedResources() []*metav1.APIResourceList {
 		{kube.SubmarinerClusterResource, "Cluster"},
 		{kube.ClusterGlobalEgressIPResource, "ClusterGlobalEgressIP"},
 		{kube.GlobalEgressIPResource, "GlobalEgressIP"},
+		{kube.GlobalIngressIPResource, "GlobalIngressIP"},
 		{kube.ServiceExportResource, "ServiceExport"},
 	} {
 		gv := r.gvr.GroupVersion().String()

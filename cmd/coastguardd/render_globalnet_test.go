@@ -11,11 +11,55 @@ import (
 	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
-// globalnetTree: cluster a (plain, enforcing the MCNP) and cluster b with
+// globalnetTree: cluster a (plain, enforcing the MCNPs) and cluster b with
 // Globalnet: cluster-wide egress IPs, a namespace-wide GlobalEgressIP for
-// "billing" and a per-pod one for app=api in "shop".
+// "billing" and a per-pod one for app=api in "shop"; b exports shop/db
+// (global ingress IP 242.1.0.50; backends db-0, ready, and db-1, not
+// ready), and a's to-db MCNP admits db-0 only.
 func globalnetTree(t *testing.T) string {
 	return writeTree(t, map[string]string{
+		"a/to-db.yaml": `apiVersion: networking.submariner.io/v1
+kind: MultiClusterNetworkPolicy
+metadata: {name: to-db, namespace: shop}
+spec:
+  podSelector: {matchLabels: {app: web}}
+  policyTypes: [Egress]
+  egress:
+  - to:
+    - clusterSelector: {}
+      podSelector: {matchLabels: {tier: primary}}
+    ports: [{port: pg}]
+`,
+		"b/db.yaml": `apiVersion: v1
+kind: Service
+metadata: {name: db, namespace: shop}
+spec:
+  clusterIP: 10.96.0.50
+  selector: {role: db}
+  ports: [{name: pg, port: 15432, targetPort: pg}]
+---
+apiVersion: multicluster.x-k8s.io/v1alpha1
+kind: ServiceExport
+metadata: {name: db, namespace: shop}
+---
+apiVersion: submariner.io/v1
+kind: GlobalIngressIP
+metadata: {name: db, namespace: shop}
+spec: {target: ClusterIPService, serviceRef: {name: db}}
+status: {allocatedIP: 242.1.0.50}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db-0, namespace: shop, labels: {role: db, tier: primary}}
+spec: {containers: [{name: pg, ports: [{name: pg, containerPort: 5432}]}]}
+status: {phase: Running, podIP: 10.1.0.20, conditions: [{type: Ready, status: "True"}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: db-1, namespace: shop, labels: {role: db}}
+spec: {containers: [{name: pg, ports: [{name: pg, containerPort: 5432}]}]}
+status: {phase: Running, podIP: 10.1.0.21, conditions: [{type: Ready, status: "False"}]}
+`,
 		"a/ns.yaml": nsShop,
 		"a/sub.yaml": `apiVersion: submariner.io/v1
 kind: Cluster
@@ -102,6 +146,44 @@ func TestRenderGlobalnet(t *testing.T) {
 	require.Contains(t, string(a), "cidr: 242.1.1.1/32")
 	require.Contains(t, string(a), "cidr: 242.1.2.1/32")
 	require.Contains(t, log.String(), "degraded: GlobalnetPeersDropped: b")
+	require.Contains(t, string(a), "cidr: 242.1.0.50/32", "the Service's global IP is exact: kept with drop")
+}
+
+// TestRenderGlobalnetService: b's exported shop/db is reached from a by
+// its global ingress IP on the service port (the not-ready db-1 is no
+// endpoint, so db-0 is every backend), never by its ClusterIP; once db-1
+// is ready, the rule admits only some backends and the address goes.
+func TestRenderGlobalnetService(t *testing.T) {
+	in := globalnetTree(t)
+	out := t.TempDir()
+	var log bytes.Buffer
+	require.NoError(t, render(in, out, &log))
+	a, err := os.ReadFile(filepath.Join(out, "a", "networkpolicies.yaml"))
+	require.NoError(t, err)
+	require.Regexp(t, `(?s)- ports:\n\s+- port: 15432\n\s+protocol: TCP\n\s+to:\n\s+- ipBlock:\n\s+cidr: 242\.1\.0\.50/32`, string(a))
+	require.NotContains(t, string(a), "10.96.0.50", "a Globalnet cluster's ClusterIP is not routable across the cable")
+
+	ready := filepath.Join(in, "b", "db.yaml")
+	b, err := os.ReadFile(ready)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(ready, bytes.Replace(b, []byte(`status: "False"`), []byte(`status: "True"`), 1), 0o644))
+	out = t.TempDir()
+	log.Reset()
+	require.NoError(t, render(in, out, &log))
+	a, err = os.ReadFile(filepath.Join(out, "a", "networkpolicies.yaml"))
+	require.NoError(t, err)
+	require.NotContains(t, string(a), "242.1.0.50")
+	require.Contains(t, log.String(), "ServiceBackendsPartiallyAdmitted: b/shop/db")
+
+	// a global IP outside b's global CIDR as a knows it: never rendered
+	require.NoError(t, os.WriteFile(ready, bytes.Replace(b, []byte("allocatedIP: 242.1.0.50"), []byte("allocatedIP: 242.9.0.50"), 1), 0o644))
+	out = t.TempDir()
+	log.Reset()
+	require.NoError(t, render(in, out, &log))
+	a, err = os.ReadFile(filepath.Join(out, "a", "networkpolicies.yaml"))
+	require.NoError(t, err)
+	require.NotContains(t, string(a), "242.9.0.50")
+	require.Contains(t, log.String(), "ServiceGlobalIPOutsideGlobalCIDR: b/shop/db")
 }
 
 func TestRenderOverlappingCIDRsWarn(t *testing.T) {
@@ -119,11 +201,13 @@ func TestRenderSubmarinerInvalid(t *testing.T) {
 		"a/c.yaml": "apiVersion: submariner.io/v1\nkind: ClusterGlobalEgressIP\nmetadata: {name: x}\nstatus: {allocatedIPs: [nope]}\n",
 		"b/c.yaml": "apiVersion: submariner.io/v1\nkind: GlobalEgressIP\nmetadata: {name: gy}\nspec: {podSelector: {matchExpressions: [{key: a, operator: Bogus}]}}\n",
 		"c/c.yaml": "apiVersion: submariner.io/v1\nkind: Cluster\nmetadata: {name: c}\nspec: {cluster_id: c, cluster_cidr: [banana]}\n",
+		"d/c.yaml": "apiVersion: submariner.io/v1\nkind: GlobalIngressIP\nmetadata: {name: db, namespace: shop}\nspec: {target: ClusterIPService, serviceRef: {name: db}}\nstatus: {allocatedIP: 242.0.0.x}\n",
 	})
 	err := render(in, t.TempDir(), &bytes.Buffer{})
 	require.ErrorContains(t, err, `ClusterGlobalEgressIP default/x: status.allocatedIPs: "nope" is not an IP address`)
 	require.ErrorContains(t, err, "GlobalEgressIP default/gy: spec.podSelector")
 	require.ErrorContains(t, err, `"banana" is not a CIDR`)
+	require.ErrorContains(t, err, `GlobalIngressIP shop/db: status.allocatedIP: "242.0.0.x" is not an IP address`)
 }
 
 func TestEffectiveSeeds(t *testing.T) {

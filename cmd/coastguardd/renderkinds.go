@@ -43,7 +43,9 @@ type clusterObjects struct {
 	clusterEgress []*unstructured.Unstructured
 	egress        []*unstructured.Unstructured
 	egressIPs     []kube.GlobalEgressIP
-	hasOwn        bool // the cluster's own Submariner Cluster object was read
+	// ingress are the GlobalIngressIPs (Globalnet global IPs of Services)
+	ingress []*unstructured.Unstructured
+	hasOwn  bool // the cluster's own Submariner Cluster object was read
 }
 
 // known lists every Submariner Cluster object of the directory: the
@@ -77,6 +79,7 @@ var renderReaders = map[string]renderReader{
 	"Cluster":                           {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("Cluster")},
 	"ClusterGlobalEgressIP":             {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("ClusterGlobalEgressIP")},
 	"GlobalEgressIP":                    {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("GlobalEgressIP")},
+	"GlobalIngressIP":                   {apiVersion: "submariner.io/v1", foreign: true, read: submarinerReader("GlobalIngressIP")},
 	"Service":                           {apiVersion: "v1", read: (*renderLoader).readService},
 	"ServiceExport":                     {apiVersion: kube.ServiceExportResource.GroupVersion().String(), read: (*renderLoader).readServiceExport},
 }
@@ -151,7 +154,8 @@ func policyEntries(_ string, o *clusterObjects, set entrySetter) []error {
 }
 
 // serviceEntries converts the exported Services (those with a
-// ServiceExport of the same namespace/name) as the inventory does.
+// ServiceExport of the same namespace/name) as the inventory does, with
+// the global ingress IPs of the cluster's GlobalIngressIPs.
 func serviceEntries(_ string, o *clusterObjects, set entrySetter) []error {
 	var errs []error
 	for _, s := range o.services {
@@ -160,6 +164,9 @@ func serviceEntries(_ string, o *clusterObjects, set entrySetter) []error {
 			continue
 		}
 		v, err := kube.ServiceToValue(s.obj)
+		if err == nil && !v.Headless {
+			v.GlobalIPs, err = kube.ServiceGlobalIPsFrom(o.ingress, s.obj.Namespace, s.obj.Name)
+		}
 		if err == nil {
 			err = set(crdt.KindService, name, &v)
 		}
@@ -339,6 +346,26 @@ func (l *renderLoader) readClusterProperty(cluster, where string, raw []byte) {
 // loadSubmariner reads a Submariner object the way the daemon's watcher
 // does (kube.SubmarinerClusterFrom, kube.AllocatedIPs,
 // kube.GlobalEgressIPFrom), so render and the daemon agree.
+// loadSubmarinerCluster takes a Submariner Cluster object of cluster's
+// files: every one is what this cluster knows of that cluster's CIDRs
+// (broker-synced); its own one also describes it.
+func (l *renderLoader) loadSubmarinerCluster(cluster, where, what string, u *unstructured.Unstructured) {
+	sub := l.objs[cluster]
+	c := kube.SubmarinerClusterFrom(u)
+	for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
+		if _, errs := enforce.ParseCIDRs(cidrs); len(errs) > 0 {
+			l.fail(where, what, errs[0])
+			return
+		}
+	}
+	if c.ClusterID == cluster && sub.hasOwn {
+		l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
+		return
+	}
+	sub.hasOwn = sub.hasOwn || c.ClusterID == cluster
+	sub.subClusters = append(sub.subClusters, u)
+}
+
 func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 	var u unstructured.Unstructured
 	if err := u.UnmarshalJSON(raw); err != nil {
@@ -359,21 +386,7 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 	sub := l.objs[cluster]
 	switch kind {
 	case "Cluster":
-		c := kube.SubmarinerClusterFrom(&u)
-		for _, cidrs := range [][]string{c.PodCIDRs, c.ServiceCIDRs, c.GlobalCIDRs} {
-			if _, errs := enforce.ParseCIDRs(cidrs); len(errs) > 0 {
-				l.fail(where, what, errs[0])
-				return
-			}
-		}
-		// Every Cluster object is what this cluster knows of that
-		// cluster's CIDRs (broker-synced); its own one also describes it.
-		if c.ClusterID == cluster && sub.hasOwn {
-			l.fail(where, what, fmt.Errorf("a second Submariner Cluster for %s", cluster))
-			return
-		}
-		sub.hasOwn = sub.hasOwn || c.ClusterID == cluster
-		sub.subClusters = append(sub.subClusters, &u)
+		l.loadSubmarinerCluster(cluster, where, what, &u)
 	case "ClusterGlobalEgressIP":
 		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
 			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
@@ -392,5 +405,12 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 		}
 		sub.egress = append(sub.egress, &u)
 		sub.egressIPs = append(sub.egressIPs, g)
+	case "GlobalIngressIP":
+		ref, _, _ := unstructured.NestedString(u.Object, "spec", "serviceRef", "name")
+		if _, err := kube.ServiceGlobalIPsFrom([]*unstructured.Unstructured{&u}, u.GetNamespace(), ref); err != nil {
+			l.fail(where, what, err)
+			return
+		}
+		sub.ingress = append(sub.ingress, &u)
 	}
 }

@@ -57,8 +57,8 @@ func TestStoreGetOffline(t *testing.T) {
 	rc, out, errOut := runCLI("store", "get", "--prefix", "/coastguard/eu-1/pod/shop/", "--file", path)
 	require.Equal(t, 0, rc, errOut)
 	require.Equal(t, []string{
-		"/coastguard/eu-1/pod/shop/a", `{"version":"1.1","value":{"Format":1,"Labels":{"app":"web"},"IPs":["10.1.0.1"],"Phase":"","HostNetwork":false,"Ports":null,"EgressIPs":null}}`,
-		"/coastguard/eu-1/pod/shop/b", `{"version":"1.2","value":{"Format":1,"Labels":null,"IPs":["10.1.0.2"],"Phase":"","HostNetwork":false,"Ports":null,"EgressIPs":null}}`,
+		"/coastguard/eu-1/pod/shop/a", `{"version":"1.1","value":{"Format":1,"Labels":{"app":"web"},"IPs":["10.1.0.1"],"Phase":"","HostNetwork":false,"Ports":null,"EgressIPs":null,"NotReady":false}}`,
+		"/coastguard/eu-1/pod/shop/b", `{"version":"1.2","value":{"Format":1,"Labels":null,"IPs":["10.1.0.2"],"Phase":"","HostNetwork":false,"Ports":null,"EgressIPs":null,"NotReady":false}}`,
 		"/coastguard/eu-1/pod/shop/gone", `{"version":"1.4","deleted":true}`,
 	}, nonEmptyLines(out))
 
@@ -95,7 +95,7 @@ func TestStoreGetThroughAdminEndpoint(t *testing.T) {
 
 	rc, out, errOut := runCLI("store", "get", "--daemon", "--admin-addr", ln.Addr().String(), "--prefix", "/coastguard/eu-1/pod/", "--limit", "1")
 	require.Equal(t, 0, rc, errOut)
-	require.Equal(t, []string{"/coastguard/eu-1/pod/shop/a", `{"version":"1.1","value":{"Format":1,"Labels":{"app":"web"},"IPs":["10.1.0.1"],"Phase":"","HostNetwork":false,"Ports":null,"EgressIPs":null}}`}, nonEmptyLines(out))
+	require.Equal(t, []string{"/coastguard/eu-1/pod/shop/a", `{"version":"1.1","value":{"Format":1,"Labels":{"app":"web"},"IPs":["10.1.0.1"],"Phase":"","HostNetwork":false,"Ports":null,"EgressIPs":null,"NotReady":false}}`}, nonEmptyLines(out))
 
 	req, err := http.NewRequest(http.MethodGet, "/admin/store?key=/coastguard/", nil)
 	require.NoError(t, err)

@@ -284,6 +284,9 @@ func TestDeployManifests(t *testing.T) {
 			// --advertise-global-ip: the daemon pod's own GlobalIngressIP.
 			{[]string{"watch", "globalingressips.submariner.io", "-n", "coastguard-system"}, "yes"},
 			{[]string{"update", "globalingressips.submariner.io", "-n", "coastguard-system"}, "no"},
+			// exported Services' GlobalIngressIPs (the Service kind under Globalnet).
+			{[]string{"watch", "globalingressips.submariner.io", "-n", "shop"}, "yes"},
+			{[]string{"update", "globalingressips.submariner.io", "-n", "shop"}, "no"},
 			{[]string{"update", "clusters.submariner.io", "-n", "submariner-operator"}, "no"},
 			// The Submariner CR holds the broker token and the IPsec PSK.
 			{[]string{"get", "submariners.submariner.io", "-n", "submariner-operator"}, "no"},

@@ -611,22 +611,17 @@ func (dp *Dataplane) close() error {
 // source-NATs every packet its pods send to another cluster to egressIPs
 // (a range "first-last" or one address, from globalCIDR), and every other
 // cluster routes globalCIDR to c's gateway, where replies are translated
-// back. Per-namespace and per-pod GlobalEgressIPs and global ingress IPs
-// for Services are not modelled.
+// back. The ingress side for exported Services is ExposeGlobalIngressIP.
+// Per-namespace and per-pod GlobalEgressIPs and the per-pod global IPs of
+// headless Services are not modelled.
 func (dp *Dataplane) EnableGlobalnet(c *Cluster, globalCIDR, egressIPs string) error {
+	if err := dp.routeToGateway(c, globalCIDR); err != nil {
+		return err
+	}
 	gw := dp.nodes[c.Name][0]
 	for _, r := range dp.env.Clusters {
 		if r == c {
 			continue
-		}
-		for _, n := range dp.nodes[r.Name] {
-			via := dp.nodes[r.Name][0].IP
-			if n.Gateway {
-				via = gw.IP
-			}
-			if err := ipCmd("-n", n.NS, "route", "replace", globalCIDR, "via", via); err != nil {
-				return fmt.Errorf("harness dataplane: Globalnet route on %s: %w", n.Name, err)
-			}
 		}
 		// Before the route agent's exemption, which would skip the SNAT.
 		for _, cidr := range []string{r.PodCIDR, r.ServiceCIDR} {
@@ -637,4 +632,77 @@ func (dp *Dataplane) EnableGlobalnet(c *Cluster, globalCIDR, egressIPs string) e
 		}
 	}
 	return nil
+}
+
+// routeToGateway routes cidr from every node of every other cluster to
+// c's gateway node (through their own gateway), as the cable does for a
+// Globalnet cluster's global addresses.
+func (dp *Dataplane) routeToGateway(c *Cluster, cidr string) error {
+	gw := dp.nodes[c.Name][0]
+	for _, r := range dp.env.Clusters {
+		if r == c {
+			continue
+		}
+		for _, n := range dp.nodes[r.Name] {
+			via := dp.nodes[r.Name][0].IP
+			if n.Gateway {
+				via = gw.IP
+			}
+			if err := ipCmd("-n", n.NS, "route", "replace", cidr, "via", via); err != nil {
+				return fmt.Errorf("harness dataplane: Globalnet route %s on %s: %w", cidr, n.Name, err)
+			}
+		}
+	}
+	return nil
+}
+
+// GlobalIngressService is the name of the Service that carries the global
+// ingress IP of Service name (ExposeGlobalIngressIP).
+func GlobalIngressService(name string) string { return "submariner-gn-" + name }
+
+// ExposeGlobalIngressIP is Globalnet's ingress side for the exported
+// ClusterIP Service ns/name of cluster c (run EnableGlobalnet first): the
+// Service becomes reachable from every other cluster at globalIP, which
+// c's kube-proxy translates to one of its backends. It does what
+// Submariner's globalnet controller does for a GlobalIngressIP of target
+// ClusterIPService (pkg/globalnet/controllers/global_ingressip_controller.go):
+// it creates an internal Service GlobalIngressService(name) with the
+// Service's selector and ports and externalIPs [globalIP], so kube-proxy
+// programs the DNAT on every node, c's gateway included (a DNAT to the
+// ClusterIP in a chain of its own would not work: a connection gets one
+// destination NAT, so kube-proxy would never translate the ClusterIP). It
+// also routes globalIP to c's gateway from the other clusters, in case it
+// lies outside the routed global CIDR (a claim coastguard must refuse).
+// Calling it again moves the Service to another global IP.
+func (dp *Dataplane) ExposeGlobalIngressIP(ctx context.Context, c *Cluster, ns, name, globalIP string) error {
+	if !dp.env.opts.Services {
+		return errors.New("harness dataplane: ExposeGlobalIngressIP needs Options.Services (kube-proxy)")
+	}
+	if _, err := netip.ParseAddr(globalIP); err != nil {
+		return fmt.Errorf("harness dataplane: global IP %q: %w", globalIP, err)
+	}
+	svc, err := c.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("harness dataplane: Service %s/%s: %w", ns, name, err)
+	}
+	internal := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: GlobalIngressService(name),
+			Labels: map[string]string{"submariner.io/exportedServiceRef": name}},
+		Spec: corev1.ServiceSpec{Selector: svc.Spec.Selector, Ports: svc.Spec.Ports, ExternalIPs: []string{globalIP}},
+	}
+	for i := range internal.Spec.Ports {
+		internal.Spec.Ports[i].NodePort = 0
+	}
+	cur, err := c.Client.CoreV1().Services(ns).Get(ctx, internal.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = c.Client.CoreV1().Services(ns).Create(ctx, internal, metav1.CreateOptions{})
+	case err == nil:
+		cur.Spec.Selector, cur.Spec.Ports, cur.Spec.ExternalIPs = internal.Spec.Selector, internal.Spec.Ports, internal.Spec.ExternalIPs
+		_, err = c.Client.CoreV1().Services(ns).Update(ctx, cur, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("harness dataplane: internal Service for %s/%s: %w", ns, name, err)
+	}
+	return dp.routeToGateway(c, globalIP+"/32")
 }
