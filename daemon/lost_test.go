@@ -108,9 +108,10 @@ func TestLostGuard(t *testing.T) {
 	require.Empty(t, recs)
 }
 
-// A decommission (b signs the retirement of everything it wrote) is not a
-// loss: nothing is kept.
-func TestLostGuardDecommissionIsNotALoss(t *testing.T) {
+// lostDaemonWithDeny is a lostDaemon holding b's MCNP shop/deny (epoch 1),
+// with b's writer state and the MCNP's encoded value.
+func lostDaemonWithDeny(t *testing.T) (*Daemon, *crdt.State, []byte) {
+	t.Helper()
 	d := lostDaemon(t, filepath.Join(t.TempDir(), "s.db"))
 	b := crdt.NewState("b")
 	require.NoError(t, b.SetEpoch(1))
@@ -121,8 +122,15 @@ func TestLostGuardDecommissionIsNotALoss(t *testing.T) {
 	_, err = d.rep.Apply(dl)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return d.hasPolicy("deny") }, timeout, tick)
+	return d, b, spec
+}
+
+// A decommission (b signs the retirement of everything it wrote) is not a
+// loss: nothing is kept.
+func TestLostGuardDecommissionIsNotALoss(t *testing.T) {
+	d, b, _ := lostDaemonWithDeny(t)
 	r := crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max, Sig: []byte("signed")} // unverified here: the replica has no verifier
-	_, err = lostGuard{Replica: d.rep, d: d}.ApplyRetire(r)
+	_, err := lostGuard{Replica: d.rep, d: d}.ApplyRetire(r)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return !d.hasPolicy("deny") }, timeout, tick)
 	require.Empty(t, d.kept())
@@ -134,16 +142,7 @@ func TestLostGuardDecommissionIsNotALoss(t *testing.T) {
 // enforced until the re-published version replaces it, and is never taken
 // for a decommission.
 func TestLostGuardSealBeforeRepublish(t *testing.T) {
-	d := lostDaemon(t, filepath.Join(t.TempDir(), "s.db"))
-	b := crdt.NewState("b")
-	require.NoError(t, b.SetEpoch(1))
-	spec, err := crdt.EncodeValue(policyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
-	require.NoError(t, err)
-	dl, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
-	require.NoError(t, err)
-	_, err = d.rep.Apply(dl)
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return d.hasPolicy("deny") }, timeout, tick)
+	d, b, spec := lostDaemonWithDeny(t)
 
 	// b's new leader writes at epoch 2 and seals epoch 1; the seal comes first
 	require.NoError(t, b.SetEpoch(2))

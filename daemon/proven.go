@@ -24,14 +24,19 @@ import (
 // polled, not derived from the change feed.
 const provenEvery = 250 * time.Millisecond
 
+// allProven reports whether an origin holds nothing above its proven
+// watermark (no record received out of order, none below a GC watermark it
+// has not caught up with).
+func allProven(od crdt.OriginDigest) bool { return od.Top <= od.Max && od.Max >= od.GC }
+
 // unprovenPolicies lists the MCNPs (origin/namespace/name) whose entry lies
 // above its origin's proven watermark.
 func unprovenPolicies(dg crdt.Digest, view func(func(*crdt.State))) map[string]struct{} {
 	out := map[string]struct{}{}
 	view(func(st *crdt.State) {
 		for o, od := range dg {
-			if od.Top <= od.Max && od.Max >= od.GC {
-				continue // nothing held above the watermark
+			if allProven(od) {
+				continue
 			}
 			st.Range(o, crdt.KindPolicy, func(e crdt.Entry) bool {
 				if e.Version > od.Max {
@@ -52,7 +57,7 @@ func (d *Daemon) policyUnproven(ref string) bool {
 		return false
 	}
 	od, present := d.rep.Digest()[origin]
-	if !present || (od.Top <= od.Max && od.Max >= od.GC) {
+	if !present || allProven(od) {
 		return false
 	}
 	var e crdt.Entry

@@ -540,41 +540,33 @@ func (n *nemesis) diskFull(ctx context.Context) {
 // ahead or behind (--fault-clock-offset: the host's clock cannot be skewed
 // for one process), then brings the original back.
 func (n *nemesis) clockSkew(ctx context.Context) {
-	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
-	d := n.daemons[c.Name][n.rng.IntN(2)]
-	if !d.Running() {
-		return
-	}
-	defer n.disturbLease(c.Name)()
-	off := time.Duration(30+n.rng.IntN(7170)) * time.Second
-	if n.rng.IntN(2) == 0 {
-		off = -off
-	}
-	require.NoError(n.t, d.Stop())
-	n.mu.Lock()
-	n.seq++
-	name := fmt.Sprintf("%s-skew-%d", c.Name, n.seq)
-	n.mu.Unlock()
-	sk, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, NodeName: name, DataDir: d.DataDir,
-		Args: append(slices.Clone(n.args), "--fault-clock-offset="+off.String())})
-	if err != nil {
-		n.log("starting %s (clock %s) failed: %v", name, off, err)
-		require.NoError(n.t, d.Restart())
-		return
-	}
-	n.fault("clock skew")
-	hold := time.Duration(3+n.rng.IntN(6)) * time.Second
-	n.log("%s replaced by %s on the same store, clock %s, for %s", d.NodeName, name, off, hold)
-	n.keepWorking(ctx, hold)
-	require.NoError(n.t, sk.Stop())
-	require.NoError(n.t, d.Restart())
-	n.log("%s back with the host's clock (%s stopped)", d.NodeName, name)
+	n.swapDaemon(ctx, "skew", "clock skew", func(c *harness.Cluster, d *harness.Daemon, name string) (*harness.Daemon, string, error) {
+		off := time.Duration(30+n.rng.IntN(7170)) * time.Second
+		if n.rng.IntN(2) == 0 {
+			off = -off
+		}
+		sk, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.bin, NodeName: name, DataDir: d.DataDir,
+			Args: append(slices.Clone(n.args), "--fault-clock-offset="+off.String())})
+		return sk, "on the same store, clock " + off.String(), err
+	})
 }
 
 // rollingUpgrade replaces one daemon of a cluster with one running the
 // earlier binary for a while (a downgrade, as a rollback does), then brings
 // the current one back (the upgrade).
 func (n *nemesis) rollingUpgrade(ctx context.Context) {
+	n.swapDaemon(ctx, "old", "rolling upgrade", func(c *harness.Cluster, _ *harness.Daemon, name string) (*harness.Daemon, string, error) {
+		old, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.old, NodeName: name, Args: []string{"--reconnect-timeout=10m"}})
+		return old, "running the earlier binary", err
+	})
+}
+
+// swapDaemon stops a running daemon of a random cluster, runs the one
+// start returns in its place (named <cluster>-<tag>-<n>, described by what)
+// for 3-8 s of workload as fault kind, then stops it and restarts the
+// original.
+func (n *nemesis) swapDaemon(ctx context.Context, tag, kind string,
+	start func(c *harness.Cluster, d *harness.Daemon, name string) (*harness.Daemon, string, error)) {
 	c := n.env.Clusters[n.rng.IntN(len(n.env.Clusters))]
 	d := n.daemons[c.Name][n.rng.IntN(2)]
 	if !d.Running() {
@@ -584,21 +576,21 @@ func (n *nemesis) rollingUpgrade(ctx context.Context) {
 	require.NoError(n.t, d.Stop())
 	n.mu.Lock()
 	n.seq++
-	name := fmt.Sprintf("%s-old-%d", c.Name, n.seq)
+	name := fmt.Sprintf("%s-%s-%d", c.Name, tag, n.seq)
 	n.mu.Unlock()
-	old, err := n.env.StartDaemon(c, harness.DaemonOptions{Binary: n.old, NodeName: name, Args: []string{"--reconnect-timeout=10m"}})
+	sub, what, err := start(c, d, name)
 	if err != nil {
-		n.log("starting %s (earlier binary) failed: %v", name, err)
+		n.log("starting %s (%s) failed: %v", name, what, err)
 		require.NoError(n.t, d.Restart())
 		return
 	}
-	n.fault("rolling upgrade")
+	n.fault(kind)
 	hold := time.Duration(3+n.rng.IntN(6)) * time.Second
-	n.log("%s replaced by %s running the earlier binary, for %s", d.NodeName, name, hold)
+	n.log("%s replaced by %s %s, for %s", d.NodeName, name, what, hold)
 	n.keepWorking(ctx, hold)
-	require.NoError(n.t, old.Stop())
+	require.NoError(n.t, sub.Stop())
 	require.NoError(n.t, d.Restart())
-	n.log("%s back on the current binary (%s stopped)", d.NodeName, name)
+	n.log("%s back (%s stopped)", d.NodeName, name)
 }
 
 func (n *nemesis) killDaemon(ctx context.Context) {
