@@ -119,7 +119,13 @@ func TestPartitionHealNoLossNoResurrection(t *testing.T) {
 	}
 	require.Zero(t, lost, "lost updates")
 	require.Zero(t, resurrected, "resurrected entries")
-	require.Greater(t, testutil.ToFloat64(a.m.rejoins), 0.0)
+	// Whichever side's rejoin tick came first merged the views; a's own tick
+	// may not have fired before c's or d's did.
+	rejoins := 0.0
+	for _, n := range all {
+		rejoins += testutil.ToFloat64(n.m.rejoins)
+	}
+	require.Greater(t, rejoins, 0.0, "the views merged without a rejoin")
 }
 
 // Decommission gossips a Retire that removes the cluster's entries
