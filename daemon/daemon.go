@@ -100,7 +100,7 @@ func New(opts Options) (*Daemon, error) {
 		m:      m,
 		sanity: san,
 		podIPs: podIPs,
-		view:   view{mirror: NewMirror(opts.ClusterID), outputs: NewOutputs(opts.ClusterID)},
+		view:   view{mirror: NewMirror(opts.ClusterID), outputs: NewOutputs(opts.ClusterID), hold: newInventoryHold(opts.ClusterID)},
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)

@@ -24,9 +24,21 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 			ownRemoved = true
 		}
 	}
+	dg := d.rep.Digest()
 	d.mu.Lock()
-	res := d.mirror.Apply(changes)
+	res := d.mirror.Apply(d.hold.filter(changes, dg))
+	d.m.unprovenHeld.Set(float64(d.hold.len()))
 	d.mu.Unlock()
+	d.afterMirror(res, newest)
+	if ownRemoved && d.leader.Load() {
+		d.w.OwnRetired()
+	}
+}
+
+// afterMirror marks what a batch folded into the mirror changed: the
+// affected policies for the enforcer, own policies for status, lost
+// origins.
+func (d *Daemon) afterMirror(res Result, newest int64) {
 	for _, e := range res.Errors {
 		d.m.decodeErrors.Inc()
 		d.log.Warn("skipping undecodable entry", "err", e)
@@ -43,8 +55,5 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 	}
 	if len(res.LostChanged) > 0 {
 		d.lostChanged(res.LostChanged)
-	}
-	if ownRemoved && d.leader.Load() {
-		d.w.OwnRetired()
 	}
 }

@@ -19,6 +19,7 @@ type metrics struct {
 	notAdmitted     prometheus.Gauge
 	lostPolicies    *prometheus.GaugeVec
 	lostEvents      *prometheus.CounterVec
+	unprovenHeld    prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -52,12 +53,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		lostEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "coastguard_lost_origins_total",
 			Help: "Lost-origin transitions: lost (its policies kept), released (by the annotation), decommissioned, back (the origin rewrote them), store_error."},
 			[]string{"event"}),
+		unprovenHeld: prometheus.NewGauge(prometheus.GaugeOpts{Name: "coastguard_inventory_unproven",
+			Help: "Pod, namespace and Service entries of other clusters above their origin's proven watermark (not yet confirmed by the origin's signed state mark): held out of every policy until proven."}),
 	}
 	for _, e := range []string{"lost", "sealed", "released", "decommissioned", "back", "store_error"} {
 		m.lostEvents.WithLabelValues(e)
 	}
 	if err := metricsreg.All(reg, m.leader, m.enforceRuns, m.enforceErrors, m.enforceDuration, m.enforceLag,
-		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors, m.notAdmitted, m.lostPolicies, m.lostEvents); err != nil {
+		m.enforcePending, m.policies, m.generated, m.statusUpdates, m.decodeErrors, m.notAdmitted, m.lostPolicies, m.lostEvents, m.unprovenHeld); err != nil {
 		return nil, err
 	}
 	return m, nil

@@ -69,5 +69,37 @@ func (d *Daemon) policyUnproven(ref string) bool {
 func (d *Daemon) provenLoop(ctx context.Context) {
 	every(ctx, provenEvery, func(time.Time) {
 		d.applier.SetUnproven(unprovenPolicies(d.rep.Digest(), d.rep.View))
+		d.releaseProven()
 	})
+}
+
+// releaseProven hands the held inventory entries that are proven now to
+// the mirror (provenhold.go).
+func (d *Daemon) releaseProven() {
+	dg := d.rep.Digest()
+	d.mu.Lock()
+	if d.hold.len() == 0 {
+		d.mu.Unlock()
+		return
+	}
+	var ch []crdt.Change
+	d.rep.View(func(st *crdt.State) { ch = d.hold.release(st, dg) })
+	res := d.mirror.Apply(ch)
+	d.m.unprovenHeld.Set(float64(d.hold.len()))
+	d.mu.Unlock()
+	d.afterMirror(res, 0)
+}
+
+// holdLoaded takes the unproven inventory entries of the loaded state out
+// of the mirror (the view lock is held: openState).
+func (d *Daemon) holdLoaded() {
+	dg := d.rep.Digest()
+	var ch []crdt.Change
+	d.rep.View(func(st *crdt.State) { ch = d.hold.holdLoaded(st, dg) })
+	if res := d.mirror.Apply(ch); len(res.Errors) > 0 {
+		for _, e := range res.Errors {
+			d.log.Warn("skipping undecodable entry", "err", e)
+		}
+	}
+	d.m.unprovenHeld.Set(float64(d.hold.len()))
 }

@@ -9,9 +9,12 @@ import (
 // enforcer's outputs, under one lock. The change feed writes it; the
 // enforcer, status, gate, sanity and debug parts read it.
 type view struct {
-	mu      sync.Mutex // guards mirror and outputs
+	mu      sync.Mutex // guards mirror, outputs and hold
 	mirror  *Mirror
 	outputs *Outputs
+	// hold keeps unproven remote inventory entries out of the mirror
+	// (provenhold.go).
+	hold *inventoryHold
 }
 
 // roles is what this daemon currently is: its cluster's leader (writes

@@ -38,6 +38,7 @@ func (d *Daemon) openState() (*store.Replica, error) {
 	}
 	d.lost.recs = map[string]store.LostOrigin{}
 	d.restoreLost()
+	d.holdLoaded()
 	d.outputs.Recompute(d.mirror.Inventory(), nil, true)
 	d.mu.Unlock()
 	for _, e := range loadErrs {
