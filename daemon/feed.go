@@ -26,7 +26,14 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 	}
 	dg := d.rep.Digest()
 	d.mu.Lock()
-	res := d.mirror.Apply(d.hold.filter(changes, dg))
+	batch := d.hold.filter(changes, dg)
+	if d.hold.len() > 0 {
+		// this batch may have proven what was held (an out-of-order
+		// arrival whose gap it filled): hand that over now, not at the
+		// next proven tick
+		d.rep.View(func(st *crdt.State) { batch = append(batch, d.hold.release(st, dg)...) })
+	}
+	res := d.mirror.Apply(batch)
 	d.m.unprovenHeld.Set(float64(d.hold.len()))
 	d.mu.Unlock()
 	d.afterMirror(res, newest)
