@@ -543,3 +543,49 @@ func TestAttackOriginByteLimits(t *testing.T) {
 		Entries: []Entry{{Key: Key{"fake-1", KindPod, "ns/again"}, Version: s.Digest()["fake-1"].Max + 1, Value: big}}})
 	require.NoError(t, err)
 }
+
+// Issue 29, item 6: invented origin IDs fill the origin and byte pools, but
+// a cluster the replica knows independently of gossip still gets a slot,
+// and its bytes are bounded by its own cap only.
+func TestAttackInventedOriginsCannotStarveKnown(t *testing.T) {
+	s := NewState("c2")
+	known := map[string]bool{"c1": true, "c3": true}
+	s.SetLimits(Limits{MaxOrigins: 8, MaxBytesPerOrigin: 2 << 20, MaxBytes: 3 << 20, Known: func(o string) bool { return known[o] }})
+	one := func(o string, v Version, value []byte) error {
+		_, err := s.Apply(Delta{Origin: o, From: v - 1, To: v, Entries: []Entry{{Key: Key{o, KindPod, "ns/p" + strconv.Itoa(int(v))}, Version: v, Value: value}}})
+		return err
+	}
+	for i := 0; i < 100; i++ {
+		if err := one("fake-"+strconv.Itoa(i), 1, []byte{0x80}); err != nil {
+			require.Equal(t, ReasonOriginLimit, TrustReason(err))
+		}
+	}
+	require.Len(t, s.Digest(), 8, "the unknown pool is full")
+	require.Equal(t, ReasonOriginLimit, TrustReason(one("fake-late", 1, []byte{0x80})))
+	require.NoError(t, one("c1", 1, []byte{0x80}), "a known cluster is never refused a slot")
+	_, err := s.ApplyRetire(Retire{Origin: "c3", UpTo: 5})
+	require.NoError(t, err, "nor is its retirement")
+
+	// bytes: invented origins fill the shared pool; the known cluster
+	// grows to its own cap regardless
+	big := make([]byte, 256<<10)
+	for o := 0; o < 8; o++ {
+		for v := Version(2); v < 20; v++ {
+			if err := one("fake-"+strconv.Itoa(o), v, big); err != nil {
+				require.Equal(t, ReasonByteLimit, TrustReason(err))
+				break
+			}
+		}
+	}
+	require.LessOrEqual(t, s.RemoteBytes(), 3<<20, "the shared pool is full")
+	stored := 0
+	for v := Version(2); v < 20; v++ {
+		if err := one("c1", v, big); err != nil {
+			require.Equal(t, ReasonByteLimit, TrustReason(err), "only c1's own cap stops it")
+			break
+		}
+		stored++
+	}
+	require.GreaterOrEqual(t, stored, 6, "the known cluster was not starved by the shared pool")
+	require.Less(t, stored, 9, "and stays under its own cap")
+}

@@ -226,9 +226,10 @@ func (s *State) AcceptCheckpoint(cp Checkpoint) error {
 	if old := s.checkpoints[cp.Origin]; old != nil && old.Max >= cp.Max {
 		return nil
 	}
-	if _, ok := s.origins[cp.Origin]; !ok && s.checkpoints[cp.Origin] == nil &&
-		s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins {
-		return trustErr(ReasonOriginLimit, cp.Origin, "already holding %d origins (limit)", len(s.origins))
+	if _, ok := s.origins[cp.Origin]; !ok && s.checkpoints[cp.Origin] == nil {
+		if err := s.refuseNewOrigin(cp.Origin); err != nil {
+			return err
+		}
 	}
 	if len(cp.Sig) == 0 {
 		return trustErr(ReasonUnsigned, cp.Origin, "checkpoint at %s is not signed", cp.Max)

@@ -664,6 +664,36 @@ type Limits struct {
 	// entries counted, not bytes, let one origin hold 330-570 MiB).
 	MaxBytesPerOrigin int
 	MaxBytes          int
+	// Known, when set, names the origins this replica knows independently
+	// of gossip (the clusters of its trust bundle, its Submariner Cluster
+	// objects, its own pins). A known origin always gets a slot and its
+	// bytes never count against MaxBytes: MaxOrigins and MaxBytes bound
+	// only the others, so origin IDs a key holder invents can fill those
+	// pools but never keep a known cluster out (issue 29, item 6). Known is
+	// called only when an origin is new, and must be cheap and pure.
+	Known func(origin string) bool
+}
+
+// known reports whether origin is a known origin (Limits.Known).
+func (l Limits) known(origin string) bool { return l.Known != nil && l.Known(origin) }
+
+// refuseNewOrigin returns the origin_limit refusal for a new origin when
+// the pool of unknown origins is full (nil for the own and known origins).
+func (s *State) refuseNewOrigin(origin string) error {
+	l := s.limits
+	if l.MaxOrigins <= 0 || origin == s.self || l.known(origin) {
+		return nil
+	}
+	n := 0
+	for name := range s.origins {
+		if name != s.self && !l.known(name) {
+			n++
+		}
+	}
+	if n >= l.MaxOrigins {
+		return trustErr(ReasonOriginLimit, origin, "already holding %d origins not known independently of gossip (limit)", n)
+	}
+	return nil
 }
 
 // RecordOverhead is the memory a stored record costs beyond its name,
@@ -674,11 +704,11 @@ const RecordOverhead = 160
 func recBytes(r *record) int { return RecordOverhead + len(r.name) + len(r.data) }
 
 // RemoteBytes is the memory of the records of every origin but our own
-// (the quantity Limits.MaxBytes bounds).
+// and the known ones (the quantity Limits.MaxBytes bounds).
 func (s *State) RemoteBytes() int {
 	n := 0
 	for name, o := range s.origins {
-		if name != s.self {
+		if name != s.self && !s.limits.known(name) {
 			n += o.bytes
 		}
 	}
@@ -712,7 +742,7 @@ func (s *State) checkByteLimit(o *originState, d *Delta) error {
 	if l.MaxBytesPerOrigin > 0 && o.bytes+added > l.MaxBytesPerOrigin {
 		return trustErr(ReasonByteLimit, d.Origin, "origin holds %d bytes; %d more would pass the limit %d", o.bytes, added, l.MaxBytesPerOrigin)
 	}
-	if l.MaxBytes > 0 {
+	if l.MaxBytes > 0 && !l.known(d.Origin) {
 		if total := s.RemoteBytes(); total+added > l.MaxBytes {
 			return trustErr(ReasonByteLimit, d.Origin, "remote origins hold %d bytes; %d more would pass the limit %d", total, added, l.MaxBytes)
 		}

@@ -862,8 +862,8 @@ func (s *State) Apply(d Delta) ([]Change, error) {
 	}
 	o, existed := s.origins[d.Origin]
 	if !existed {
-		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && d.Origin != s.self {
-			return nil, trustErr(ReasonOriginLimit, d.Origin, "already holding %d origins (limit)", len(s.origins))
+		if err := s.refuseNewOrigin(d.Origin); err != nil {
+			return nil, err
 		}
 		// Not stored until the delta passes verification: refused input
 		// leaves nothing behind.
@@ -1267,8 +1267,8 @@ func (s *State) ApplyRetire(r Retire) ([]Change, error) {
 	}
 	o, existed := s.origins[r.Origin]
 	if !existed {
-		if s.limits.MaxOrigins > 0 && len(s.origins) >= s.limits.MaxOrigins && r.Origin != s.self {
-			return nil, trustErr(ReasonOriginLimit, r.Origin, "already holding %d origins (limit)", len(s.origins))
+		if err := s.refuseNewOrigin(r.Origin); err != nil {
+			return nil, err
 		}
 		o = s.newOrigin(r.Origin)
 	}
