@@ -32,6 +32,10 @@ const (
 	MaxInboundStreams = 32
 	// MaxInboundStreamsPerIP bounds concurrent inbound streams per source.
 	MaxInboundStreamsPerIP = 4
+	// ReservedKnownStreams of the MaxInboundStreams slots are kept for the
+	// addresses of known members: sources nobody in the member table
+	// uses (a key-less slowloris from many IPs) share the rest.
+	ReservedKnownStreams = 8
 	// streamHeaderTimeout bounds how long a stream may take to send its
 	// header.
 	streamHeaderTimeout = 2 * time.Second
@@ -53,6 +57,9 @@ type guardTransport struct {
 	// chooses the sender name inside its messages (issue 29, item 6).
 	rate   *senderLimits
 	onDrop func(reason, from string, err error)
+	// known reports whether a source IP is a known member's (nil: none
+	// is, every source shares the unreserved slots).
+	known func(ip string) bool
 
 	once       sync.Once
 	out        chan net.Conn
@@ -210,6 +217,10 @@ func remoteIP(c net.Conn) string {
 // own goroutine so a slow sender cannot stall other streams.
 func (g *guardTransport) admit(c net.Conn) {
 	ip := remoteIP(c)
+	totalCap := MaxInboundStreams - ReservedKnownStreams
+	if g.known != nil && g.known(ip) {
+		totalCap = MaxInboundStreams
+	}
 	g.mu.Lock()
 	perIPCap := MaxInboundStreamsPerIP
 	if !g.limitLoopback {
@@ -219,7 +230,7 @@ func (g *guardTransport) admit(c net.Conn) {
 			perIPCap = MaxInboundStreams
 		}
 	}
-	if g.total >= MaxInboundStreams || g.perIP[ip] >= perIPCap {
+	if g.total >= totalCap || g.perIP[ip] >= perIPCap {
 		g.mu.Unlock()
 		_ = c.Close()
 		g.onDrop(dropStreamLimit, ip, fmt.Errorf("inbound stream limit (%d total, %d per source)", MaxInboundStreams, MaxInboundStreamsPerIP))

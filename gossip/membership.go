@@ -66,6 +66,24 @@ func (ms *members) observe(mn *memberlist.Node, cluster, build string, flags byt
 	ms.recountLocked()
 }
 
+// knownIP reports whether ip is the address of a member in the table that
+// has not left (alive, or suspected dead and still rejoinable): the
+// sources whose inbound streams get the reserved slots (guard.go).
+func (ms *members) knownIP(ip string) bool {
+	a := net.ParseIP(ip)
+	if a == nil {
+		return false
+	}
+	ms.mu.Lock()
+	defer ms.mu.Unlock()
+	for name, m := range ms.table {
+		if name != ms.self && !m.Left && m.node != nil && m.node.Addr.Equal(a) {
+			return true
+		}
+	}
+	return false
+}
+
 func (ms *members) recountLocked() {
 	var cnt int64
 	for _, m := range ms.table {

@@ -276,6 +276,7 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 		n.drop(reason, "inbound message refused", "from", from, "err", err)
 	})
 	guard.limitLoopback = n.cfg.LimitLoopbackStreams
+	guard.known = n.members.knownIP
 	guard.rate = newSenderLimits(n.cfg.PeerRateLimit, n.cfg.PeerRateBurst)
 	mc.Transport = guard
 	return nil
