@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +54,9 @@ type Daemon struct {
 	stop context.CancelFunc
 
 	safety // gate, store failure, liveness (safety.go)
+
+	// known: the clusters known independently of gossip (ownership.go)
+	known atomic.Pointer[map[string]bool]
 }
 
 // SubmarinerSyncTimeout bounds how long the daemon waits at start for the
@@ -112,6 +116,7 @@ func New(opts Options) (*Daemon, error) {
 		return nil, err
 	}
 	d.mirror.SetNetworks(enforce.MergeNetworks(opts.ClusterCIDRs))
+	d.setKnownOrigins(enforce.MergeNetworks(opts.ClusterCIDRs))
 	return d, nil
 }
 

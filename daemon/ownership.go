@@ -48,6 +48,7 @@ func (d *Daemon) refreshNetworks() {
 		}
 	}
 	n := enforce.MergeNetworks(sub, d.opts.ClusterCIDRs)
+	d.setKnownOrigins(n)
 	d.mu.Lock()
 	changed := d.mirror.SetNetworks(n)
 	if changed {
@@ -126,4 +127,25 @@ func (r *podIPReport) update(log *slog.Logger, drops []enforce.PodIPDrop, now ti
 		}
 	}
 	r.counts = cur
+}
+
+// setKnownOrigins records the clusters this daemon knows independently of
+// gossip: itself, its trust bundle and the clusters of its trusted
+// networks (Submariner Cluster objects, --cluster-cidrs). They always get
+// an origin slot in the replica (gossip.Config.KnownOrigin).
+func (d *Daemon) setKnownOrigins(n enforce.Networks) {
+	known := map[string]bool{d.opts.ClusterID: true}
+	for id := range d.opts.TrustBundle {
+		known[id] = true
+	}
+	for id := range n {
+		known[id] = true
+	}
+	d.known.Store(&known)
+}
+
+// knownOrigin reports whether origin is known independently of gossip.
+func (d *Daemon) knownOrigin(origin string) bool {
+	k := d.known.Load()
+	return k != nil && (*k)[origin]
 }

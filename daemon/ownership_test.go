@@ -174,3 +174,19 @@ func TestPodIPReportMetricAndRateLimitedLog(t *testing.T) {
 	require.Equal(t, 0, testutil.CollectAndCount(r.gauge))
 	require.Contains(t, buf.String(), "remote pod IPs no longer dropped")
 }
+
+// The clusters known independently of gossip (they always get an origin
+// slot): itself, the trust bundle and the trusted networks, updated with
+// the networks.
+func TestKnownOrigins(t *testing.T) {
+	d := &Daemon{opts: Options{ClusterID: "a", TrustBundle: map[string][]byte{"b": {1}}}}
+	require.False(t, d.knownOrigin("a"), "nothing known before the first update")
+	d.setKnownOrigins(mustNets(t, "c=10.3.0.0/16"))
+	for _, id := range []string{"a", "b", "c"} {
+		require.True(t, d.knownOrigin(id), id)
+	}
+	require.False(t, d.knownOrigin("invented"))
+	d.setKnownOrigins(mustNets(t, "e=10.5.0.0/16"))
+	require.False(t, d.knownOrigin("c"), "c's Cluster object went away")
+	require.True(t, d.knownOrigin("e"))
+}

@@ -100,6 +100,7 @@ func (d *Daemon) startGossip() error {
 	gcfg.Logger, gcfg.Registerer = d.log, o.Registry
 	gcfg.OnDigest = d.observeDigest
 	gcfg.WantDigests = d.wantDigests
+	gcfg.KnownOrigin = d.knownOrigin
 	if gcfg.ReconnectTimeout == 0 {
 		gcfg.ReconnectTimeout = 24 * time.Hour
 	}

@@ -95,6 +95,12 @@ type Config struct {
 	// refused and counted (origin_limit, entry_limit). -1 = unlimited.
 	MaxOrigins          int
 	MaxEntriesPerOrigin int
+	// KnownOrigin names the clusters known independently of gossip (trust
+	// bundle, Submariner Cluster objects): they always get an origin slot
+	// and their bytes count only against MaxBytesPerOrigin, so MaxOrigins
+	// and MaxBytes bound the clusters nobody vouches for (crdt.Limits.Known).
+	// Called from the replica's apply path: cheap, no locks of the caller.
+	KnownOrigin func(origin string) bool
 	// MaxBytesPerOrigin bounds the memory of one remote cluster's stored
 	// records, MaxBytes that of all remote clusters (defaults
 	// DefaultMaxBytesPerOrigin, DefaultMaxBytes; refused as byte_limit).

@@ -232,7 +232,7 @@ func (n *Node) wireReplica() error {
 	}
 	if lr, ok := n.rep.(limitedReplica); ok {
 		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin),
-			MaxBytesPerOrigin: max(0, n.cfg.MaxBytesPerOrigin), MaxBytes: max(0, n.cfg.MaxBytes)})
+			MaxBytesPerOrigin: max(0, n.cfg.MaxBytesPerOrigin), MaxBytes: max(0, n.cfg.MaxBytes), Known: n.cfg.KnownOrigin})
 	}
 	return nil
 }
