@@ -24,10 +24,17 @@ import (
 // generated NetworkPolicy that is in its apiserver (kube-router re-syncs).
 const engineAllowance = 5 * time.Second
 
-// npState is one cluster's generated policy for the nemesis MCNP.
+// npState is one cluster's generated policy for the nemesis MCNP: present
+// or not since the List that first saw it so (since), and the start of the
+// last List that still saw the previous state (after: the change happened
+// in (after, since]; a List dates what it returns late by its own
+// duration, up to seconds under load).
 type npState struct {
 	present bool
 	since   time.Time
+	after   time.Time
+	// seen is the start of the latest List that agreed with present.
+	seen time.Time
 }
 
 // npPollEvery is how often the recorder lists each cluster's policies.
@@ -47,9 +54,10 @@ func (n *nemesis) watchGeneratedNPs(ctx context.Context, origin string) {
 			t := time.NewTicker(npPollEvery)
 			defer t.Stop()
 			for {
+				asked := time.Now()
 				list, err := c.Client.NetworkingV1().NetworkPolicies("shop").List(ctx, metav1.ListOptions{LabelSelector: sel})
 				if err == nil {
-					n.notePresent(c.Name, origin, len(list.Items) > 0)
+					n.notePresent(c.Name, origin, len(list.Items) > 0, asked, time.Now())
 				}
 				select {
 				case <-ctx.Done():
@@ -61,24 +69,29 @@ func (n *nemesis) watchGeneratedNPs(ctx context.Context, origin string) {
 	}
 }
 
-// notePresent records a cluster's generated policy appearing or leaving.
-// Leaving is fail-closed only as the MCNP's deletion reaching that
-// cluster: a generated policy that leaves a cluster although the MCNP was
-// not deleted since the policy appeared there opened that cluster's db for
-// no reason (a partition, a lost store, a restart or a failover must keep
-// it: docs/SEMANTICS.md), and fails the run.
-func (n *nemesis) notePresent(cluster, origin string, present bool) {
+// notePresent records what a List started at asked saw: a cluster's
+// generated policy appearing or leaving. Leaving is fail-closed only as the
+// MCNP's deletion reaching that cluster: a generated policy that leaves a
+// cluster although the MCNP was not deleted since the policy appeared
+// there opened that cluster's db for no reason (a partition, a lost store,
+// a restart or a failover must keep it: docs/SEMANTICS.md), and fails the
+// run. The policy appeared after the last List that did not see it
+// started, so a deletion marked after that start counts (nemesis seed
+// 29105: a deletion marked 40 ms before the List that saw the policy
+// returned was called no deletion).
+func (n *nemesis) notePresent(cluster, origin string, present bool, asked, now time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	st := n.nps[cluster]
 	if present == st.present {
+		st.seen = asked
+		n.nps[cluster] = st
 		return
 	}
-	now := time.Now()
-	n.nps[cluster] = npState{present: present, since: now}
+	n.nps[cluster] = npState{present: present, since: now, after: st.seen, seen: asked}
 	n.history = append(n.history, fmt.Sprintf("%9.3fs  generated NetworkPolicy of %s's MCNP %s in %s's apiserver",
 		now.Sub(n.start).Seconds(), origin, map[bool]string{true: "appeared", false: "gone"}[present], cluster))
-	if !present && !n.mcnpDeletedAt.After(st.since) {
+	if !present && !n.mcnpDeletedAt.After(st.after) {
 		msg := fmt.Sprintf("FAIL-OPEN %s's generated NetworkPolicy left %s at %.3fs, present since %.3fs; the MCNP was not deleted since",
 			origin, cluster, now.Sub(n.start).Seconds(), st.since.Sub(n.start).Seconds())
 		n.failOpen = append(n.failOpen, msg)
@@ -166,18 +179,31 @@ func (n *nemesis) leakCause(origin, dst string, at time.Time) string {
 // The fail-closed check: a generated policy leaving a cluster is fine only
 // as the MCNP's deletion arriving there.
 func TestNemesisFailClosedCheck(t *testing.T) {
-	n := &nemesis{start: time.Now(), nps: map[string]npState{}}
-	n.notePresent("cluster2", "cluster1", true)
-	n.notePresent("cluster2", "cluster1", false)
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	n := &nemesis{start: t0, nps: map[string]npState{}}
+	n.notePresent("cluster2", "cluster1", false, at(0), at(100))
+	n.notePresent("cluster2", "cluster1", true, at(200), at(300))
+	n.notePresent("cluster2", "cluster1", false, at(400), at(500))
 	require.Len(t, n.failOpen, 1, "gone without a deletion: fail-open")
 	require.Contains(t, n.failOpen[0], "left cluster2")
 
-	n.notePresent("cluster2", "cluster1", true)
-	n.mcnpDeletedAt = time.Now()
-	n.notePresent("cluster2", "cluster1", false)
+	n.notePresent("cluster2", "cluster1", true, at(600), at(700))
+	n.mcnpDeletedAt = at(700)
+	n.notePresent("cluster2", "cluster1", false, at(800), at(900))
 	require.Len(t, n.failOpen, 1, "gone after the MCNP's deletion: fine")
 
-	n.notePresent("cluster3", "cluster1", true) // appeared after that deletion
-	n.notePresent("cluster3", "cluster1", false)
+	// seed 29105: the List that saw the policy started (at 1000) before the
+	// deletion was marked (1050) and returned after it; the policy
+	// appeared after the List before it (800), so the deletion counts
+	n.notePresent("cluster4", "cluster1", false, at(800), at(900))
+	n.notePresent("cluster4", "cluster1", true, at(1000), at(1100))
+	n.mcnpDeletedAt = at(1050)
+	n.notePresent("cluster4", "cluster1", false, at(1200), at(1300))
+	require.Len(t, n.failOpen, 1, "deleted after the last List that did not see the policy: fine")
+
+	n.notePresent("cluster3", "cluster1", false, at(1300), at(1400))
+	n.notePresent("cluster3", "cluster1", true, at(1400), at(1500)) // appeared after that deletion
+	n.notePresent("cluster3", "cluster1", false, at(1600), at(1700))
 	require.Len(t, n.failOpen, 2, "a deletion before the policy appeared explains nothing")
 }
