@@ -64,7 +64,7 @@ func TestPlotsAreWritten(t *testing.T) {
 	require.True(t, strings.Contains(string(b), "naive lan") && strings.Contains(string(b), "coastguard lan"))
 }
 
-// The workload generator feeds the daemon's mirror genuine crdt changes;
+// The workload generator feeds model's mirror (the daemon's) genuine crdt changes;
 // a pod change through Mirror.Apply + Outputs.Recompute must give the same
 // NetworkPolicies as a full translation.
 func TestWorkloadIncrementalMatchesFull(t *testing.T) {
