@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // ConsentLabel marks the ConfigMap holding a cluster's consent
@@ -72,13 +73,17 @@ func (o *Options) clusterConsent(ctx context.Context, m *member) (*enforce.Conse
 	return nil, nil
 }
 
-// admit is enforce.Admit for cluster c with c's admission: its pinned
-// labels apply to every clusterSelector evaluated there, then are reset.
+// admit is what cluster c's outputs (model.Outputs, as its daemon computes
+// them) hold for ref under c's admission: its pinned labels apply to every
+// clusterSelector evaluated there, then are reset.
 func (l *live) admit(c string, ref enforce.PolicyRef) enforce.Result {
 	a := l.adm[c]
 	if a.Consent != nil {
 		l.inv.SetPinnedLabels(a.Consent.ClusterLabels)
 		defer l.inv.SetPinnedLabels(nil)
 	}
-	return enforce.Admit(c, l.inv, ref, a)
+	o := model.NewOutputs(c)
+	o.SetGuards(a.Guards)
+	o.SetConsent(a.Consent)
+	return o.Admit(l.inv, ref)
 }

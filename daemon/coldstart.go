@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -12,7 +13,7 @@ import (
 // restored state afterwards; the result is that of Mirror.Load on the
 // replica's state. It returns the entries m skipped (undecodable, refused
 // origin). opts.OnLoad is replaced.
-func LoadState(path, clusterID string, opts store.Options, m *Mirror) (*store.Replica, []error, error) {
+func LoadState(path, clusterID string, opts store.Options, m *model.Mirror) (*store.Replica, []error, error) {
 	var errs []error
 	opts.OnLoad = mirrorLoader(m, &errs)
 	rep, err := store.OpenReplica(path, clusterID, opts)
@@ -25,7 +26,7 @@ func LoadState(path, clusterID string, opts store.Options, m *Mirror) (*store.Re
 // mirrorLoader is the store.Options.OnLoad that builds m from the entries
 // being restored; *errs gets the entries it skipped. A second call (the
 // replica starts empty after a corrupt file) starts m over.
-func mirrorLoader(m *Mirror, errs *[]error) func([]crdt.Entry) {
+func mirrorLoader(m *model.Mirror, errs *[]error) func([]crdt.Entry) {
 	loads := 0
 	return func(entries []crdt.Entry) {
 		if loads++; loads > 1 {

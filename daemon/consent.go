@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // LoadConsent reads and validates a consent file (enforce.ParseConsent).
@@ -51,7 +52,7 @@ func (d *Daemon) consentEventLoop(ctx context.Context, rec record.EventRecorder)
 				continue
 			}
 			seen[k] = true
-			ref, _ := ParsePolicyKey(k)
+			ref, _ := model.ParsePolicyKey(k)
 			d.log.Warn("MCNP of another cluster not admitted here", "policy", k, "remote_cluster", ref.Origin, "why", why)
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ref.Namespace}}
 			ns.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}

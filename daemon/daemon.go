@@ -15,6 +15,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -104,7 +105,7 @@ func New(opts Options) (*Daemon, error) {
 		m:      m,
 		sanity: san,
 		podIPs: podIPs,
-		view:   view{mirror: NewMirror(opts.ClusterID), outputs: NewOutputs(opts.ClusterID), hold: newInventoryHold(opts.ClusterID)},
+		view:   view{mirror: newMirror(opts.ClusterID), outputs: model.NewOutputs(opts.ClusterID), hold: newInventoryHold(opts.ClusterID)},
 	}
 	d.mirror.Inventory().SetGlobalnetPolicy(opts.GlobalnetPolicy)
 	d.outputs.SetGuards(opts.Guards)

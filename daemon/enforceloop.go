@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 const allPolicies = "*"
@@ -120,15 +121,15 @@ func (e *enforcer) compute(keys []string, failures map[string]string) enforceRou
 	if r.all {
 		changed = nil
 		for _, ref := range v.mirror.Inventory().Policies() {
-			changed = append(changed, PolicyKey(ref))
+			changed = append(changed, model.PolicyKey(ref))
 		}
 	}
 	for _, k := range changed {
 		res, ok := v.outputs.Result(k)
 		if ok && res.Selected {
-			ref, _ := ParsePolicyKey(k)
+			ref, _ := model.ParsePolicyKey(k)
 			p, _ := v.mirror.Inventory().Policy(ref)
-			r.reports = append(r.reports, reportWrite{k, v.outputs.report(res, p.Generation), true})
+			r.reports = append(r.reports, reportWrite{k, v.outputs.Report(res, p.Generation), true})
 		} else {
 			r.reports = append(r.reports, reportWrite{k, crdt.ReportValue{}, false})
 		}

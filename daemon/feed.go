@@ -3,6 +3,7 @@ package daemon
 import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // persistedOwn lists this cluster's own live entries for the inventory diff.
@@ -45,7 +46,7 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 // afterMirror marks what a batch folded into the mirror changed: the
 // affected policies for the enforcer, own policies for status, lost
 // origins.
-func (d *Daemon) afterMirror(res Result, newest int64) {
+func (d *Daemon) afterMirror(res model.Result, newest int64) {
 	for _, e := range res.Errors {
 		d.m.decodeErrors.Inc()
 		d.log.Warn("skipping undecodable entry", "err", e)

@@ -13,6 +13,7 @@ import (
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -23,7 +24,7 @@ func lostDaemon(t *testing.T, path string) *Daemon {
 	m, err := newMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	d := &Daemon{opts: Options{ClusterID: "a"}, log: discard, m: m,
-		view: view{mirror: NewMirror("a"), outputs: NewOutputs("a")}}
+		view: view{mirror: model.NewMirror("a"), outputs: model.NewOutputs("a")}}
 	d.mu.Lock()
 	rep, loadErrs, err := LoadState(path, "a", store.Options{}, d.mirror)
 	require.NoError(t, err)

@@ -25,16 +25,6 @@ func NetworksFromSubmariner(cs []kube.SubmarinerCluster) (enforce.Networks, []er
 	return kube.SubmarinerNetworks(cs)
 }
 
-// SetNetworks sets the trusted network knowledge of the mirrored inventory
-// and reports whether it changed (then every policy must be recomputed).
-func (m *Mirror) SetNetworks(n enforce.Networks) bool {
-	if m.inv.Networks().Equal(n) {
-		return false
-	}
-	m.inv.SetNetworks(n)
-	return true
-}
-
 // refreshNetworks recomputes the trusted networks from the Submariner
 // watcher and the operator configuration; on a change it recomputes every
 // policy.

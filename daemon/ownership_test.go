@@ -94,7 +94,7 @@ func TestPodIPAttackThroughMirror(t *testing.T) {
 		res, ok := w.outputs.Result("eu-1/shop/db")
 		require.True(t, ok)
 		require.Equal(t, enforce.ReasonPodIPReserved, res.Degraded)
-		require.Contains(t, w.outputs.report(res, 1).Degraded, "PodIPReservedAddress: eu-2")
+		require.Contains(t, w.outputs.Report(res, 1).Degraded, "PodIPReservedAddress: eu-2")
 	}
 }
 
@@ -106,7 +106,7 @@ func TestUnknownCIDRsDegradeAndNameTheCluster(t *testing.T) {
 	require.ElementsMatch(t, []string{"10.2.1.10/32"}, ingressCIDRs(w))
 	res, _ := w.outputs.Result("eu-1/shop/db")
 	require.Equal(t, enforce.ReasonPodCIDRsUnknown, res.Degraded)
-	rep := w.outputs.report(res, 1)
+	rep := w.outputs.Report(res, 1)
 	st := kube.Aggregate(kube.AggregateInput{Generation: 1, Enforcing: []string{"eu-1"},
 		Reports: map[string]crdt.ReportValue{"eu-1": rep}, Now: time.Unix(0, 0)})
 	var deg *metav1.Condition

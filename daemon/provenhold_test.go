@@ -9,6 +9,7 @@ import (
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // holdWorld is cluster a's view of clusters a and b through the hold: a's
@@ -18,13 +19,13 @@ type holdWorld struct {
 	writers  map[string]*crdt.State
 	observer *crdt.State
 	hold     *inventoryHold
-	mirror   *Mirror
-	outputs  *Outputs
+	mirror   *model.Mirror
+	outputs  *model.Outputs
 }
 
 func newHoldWorld(t *testing.T) *holdWorld {
 	w := &holdWorld{t: t, writers: map[string]*crdt.State{}, observer: crdt.NewState("a"),
-		hold: newInventoryHold("a"), mirror: NewMirror("a"), outputs: NewOutputs("a")}
+		hold: newInventoryHold("a"), mirror: model.NewMirror("a"), outputs: model.NewOutputs("a")}
 	for _, c := range []string{"a", "b"} {
 		s := crdt.NewState(c)
 		require.NoError(t, s.SetEpoch(1))
@@ -171,7 +172,7 @@ func TestHoldLoaded(t *testing.T) {
 	v := w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"), nil)
 	require.True(t, w.admitted("10.2.0.1/32"))
 
-	m, out, h := NewMirror("a"), NewOutputs("a"), newInventoryHold("a")
+	m, out, h := model.NewMirror("a"), model.NewOutputs("a"), newInventoryHold("a")
 	m.Inventory().SetNetworks(w.mirror.Inventory().Networks())
 	require.Empty(t, m.Load(w.observer))
 	w.mirror, w.outputs, w.hold = m, out, h

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // oneBlockResult is a result of ref with one generated NetworkPolicy
@@ -25,24 +26,24 @@ func oneBlockResult(ref enforce.PolicyRef) enforce.Result {
 // Reports carry the applier's failure of a policy (as an error of this
 // cluster) and, while the gate is closed, PartialView.
 func TestReportCarriesFailuresAndPartialView(t *testing.T) {
-	o := NewOutputs("eu-1")
+	o := model.NewOutputs("eu-1")
 	ref := enforce.PolicyRef{Origin: "eu-2", Namespace: "shop", Name: "p"}
 	res := oneBlockResult(ref)
-	assert.Equal(t, "", o.report(res, 3).Degraded)
+	assert.Equal(t, "", o.Report(res, 3).Degraded)
 
 	require.True(t, o.SetGateDegraded(ReasonPartialView))
 	assert.False(t, o.SetGateDegraded(ReasonPartialView))
-	assert.Equal(t, ReasonPartialView, o.report(res, 3).Degraded)
+	assert.Equal(t, ReasonPartialView, o.Report(res, 3).Degraded)
 	own := res
 	own.Degraded = enforce.ReasonGlobalnetCoarseIdentity
-	assert.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.report(own, 3).Degraded, "a policy's own reason wins")
+	assert.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.Report(own, 3).Degraded, "a policy's own reason wins")
 
 	changed := o.SetFailures(map[string]string{"eu-2/shop/p": "apply NetworkPolicy shop/x: forbidden"})
 	assert.Equal(t, []string{"eu-2/shop/p"}, changed)
-	v := o.report(res, 3)
+	v := o.Report(res, 3)
 	assert.Equal(t, "not applied: apply NetworkPolicy shop/x: forbidden", v.Error)
 	assert.Empty(t, v.Degraded)
 	assert.Equal(t, []string{"eu-2/shop/p"}, o.SetFailures(nil), "cleared")
 	require.True(t, o.SetGateDegraded(""))
-	assert.Equal(t, reportOf(res, 3), o.report(res, 3), "back to the plain report")
+	assert.Equal(t, model.NewOutputs("eu-1").Report(res, 3), o.Report(res, 3), "back to the plain report")
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 func TestSanityDuplicateClusterIDNeedsTwoRounds(t *testing.T) {
@@ -44,16 +45,16 @@ func TestSanityInventoryFindings(t *testing.T) {
 }
 
 func TestOutputsSetDegraded(t *testing.T) {
-	o := NewOutputs("a")
+	o := model.NewOutputs("a")
 	ok := enforce.Result{Selected: true}
 	coarse := enforce.Result{Selected: true, Degraded: enforce.ReasonGlobalnetCoarseIdentity}
 	failed := enforce.Result{Selected: true, Error: "bad"}
-	require.Equal(t, "", o.report(ok, 1).Degraded)
+	require.Equal(t, "", o.Report(ok, 1).Degraded)
 	require.True(t, o.SetSetDegraded(ReasonDuplicateClusterID))
 	require.False(t, o.SetSetDegraded(ReasonDuplicateClusterID))
-	require.Equal(t, ReasonDuplicateClusterID, o.report(ok, 1).Degraded)
-	require.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.report(coarse, 1).Degraded, "the policy's own reason wins")
-	require.Equal(t, "", o.report(failed, 1).Degraded, "failed is not degraded")
+	require.Equal(t, ReasonDuplicateClusterID, o.Report(ok, 1).Degraded)
+	require.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.Report(coarse, 1).Degraded, "the policy's own reason wins")
+	require.Equal(t, "", o.Report(failed, 1).Degraded, "failed is not degraded")
 	require.True(t, o.SetSetDegraded(""))
-	require.Equal(t, "", o.report(ok, 1).Degraded)
+	require.Equal(t, "", o.Report(ok, 1).Degraded)
 }

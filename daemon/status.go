@@ -12,6 +12,7 @@ import (
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // statusStore reads and writes MCNP status (kube.StatusWriter).
@@ -40,7 +41,7 @@ func (s *statusLoop) MarkAll() {
 	var keys []string
 	for _, r := range s.view.mirror.Inventory().Policies() {
 		if r.Origin == s.self {
-			keys = append(keys, PolicyKey(r))
+			keys = append(keys, model.PolicyKey(r))
 		}
 	}
 	s.view.mu.Unlock()
@@ -71,7 +72,7 @@ func (s *statusLoop) Fire(ctx context.Context, keys []string) {
 // aggregate computes the status of one own policy from its reports; !ok
 // when the key is not an own policy, or the policy is unknown here.
 func (s *statusLoop) aggregate(k string) (st v1.MultiClusterNetworkPolicyStatus, ns, name string, ok bool) {
-	ref, ok := ParsePolicyKey(k)
+	ref, ok := model.ParsePolicyKey(k)
 	if !ok || ref.Origin != s.self {
 		return st, "", "", false
 	}

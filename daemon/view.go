@@ -3,6 +3,8 @@ package daemon
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // view is the daemon's decoded state: the mirror of the replica and the
@@ -10,8 +12,8 @@ import (
 // enforcer, status, gate, sanity and debug parts read it.
 type view struct {
 	mu      sync.Mutex // guards mirror, outputs and hold
-	mirror  *Mirror
-	outputs *Outputs
+	mirror  *model.Mirror
+	outputs *model.Outputs
 	// hold keeps unproven remote inventory entries out of the mirror
 	// (provenhold.go).
 	hold *inventoryHold

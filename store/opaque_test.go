@@ -12,7 +12,7 @@ import (
 // Two replicas of this build relay a delta from a newer peer that mixes a
 // known kind with one this build does not know. The relay keeps the unknown
 // entry in its file across a restart and serves it on; its change feed
-// reports it as a change of an opaque kind (the daemon's mirror ignores
+// reports it as a change of an opaque kind (model's mirror ignores
 // those).
 func TestReplicaCarriesOpaqueKindAcrossRestart(t *testing.T) {
 	opaque := crdt.Kind(len(crdt.Kinds()) + 1)

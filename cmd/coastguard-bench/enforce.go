@@ -12,8 +12,8 @@ import (
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // enforceScale is one inventory shape.
@@ -163,7 +163,7 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 		return err
 	}
 	self := origin(0)
-	mirror := daemon.NewMirror(self)
+	mirror := model.NewMirror(self)
 	// Pod-IP ownership: cluster c's pods are in 10.c.0.0/16.
 	var cidrs []string
 	for c := 0; c < sc.clusters; c++ {
@@ -201,9 +201,9 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 	for i := 0; i < runs; i++ {
 		rawFull = append(rawFull, ms(timeIt(func() { nps = len(enforce.Translate(self, inv)) })))
 	}
-	var outs *daemon.Outputs
+	var outs *model.Outputs
 	for i := 0; i < runs; i++ {
-		o := daemon.NewOutputs(self)
+		o := model.NewOutputs(self)
 		dFull = append(dFull, ms(timeIt(func() { o.Recompute(inv, nil, true) })))
 		outs = o
 	}
@@ -230,7 +230,7 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 			return err
 		}
 		ch := chs[0]
-		var res daemon.Result
+		var res model.Result
 		d := timeIt(func() {
 			res = mirror.Apply(chs)
 			outs.Recompute(inv, res.Affected, res.All)
@@ -271,10 +271,10 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 	}
 	common := map[string]any{"netpols": nps, "runs": runs, "mirror_load_ms": round(ms(loadDur))}
 	rec.add("enforce_full_ms", median(rawFull), "ms", params(merge(common, map[string]any{"path": "enforce.Translate", "scale": sc.name})), fullT, fullOK)
-	rec.add("enforce_full_daemon_ms", median(dFull), "ms", params(merge(common, map[string]any{"path": "daemon.Outputs.Recompute(all)", "scale": sc.name})), fullT, fullOK)
+	rec.add("enforce_full_daemon_ms", median(dFull), "ms", params(merge(common, map[string]any{"path": "model.Outputs.Recompute(all)", "scale": sc.name})), fullT, fullOK)
 	incParams := map[string]any{"changes": n, "affected_avg": round(avgAff), "stat": "median"}
 	rec.add("enforce_incremental_ms", percentileMS(rawIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "enforce.Affected+EvaluateAll", "p99_ms": round(percentileMS(rawIncS, 0.99)), "scale": sc.name})), incT, incOK)
-	rec.add("enforce_incremental_daemon_ms", percentileMS(dIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "daemon.Mirror.Apply+Outputs.Recompute", "p99_ms": round(percentileMS(dIncS, 0.99)), "scale": sc.name})), incT, incOK)
+	rec.add("enforce_incremental_daemon_ms", percentileMS(dIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "model.Mirror.Apply+Outputs.Recompute", "p99_ms": round(percentileMS(dIncS, 0.99)), "scale": sc.name})), incT, incOK)
 	rec.add("enforce_full_over_incremental", median(dFull)/percentileMS(dIncS, 0.5), "ratio", params(map[string]any{"path": "daemon", "scale": sc.name}), "", nil)
 	return nil
 }

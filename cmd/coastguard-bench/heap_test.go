@@ -11,6 +11,7 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -45,7 +46,8 @@ func benchHeap(b *testing.B, rs int) {
 		r, err := store.OpenReplica(path, "", store.Options{Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(b, err)
 		rep := heapAlloc()
-		m := daemon.NewMirror("cluster-self")
+		m := model.NewMirror("cluster-self")
+		m.SetPipeline(daemon.Overlap) // the daemon's cold start
 		var errs []error
 		t0 := time.Now()
 		r.View(func(st *crdt.State) { errs = m.Load(st) })

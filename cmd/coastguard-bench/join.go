@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -94,7 +94,7 @@ func (r joinResult) params() map[string]any {
 		"set_process":      map[bool]string{true: "child", false: "same"}[r.isolated],
 		"memory_limit_mib": joinMemoryLimit >> 20,
 		"peak_rss_mib":     r.peakRSS >> 20,
-		"how": "joiner gossip.Node + store.Replica (bbolt, fsync) + daemon.Mirror via the change feed; " +
+		"how": "joiner gossip.Node + store.Replica (bbolt, fsync) + model.Mirror via the change feed; " +
 			"the set (1 hub + 1 writer node per origin, sharing one in-memory replica) in a child process, over loopback TCP/UDP, LAN profile; " +
 			"timed from Join until the joiner's digest equals the hub's (view) and the mirror holds every entry (enforce); " +
 			"not included: the enforcer's first full translation",
@@ -255,7 +255,7 @@ func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
 // feed (as daemon wiring does), counting the changes it took in.
 type mirrorFeed struct {
 	mu     sync.Mutex
-	m      *daemon.Mirror
+	m      *model.Mirror
 	copied atomic.Int64
 }
 
@@ -284,7 +284,7 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP, iso
 	// asks 1.5Gi for a 1 M-entry set) and the default GOGC.
 	prevLimit := debug.SetMemoryLimit(joinMemoryLimit)
 	defer debug.SetMemoryLimit(prevLimit)
-	feed := &mirrorFeed{m: daemon.NewMirror("joiner")}
+	feed := &mirrorFeed{m: model.NewMirror("joiner")}
 	rep.Subscribe(feed.apply)
 	sg := gossip.NewSigner(joinKey(200))
 	tr, err := gossip.NewTrust(nil, false, "joiner", sg.PublicKey(), nil, quietLogger())

@@ -12,8 +12,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 func TestPercentileNearestRank(t *testing.T) {
@@ -64,17 +64,17 @@ func TestPlotsAreWritten(t *testing.T) {
 	require.True(t, strings.Contains(string(b), "naive lan") && strings.Contains(string(b), "coastguard lan"))
 }
 
-// The workload generator feeds the daemon's mirror genuine crdt changes;
+// The workload generator feeds model's mirror (the daemon's) genuine crdt changes;
 // a pod change through Mirror.Apply + Outputs.Recompute must give the same
 // NetworkPolicies as a full translation.
 func TestWorkloadIncrementalMatchesFull(t *testing.T) {
 	sc := enforceScale{name: "t", clusters: 3, pods: 60, ns: 4, policies: 20, apps: 6}
 	w, changes, err := newWorkload(sc, 1)
 	require.NoError(t, err)
-	m := daemon.NewMirror(origin(0))
+	m := model.NewMirror(origin(0))
 	res := m.Apply(changes)
 	require.Empty(t, res.Errors)
-	out := daemon.NewOutputs(origin(0))
+	out := model.NewOutputs(origin(0))
 	out.Recompute(m.Inventory(), nil, true)
 	require.Len(t, m.Inventory().Policies(), 20)
 	for k := 0; k < 30; k++ {

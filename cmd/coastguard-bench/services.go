@@ -14,8 +14,8 @@ import (
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // The cost of the exported-Service kind (docs/SEMANTICS.md "Services"):
@@ -41,7 +41,7 @@ func svcValue(c, i int) *crdt.ServiceValue {
 
 type svcWorld struct {
 	writers []*crdt.State
-	mirror  *daemon.Mirror
+	mirror  *model.Mirror
 	stamp   int64
 }
 
@@ -69,7 +69,7 @@ func (w *svcWorld) write(c int, kind crdt.Kind, name string, v any) (int, error)
 // Services each with svcBackends backend pods, and one egress MCNP per
 // namespace in c000 admitting every backend of every cluster on http.
 func newSvcWorld(perCluster int) (*svcWorld, error) {
-	w := &svcWorld{mirror: daemon.NewMirror(origin(0))}
+	w := &svcWorld{mirror: model.NewMirror(origin(0))}
 	var cidrs []string
 	for c := 0; c < svcClusters; c++ {
 		cidrs = append(cidrs, fmt.Sprintf("%s=10.%d.0.0/16", origin(c), c), fmt.Sprintf("%s:service=100.%d.0.0/16", origin(c), c))
@@ -195,7 +195,7 @@ func runServices(ctx context.Context, cfg *config, rec *recorder) error {
 	}
 	rec.add("service_value_bytes", float64(len(val)), "bytes", map[string]any{"shape": "1 ClusterIP, 2 ports, 2-label selector"}, "", nil)
 	rec.add("service_delta_bytes_per_update", float64(wire)/float64(total), "bytes", p, "", nil)
-	rec.add("service_heap_bytes_per_entry", float64(int64(after)-int64(before))/float64(total), "bytes", merge(p, map[string]any{"path": "origin crdt.State + daemon.Mirror"}), "", nil)
+	rec.add("service_heap_bytes_per_entry", float64(int64(after)-int64(before))/float64(total), "bytes", merge(p, map[string]any{"path": "origin crdt.State + model.Mirror"}), "", nil)
 	rec.add("service_translate_full_ms", with, "ms", merge(p, map[string]any{"path": "enforce.Translate", "address_ipblocks": addrs}), "", nil)
 	rec.add("service_translate_full_without_services_ms", without, "ms", merge(p, map[string]any{"path": "enforce.Translate"}), "", nil)
 	rec.add("service_translate_overhead_ratio", ratio(with, without), "ratio", p, "", nil)

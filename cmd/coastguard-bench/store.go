@@ -12,6 +12,7 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/daemon"
+	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
@@ -189,7 +190,8 @@ func runStore(ctx context.Context, cfg *config, rec *recorder) error {
 			// with the daemon's enforce mirror of the same entries.
 			heapRep = float64(heapAlloc()-before) / float64(total)
 		}
-		m := daemon.NewMirror("cluster-self")
+		m := model.NewMirror("cluster-self")
+		m.SetPipeline(daemon.Overlap) // the daemon's cold start
 		var errs []error
 		t1 := time.Now()
 		r.View(func(st *crdt.State) { errs = m.Load(st) })
@@ -209,7 +211,8 @@ func runStore(ctx context.Context, cfg *config, rec *recorder) error {
 		cold, views, serial = append(cold, ms(opened)), append(views, ms(viewed)), append(serial, ms(opened+viewed))
 		heapAlloc() // the serial run's garbage is not the next run's to collect
 
-		m2 := daemon.NewMirror("cluster-self")
+		m2 := model.NewMirror("cluster-self")
+		m2.SetPipeline(daemon.Overlap) // the daemon's cold start
 		t2 := time.Now()
 		r2, errs, err := daemon.LoadState(path, "", store.Options{Logger: quiet}, m2)
 		if err != nil {
@@ -240,9 +243,9 @@ func runStore(ctx context.Context, cfg *config, rec *recorder) error {
 	rec.add("heap_bytes_per_entry", heapRep, "B", merge(params, map[string]any{
 		"what": "live heap of an open store.Replica (crdt state + names) per pod entry"}), htarget, hok)
 	rec.add("heap_bytes_per_entry_with_mirror", heapMirror, "B", merge(params, map[string]any{
-		"what": "replica + daemon.Mirror (enforce inventory) per pod entry"}), "", nil)
+		"what": "replica + model.Mirror (enforce inventory) per pod entry"}), "", nil)
 	rec.add("mirror_load_ms", median(views), "ms", merge(params, map[string]any{
-		"what": "daemon.Mirror.Load of the open replica (decode + enforce inventory), after the store open",
+		"what": "model.Mirror.Load of the open replica (decode + enforce inventory), after the store open",
 		"runs": runs, "stat": "median"}), "", nil)
 	rec.add("ready_serial_ms", median(serial), "ms", merge(params, map[string]any{
 		"what": "store open, then Mirror.Load, one after the other (the daemon's start-up before LoadState)",

@@ -22,6 +22,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 func init() { commands = append(commands, newRenderCmd) }
@@ -157,12 +158,17 @@ func writeRendered(dir string, nps []networkingv1.NetworkPolicy) error {
 }
 
 // admitted is every NetworkPolicy cluster c's daemon would generate, sorted
-// by namespace and name: each policy through enforce.Admit, as the daemon's
-// enforcer does. Skipped and degraded policies are logged.
+// by namespace and name: the outputs of model.Outputs for c under the
+// daemon's guards and the consent, as the daemon's enforcer computes them.
+// Skipped and degraded policies are logged.
 func admitted(c string, inv *enforce.Inventory, adm enforce.Admission, log io.Writer) []networkingv1.NetworkPolicy {
+	outs := model.NewOutputs(c)
+	outs.SetGuards(adm.Guards)
+	outs.SetConsent(adm.Consent)
+	outs.Recompute(inv, nil, true)
 	var nps []networkingv1.NetworkPolicy
 	for _, ref := range inv.Policies() {
-		res := enforce.Admit(c, inv, ref, adm)
+		res, _ := outs.Result(model.PolicyKey(ref))
 		if res.SkippedNoNamespace {
 			logf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
 		}

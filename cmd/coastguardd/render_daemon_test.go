@@ -25,6 +25,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // TestRenderEqualsDaemon proves that `coastguardd render` writes exactly
@@ -34,7 +35,7 @@ import (
 // informers and converters and the SubmarinerWatcher; the entries each
 // inventory would write go into that cluster's crdt.State and reach an
 // observer by anti-entropy deltas (crdt.DeltaSince), as over gossip; then
-// daemon.Mirror.Load and the enforcer's Outputs for every cluster.
+// model.Mirror.Load and the enforcer's model.Outputs for every cluster.
 func TestRenderEqualsDaemon(t *testing.T) {
 	// Every cluster admits MCNPs of region=eu origins only, and pins eu-2
 	// to region=us whatever it claims: MCNPs of us-1 and eu-2 are refused
@@ -223,8 +224,8 @@ func gossipInto(t *testing.T, st *crdt.State, id string, snap kube.Snapshot) {
 // writes them.
 func daemonOutput(t *testing.T, st *crdt.State, c string, w *kube.SubmarinerWatcher, consent *enforce.Consent) string {
 	t.Helper()
-	m := daemon.NewMirror(c)
-	outs := daemon.NewOutputs(c)
+	m := model.NewMirror(c)
+	outs := model.NewOutputs(c)
 	outs.SetGuards(guards(defaultConfig(), defaultSubmarinerNamespace)) // as run does without flags
 	if consent != nil {                                                 // as daemon.New does
 		m.SetTrustedLabels(consent.ClusterLabels)

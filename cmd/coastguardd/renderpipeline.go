@@ -7,16 +7,17 @@ import (
 	"slices"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // render's ingestion is the daemon's: the objects of every cluster
 // directory go through the kube converters the inventory uses into the
 // replicated entries that cluster would write, those entries into one
-// crdt.State, and the state through the daemon's Mirror into the
-// enforce.Inventory both translate from.
+// crdt.State, and the state through model.Mirror, the daemon's, into the
+// enforce.Inventory both translate from (model.Outputs then turns it into
+// what each cluster applies, as in the daemon).
 
 // clusterEntries converts one cluster's objects into the entries its
 // daemon's inventory would write.
@@ -66,10 +67,10 @@ func replicate(entries map[string]kube.Snapshot) (*crdt.State, error) {
 	return st, nil
 }
 
-// mirrorOf feeds a state through the daemon's Mirror; any entry it cannot
+// mirrorOf feeds a state through model.Mirror, as the daemon does; any entry it cannot
 // decode is an error.
 func mirrorOf(st *crdt.State) (*enforce.Inventory, error) {
-	m := daemon.NewMirror("")
+	m := model.NewMirror("")
 	if errs := m.Load(st); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}

@@ -34,7 +34,7 @@ func m(pkgs ...string) []string {
 
 // every coastguard top-level package directory: a rule that lists all of
 // them forbids any coastguard import.
-var allPackages = []string{"api", "crdt", "enforce", "store", "gossip", "kube", "daemon", "reach", "cli", "internal", "cmd", "test"}
+var allPackages = []string{"api", "crdt", "enforce", "model", "store", "gossip", "kube", "daemon", "reach", "cli", "internal", "cmd", "test"}
 
 // except returns allPackages without the given ones.
 func except(keep ...string) []string {
@@ -52,19 +52,21 @@ const clientGo = "k8s.io/client-go"
 var rules = []rule{
 	{"crdt", append(m(except()...), clientGo, "net/http"),
 		"crdt is the pure replicated state: no I/O, no Kubernetes client, no other coastguard package"},
-	{"enforce", append(m("gossip", "store", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
+	{"enforce", append(m("model", "gossip", "store", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
 		"enforce is the pure translator: MCNP + inventory -> NetworkPolicies"},
-	{"gossip", append(m("api", "store", "enforce", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
+	{"model", append(m(except("api", "crdt", "enforce")...), clientGo),
+		"model is the one pure producer of what a cluster applies: replicated entries -> enforce view -> guarded outputs"},
+	{"gossip", append(m("api", "store", "enforce", "model", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
 		"gossip moves crdt deltas through the gossip.Replica interface; it knows nothing of Kubernetes, policy or the store"},
-	{"gossip/sim", append(m("api", "enforce", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
+	{"gossip/sim", append(m("api", "enforce", "model", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
 		"the simulator runs gossip nodes over in-memory replicas, without Kubernetes"},
-	{"store", append(m("api", "gossip", "enforce", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
+	{"store", append(m("api", "gossip", "enforce", "model", "kube", "daemon", "reach", "cli", "cmd", "test"), clientGo),
 		"store persists crdt state; it knows nothing of the network or Kubernetes"},
 	{"api/v1", append(m(except("api")...), clientGo),
 		"api holds CRD types only"},
 	{"api/mcs/v1alpha1", append(m(except("api")...), clientGo),
 		"api holds CRD types only"},
-	{"kube", m("gossip", "store", "daemon", "reach", "cli", "cmd", "test"),
+	{"kube", m("model", "gossip", "store", "daemon", "reach", "cli", "cmd", "test"),
 		"kube adapts Kubernetes objects; wiring belongs to daemon"},
 	{"daemon", m("reach", "cli", "cmd", "test"),
 		"daemon is one coastguardd: it never runs the plugin's parts"},
@@ -80,7 +82,7 @@ var rules = []rule{
 		"the daemon binary ships no test harness and no simulator"},
 	{"cmd/kubectl-coastguard", m("gossip", "store", "daemon", "test"),
 		"the plugin binary is cli/ alone"},
-	{"gossip/sim/cmd/gossipsim", append(m("api", "enforce", "kube", "daemon", "reach", "cli", "test"), clientGo),
+	{"gossip/sim/cmd/gossipsim", append(m("api", "enforce", "model", "kube", "daemon", "reach", "cli", "test"), clientGo),
 		"the simulator's command line"},
 }
 

@@ -15,19 +15,20 @@ import (
 // must have a user in another package (production or test code of any
 // other package, e2e included). api/ is the documented API and stays whole;
 // commands (package main) export nothing.
-var exportsChecked = []string{"crdt", "enforce", "store", "gossip", "kube", "daemon", "reach", "cli",
+var exportsChecked = []string{"crdt", "enforce", "model", "store", "gossip", "kube", "daemon", "reach", "cli",
 	"internal/metricsreg", "internal/version"}
 
 // maxUnusedExports is the ratchet on exported top-level identifiers
 // without a user outside their package (issue 31: 233 before, 220 once the
 // dead ones went; 227 after the Globalnet-mesh merge added kube.GlobalIP*,
-// kube.PodGlobalIP, kube.GlobalIngress* and daemon.ReadyAdvertise). Most
+// kube.PodGlobalIP, kube.GlobalIngress* and daemon.ReadyAdvertise; 226
+// once the mirror and the outputs moved from daemon to model). Most
 // that remain are types and constants that appear in another exported
 // signature (a caller uses them without naming them) or
 // enumerations; each is still a candidate to unexport. Lower this number
 // when you unexport or delete one; never raise it: give a new export an
 // outside user or keep it unexported.
-const maxUnusedExports = 227
+const maxUnusedExports = 226
 
 // TestNoNewUnusedExports fails when the number of exported top-level funcs,
 // types, vars and consts of the checked packages that only their own

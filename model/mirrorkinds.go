@@ -1,4 +1,4 @@
-package daemon
+package model
 
 import (
 	"strings"
@@ -7,7 +7,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
-// mirrorKind is what the daemon's mirror does with the entries of one
+// mirrorKind is what the mirror does with the entries of one
 // kind.
 type mirrorKind struct {
 	// decode folds one change into the mirror's enforce model and returns
@@ -22,7 +22,7 @@ type mirrorKind struct {
 	all bool
 }
 
-// mirrorKinds is the daemon layer of the kind registry: one entry per kind
+// mirrorKinds is the model layer of the kind registry: one entry per kind
 // crdt declares (crdt.Kinds()). TestMirrorKindsComplete fails when a kind
 // is missing here.
 var mirrorKinds = map[crdt.Kind]mirrorKind{

@@ -1,9 +1,10 @@
-// Package daemon wires coastguard's parts into the per-cluster daemon:
-// the durable replica (store), the gossip mesh, the Kubernetes inventory
-// writer and leader election (kube), and the enforcer that turns the
-// converged state into NetworkPolicies with the same translation code as
-// `coastguardd render` (enforce).
-package daemon
+// Package model is the one producer of what a cluster applies: it folds
+// the replicated entries (crdt) into an enforce view (Mirror) and turns
+// that view into the guarded outputs of one enforcing cluster (Outputs):
+// its NetworkPolicies and the reports it publishes. The daemon, `coastguardd
+// render` and the benchmarks all go through it. It is pure: no goroutines,
+// no clock, no I/O, no Kubernetes client; callers serialise access.
+package model
 
 import (
 	"encoding/json"
@@ -21,7 +22,7 @@ import (
 
 // Mirror keeps an enforce.Inventory in step with the replicated crdt state and
 // tells which policies a batch of changes affects for one enforcing cluster.
-// It is deterministic and does no I/O; the daemon serialises access.
+// It is deterministic and does no I/O; the caller serialises access.
 type Mirror struct {
 	self     string
 	inv      *enforce.Inventory
@@ -41,6 +42,8 @@ type Mirror struct {
 	// (lost.go).
 	lost        map[string]*lostOrigin
 	lostChanged map[string]bool
+	// pipeline decodes pod entries in batches at load (nil: Sequential).
+	pipeline Pipeline
 	// errors counts entries that failed to decode (poison values are
 	// skipped, never applied half-way).
 	DecodeErrors int
@@ -65,6 +68,16 @@ func NewMirror(self string) *Mirror {
 // (enforce.Inventory.SetPinnedLabels).
 func (m *Mirror) SetTrustedLabels(pinned map[string]map[string]string) {
 	m.inv.SetPinnedLabels(pinned)
+}
+
+// SetNetworks sets the trusted network knowledge of the mirrored inventory
+// and reports whether it changed (then every policy must be recomputed).
+func (m *Mirror) SetNetworks(n enforce.Networks) bool {
+	if m.inv.Networks().Equal(n) {
+		return false
+	}
+	m.inv.SetNetworks(n)
+	return true
 }
 
 // Inventory returns the mirrored inventory (not a copy).

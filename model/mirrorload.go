@@ -1,8 +1,7 @@
-package daemon
+package model
 
 import (
 	"cmp"
-	"runtime"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,13 +16,13 @@ import (
 // cold start), so live pods, nearly all of the entries, skip what apply
 // does per change: the origin is checked once per origin, entries are
 // visited unordered (the view does not depend on order), their values are
-// decoded by crdt.PodDecoder on a second goroutine while this one fills
-// the inventory, and decode targets are reused (the inventory copies what
-// it keeps).
+// decoded by crdt.PodDecoder in batches, which the mirror's Pipeline may
+// decode on a second goroutine while this one fills the inventory, and
+// decode targets are reused (the inventory copies what it keeps).
 // Everything else, and every pod the fast path cannot take (a bad origin
 // or name, a value that does not decode), goes through apply, so errors
 // are exactly those of apply. The result does not depend on the
-// scheduling: the inventory is only touched here, in one goroutine.
+// scheduling: the inventory is only touched by the caller's goroutine.
 func (m *Mirror) load(st *crdt.State) []error {
 	var errs []error
 	slow := func(e *crdt.Entry) {
@@ -166,38 +165,49 @@ func (m *Mirror) loadPods(origin string, entries []crdt.Entry, slow func(*crdt.E
 			m.inv.SetPod(origin, p)
 		}
 	}
-	decode := func(pd *crdt.PodDecoder, batch []decodedPod, from int) []decodedPod {
-		batch = batch[:min(loadBatch, len(entries)-from)]
-		for i := range batch {
-			batch[i].decode(pd, &entries[from+i])
+	var pd crdt.PodDecoder
+	var bufs [PipelineBuffers][]decodedPod
+	decode := func(i, buf int) {
+		if bufs[buf] == nil {
+			bufs[buf] = make([]decodedPod, loadBatch)
 		}
-		return batch
-	}
-	if runtime.GOMAXPROCS(0) < 2 || len(entries) <= loadBatch {
-		var pd crdt.PodDecoder
-		batch := make([]decodedPod, loadBatch)
-		for from := 0; from < len(entries); from += loadBatch {
-			apply(decode(&pd, batch, from))
+		from := i * loadBatch
+		b := bufs[buf][:min(loadBatch, len(entries)-from)]
+		for j := range b {
+			b[j].decode(&pd, &entries[from+j])
 		}
-		return
+		bufs[buf] = b
 	}
-	// Three batches circulate: one being decoded, one being applied, one
-	// ready. The decoding goroutine only reads entries (the state is not
-	// changed while Load runs) and writes the batch it holds.
-	const buffers = 3
-	free, ready := make(chan []decodedPod, buffers), make(chan []decodedPod, buffers)
-	for range buffers {
-		free <- make([]decodedPod, loadBatch)
+	n := (len(entries) + loadBatch - 1) / loadBatch
+	run := m.pipeline
+	if run == nil || n <= 1 {
+		run = Sequential
 	}
-	go func() {
-		defer close(ready)
-		var pd crdt.PodDecoder
-		for from := 0; from < len(entries); from += loadBatch {
-			ready <- decode(&pd, <-free, from)
-		}
-	}()
-	for batch := range ready {
-		apply(batch)
-		free <- batch[:cap(batch)]
+	run(n, decode, func(buf int) { apply(bufs[buf]) })
+}
+
+// PipelineBuffers is the number of batch buffers a Pipeline may use.
+const PipelineBuffers = 3
+
+// A Pipeline runs n batches through decode and apply: decode(i, buf) fills
+// buffer buf (0 <= buf < PipelineBuffers) with batch i, and apply(buf)
+// folds it into the view. Calls of apply are made in batch order, by the
+// caller's goroutine, after the decode of their batch returned; calls of
+// decode are never concurrent with each other, nor with an apply of the
+// same buffer. Decoding only reads the entries, so a pipeline may overlap
+// it with apply on another goroutine (the daemon's cold start does, see
+// SetPipeline); the result does not depend on how it schedules them.
+type Pipeline func(n int, decode func(i, buf int), apply func(buf int))
+
+// Sequential is the Pipeline of one goroutine: decode then apply, batch
+// after batch, in buffer 0.
+func Sequential(n int, decode func(i, buf int), apply func(buf int)) {
+	for i := range n {
+		decode(i, 0)
+		apply(0)
 	}
 }
+
+// SetPipeline sets how Load and LoadEntries decode pod entries in batches
+// (nil: Sequential). The model starts no goroutine itself.
+func (m *Mirror) SetPipeline(p Pipeline) { m.pipeline = p }

@@ -1,4 +1,4 @@
-package daemon
+package model
 
 import (
 	"sort"
@@ -59,7 +59,7 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 		}
 		old, had := o.results[k]
 		oldGen := o.gens[k]
-		res := enforce.Admit(o.self, inv, ref, o.adm)
+		res := o.Admit(inv, ref)
 		p, exists := inv.Policy(ref)
 		if !exists {
 			delete(o.results, k)
@@ -68,11 +68,18 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []s
 			o.results[k] = res
 			o.gens[k] = p.Generation
 		}
-		if !had || o.report(old, oldGen) != o.report(res, p.Generation) {
+		if !had || o.Report(old, oldGen) != o.Report(res, p.Generation) {
 			changed = append(changed, k)
 		}
 	}
 	return changed
+}
+
+// Admit is the result policy ref has in the enforcing cluster under the
+// outputs' guards and consent, without recording it: what Recompute
+// records, for a caller that asks about one policy (the CLI).
+func (o *Outputs) Admit(inv *enforce.Inventory, ref enforce.PolicyRef) enforce.Result {
+	return enforce.Admit(o.self, inv, ref, o.adm)
 }
 
 // Desired returns every generated NetworkPolicy, sorted by namespace/name.
@@ -122,9 +129,10 @@ func degradedText(r enforce.Result) string {
 	return r.DegradedDetails[0]
 }
 
-// report is reportOf plus the applier's failure for this policy, the
+// Report is the report the enforcing cluster publishes for a result of a
+// policy generation: reportOf plus the applier's failure for this policy, the
 // empty-view gate and the cluster-set problem, if any.
-func (o *Outputs) report(r enforce.Result, generation int64) crdt.ReportValue {
+func (o *Outputs) Report(r enforce.Result, generation int64) crdt.ReportValue {
 	v := reportOf(r, generation)
 	if v.Error == "" {
 		if f := o.failures[policyKeyOf(r)]; f != "" {

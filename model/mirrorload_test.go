@@ -1,9 +1,8 @@
-package daemon
+package model
 
 import (
 	"fmt"
 	"math/rand"
-	"runtime"
 	"sort"
 	"testing"
 
@@ -41,10 +40,11 @@ func errStrings(errs []error) []string {
 	return out
 }
 
-// Load's bulk path (unordered, decoded on a second goroutine in batches)
-// builds the same view as applying every entry one by one, with the same
-// errors: several batches per origin, tombstones, undecodable values and
-// an origin the mirror refuses, with one and with two Ps.
+// Load's bulk path (unordered, decoded in batches through the mirror's
+// Pipeline) builds the same view as applying every entry one by one, with
+// the same errors: several batches per origin, tombstones, undecodable
+// values and an origin the mirror refuses, through the sequential pipeline
+// and one that decodes ahead into every buffer before applying.
 func TestLoadMatchesPerEntryApply(t *testing.T) {
 	obs, _ := loadFixture(t)
 	want := NewMirror("a")
@@ -52,16 +52,29 @@ func TestLoadMatchesPerEntryApply(t *testing.T) {
 	require.NotEmpty(t, wantErrs)
 	wantNPs := names(enforce.Translate("a", want.Inventory()))
 	require.NotEmpty(t, wantNPs)
-	for _, procs := range []int{1, 2} {
-		t.Run(fmt.Sprintf("procs%d", procs), func(t *testing.T) {
-			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(procs))
+	for name, p := range map[string]Pipeline{"sequential": nil, "ahead": decodeAhead} {
+		t.Run(name, func(t *testing.T) {
 			got := NewMirror("a")
+			got.SetPipeline(p)
 			require.Equal(t, errStrings(wantErrs), errStrings(got.Load(obs)))
 			require.Equal(t, want.counts, got.counts)
 			require.Equal(t, want.clusters, got.clusters)
 			require.Equal(t, want.Inventory().Clusters(), got.Inventory().Clusters())
 			require.Equal(t, wantNPs, names(enforce.Translate("a", got.Inventory())))
 		})
+	}
+}
+
+// decodeAhead is a Pipeline that keeps every buffer full: batch i is
+// applied only after batch i+PipelineBuffers-1 was decoded (what an
+// overlapping pipeline may do at worst), on one goroutine.
+func decodeAhead(n int, decode func(i, buf int), apply func(buf int)) {
+	next := 0
+	for i := range n {
+		for ; next < n && next < i+PipelineBuffers; next++ {
+			decode(next, next%PipelineBuffers)
+		}
+		apply(i % PipelineBuffers)
 	}
 }
 

@@ -1,4 +1,4 @@
-package daemon
+package model
 
 import (
 	"testing"
@@ -13,10 +13,10 @@ import (
 func TestMirrorKindsComplete(t *testing.T) {
 	for _, spec := range crdt.Kinds() {
 		_, ok := mirrorKinds[spec.Kind]
-		require.True(t, ok, "crdt declares kind %q but daemon/mirrorkinds.go has no decoder for it: add one to mirrorKinds", spec.Name)
+		require.True(t, ok, "crdt declares kind %q but model/mirrorkinds.go has no decoder for it: add one to mirrorKinds", spec.Name)
 	}
 	for k, mk := range mirrorKinds {
-		require.True(t, k.Valid(), "daemon/mirrorkinds.go registers %v, which crdt does not declare", k)
+		require.True(t, k.Valid(), "model/mirrorkinds.go registers %v, which crdt does not declare", k)
 		require.NotNil(t, mk.decode, "kind %v has no decoder", k)
 	}
 	require.Len(t, mirrorKinds, len(crdt.Kinds()))

@@ -1,0 +1,98 @@
+package daemon
+
+import (
+	"encoding/json"
+	"sort"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	networkingv1 "k8s.io/api/networking/v1"
+
+	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model"
+)
+
+// world is a set of origin writers plus one observing replica, the way the
+// daemon sees them (model/mirror_test.go has the model's own copy): every write becomes a delta applied to the observer,
+// whose change feed drives the Mirror.
+type world struct {
+	t        *testing.T
+	writers  map[string]*crdt.State
+	observer *crdt.State
+	mirror   *model.Mirror
+	outputs  *model.Outputs
+	nets     enforce.Networks // trusted networks (pod-IP ownership)
+}
+
+// setNetworks gives the observer its trusted networks, as the daemon does
+// from Submariner's Cluster objects, and recomputes everything.
+func (w *world) setNetworks(n enforce.Networks) {
+	w.nets = n
+	w.mirror.SetNetworks(n)
+	w.outputs.Recompute(w.mirror.Inventory(), nil, true)
+}
+
+func newWorld(t *testing.T, self string, clusters ...string) *world {
+	w := &world{t: t, writers: map[string]*crdt.State{}, observer: crdt.NewState(self),
+		mirror: model.NewMirror(self), outputs: model.NewOutputs(self)}
+	for _, c := range clusters {
+		s := crdt.NewState(c)
+		require.NoError(t, s.SetEpoch(1))
+		w.writers[c] = s
+	}
+	return w
+}
+
+// labelled publishes the cluster entries (ID label only) of the given
+// clusters: until its entry arrives a cluster's labels are unknown and it
+// matches only clusterSelectors naming its ID.
+func (w *world) labelled(clusters ...string) {
+	w.t.Helper()
+	for _, c := range clusters {
+		w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{})
+	}
+}
+
+func (w *world) write(origin string, kind crdt.Kind, name string, v any) {
+	w.t.Helper()
+	var b []byte
+	if v != nil {
+		var err error
+		b, err = crdt.EncodeValue(v)
+		require.NoError(w.t, err)
+	}
+	d, _, err := w.writers[origin].Write(kind, name, b, v == nil, 0)
+	require.NoError(w.t, err)
+	changes, err := w.observer.Apply(d)
+	require.NoError(w.t, err)
+	res := w.mirror.Apply(changes)
+	require.Empty(w.t, res.Errors)
+	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
+}
+
+func policyValue(t *testing.T, spec apiv1.MultiClusterNetworkPolicySpec, gen int64) *crdt.PolicyValue {
+	b, err := json.Marshal(spec)
+	require.NoError(t, err)
+	return &crdt.PolicyValue{UID: "u", Generation: gen, Spec: b}
+}
+
+func names(nps []networkingv1.NetworkPolicy) []string {
+	var out []string
+	for _, np := range nps {
+		b, _ := json.Marshal(np)
+		out = append(out, string(b))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// fromScratch rebuilds the inventory from the observer's full state and
+// translates everything: the reference the incremental path must match.
+func (w *world) fromScratch(self string) []networkingv1.NetworkPolicy {
+	m := model.NewMirror(self)
+	m.SetNetworks(w.nets)
+	require.Empty(w.t, m.Load(w.observer))
+	return enforce.Translate(self, m.Inventory())
+}
