@@ -32,10 +32,10 @@ const (
 	MaxInboundStreams = 32
 	// MaxInboundStreamsPerIP bounds concurrent inbound streams per source.
 	MaxInboundStreamsPerIP = 4
-	// ReservedKnownStreams of the MaxInboundStreams slots are kept for the
+	// reservedKnownStreams of the MaxInboundStreams slots are kept for the
 	// addresses of known members: sources nobody in the member table
 	// uses (a key-less slowloris from many IPs) share the rest.
-	ReservedKnownStreams = 8
+	reservedKnownStreams = 8
 	// streamHeaderTimeout bounds how long a stream may take to send its
 	// header.
 	streamHeaderTimeout = 2 * time.Second
@@ -217,7 +217,7 @@ func remoteIP(c net.Conn) string {
 // own goroutine so a slow sender cannot stall other streams.
 func (g *guardTransport) admit(c net.Conn) {
 	ip := remoteIP(c)
-	totalCap := MaxInboundStreams - ReservedKnownStreams
+	totalCap := MaxInboundStreams - reservedKnownStreams
 	if g.known != nil && g.known(ip) {
 		totalCap = MaxInboundStreams
 	}

@@ -63,11 +63,11 @@ func TestStreamSlotsReservedForKnownMembers(t *testing.T) {
 			admit("127.0.0." + strconv.Itoa(10+i))
 		}
 	}
-	require.Equal(t, ReservedKnownStreams, count(), "unknown sources share the unreserved slots")
+	require.Equal(t, reservedKnownStreams, count(), "unknown sources share the unreserved slots")
 	admit("127.0.0.2")
-	require.Equal(t, ReservedKnownStreams, count(), "a known member's stream is admitted")
+	require.Equal(t, reservedKnownStreams, count(), "a known member's stream is admitted")
 	admit("127.0.0.99")
-	require.Equal(t, ReservedKnownStreams+1, count(), "another unknown source is not")
+	require.Equal(t, reservedKnownStreams+1, count(), "another unknown source is not")
 	require.Less(t, time.Since(start), streamHeaderTimeout, "slots were released by the header timeout during the test")
 	require.Zero(t, refused["127.0.0.2"])
 }
