@@ -2,11 +2,14 @@ package kube
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -184,6 +187,7 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %v informer: %w", kind, err)
 		}
+		src.bind(inv, inf.GetIndexer())
 		inv.synced = append(inv.synced, inf.HasSynced)
 		if _, err := inf.AddEventHandler(inv.handler(kind)); err != nil {
 			return nil, fmt.Errorf("inventory: add handler: %w", err)
@@ -390,9 +394,25 @@ func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
 // fail to convert are returned in failed (their persisted values must be
 // kept, not tombstoned).
 func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err error) {
-	desired = Snapshot{}
+	desired, errs, err := inv.Entries()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, k := range sortedKeys(errs) {
+		failed = append(failed, k)
+		inv.metrics.errors.WithLabelValues(k.Kind.String()).Inc()
+		inv.log.Warn("cannot convert object; keeping its last replicated value", "kind", k.Kind, "name", k.Name, "err", errs[k])
+	}
+	return desired, failed, nil
+}
+
+// Entries converts every object of the inventory's listers into the
+// entries this cluster writes, with kindSources' converters; the objects
+// that fail to convert are in errs, keyed by their entry.
+func (inv *Inventory) Entries() (entries Snapshot, errs map[InventoryKey]error, err error) {
+	entries = Snapshot{}
 	for _, k := range InventoryKinds {
-		desired[k] = map[string][]byte{}
+		entries[k] = map[string][]byte{}
 	}
 	var keys []InventoryKey
 	for _, kind := range InventoryKinds {
@@ -404,19 +424,31 @@ func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err er
 			keys = append(keys, InventoryKey{Kind: kind, Name: n})
 		}
 	}
+	errs = map[InventoryKey]error{}
 	for _, k := range keys {
 		v, present, err := inv.desiredValue(k)
 		if err != nil {
-			failed = append(failed, k)
-			inv.metrics.errors.WithLabelValues(k.Kind.String()).Inc()
-			inv.log.Warn("cannot convert object; keeping its last replicated value", "kind", k.Kind, "name", k.Name, "err", err)
+			errs[k] = err
 			continue
 		}
 		if present {
-			desired.Set(k.Kind, k.Name, v)
+			entries.Set(k.Kind, k.Name, v)
 		}
 	}
-	return desired, failed, nil
+	return entries, errs, nil
+}
+
+// sortedKeys is the keys of errs in crdt kind order, then by name.
+func sortedKeys(errs map[InventoryKey]error) []InventoryKey {
+	order := map[crdt.Kind]int{}
+	for i, k := range InventoryKinds {
+		order[k] = i
+	}
+	keys := slices.Collect(maps.Keys(errs))
+	slices.SortFunc(keys, func(a, b InventoryKey) int {
+		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Name, b.Name))
+	})
+	return keys
 }
 
 // FullSync diffs the caches against the persisted own entries and writes
