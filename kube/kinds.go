@@ -86,7 +86,9 @@ func watchNamespaces(inv *Inventory) (cache.SharedIndexInformer, error) {
 	return inv.factory.Core().V1().Namespaces().Informer(), nil
 }
 
-func bindNamespaces(inv *Inventory, idx cache.Indexer) { inv.namespaces = corelisters.NewNamespaceLister(idx) }
+func bindNamespaces(inv *Inventory, idx cache.Indexer) {
+	inv.namespaces = corelisters.NewNamespaceLister(idx)
+}
 
 func namespaceNames(inv *Inventory) ([]string, error) {
 	nss, err := inv.namespaces.List(labels.Everything())

@@ -69,7 +69,9 @@ func watchServices(inv *Inventory) (cache.SharedIndexInformer, error) {
 	return inv.factory.Core().V1().Services().Informer(), nil
 }
 
-func bindServices(inv *Inventory, idx cache.Indexer) { inv.services = corelisters.NewServiceLister(idx) }
+func bindServices(inv *Inventory, idx cache.Indexer) {
+	inv.services = corelisters.NewServiceLister(idx)
+}
 
 // serviceNames lists the Services that have a ServiceExport; none until
 // the ServiceExport resource is served and watched.
