@@ -32,10 +32,10 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// PodRelevant is the default pod filter: only pods that can be policy peers
+// podRelevant is the default pod filter: only pods that can be policy peers
 // (they have an IP and have not terminated) are replicated. This keeps pod
 // creation to one write instead of three (pending, IP assigned, running).
-func PodRelevant(p *corev1.Pod) bool {
+func podRelevant(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}
@@ -67,7 +67,7 @@ type InventoryConfig struct {
 	// ingress IPs (optional; see SubmarinerWatcher.ServiceGlobalIPs). Call
 	// ServiceChanged when they change.
 	ServiceGlobalIPs func(namespace, name string) ([]string, error)
-	// PodFilter selects replicated pods (default PodRelevant).
+	// PodFilter selects replicated pods (default podRelevant).
 	PodFilter func(*corev1.Pod) bool
 	// FullSyncPeriod is how often the writer re-diffs everything against
 	// the persisted entries (default 10m; also done at every term start).
@@ -155,7 +155,7 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 		cfg.Discovery = cfg.Client.Discovery()
 	}
 	if cfg.PodFilter == nil {
-		cfg.PodFilter = PodRelevant
+		cfg.PodFilter = podRelevant
 	}
 	if cfg.FullSyncPeriod <= 0 {
 		cfg.FullSyncPeriod = 10 * time.Minute
@@ -359,7 +359,7 @@ func (inv *Inventory) desiredValue(key InventoryKey) (value []byte, present bool
 }
 
 func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
-	var props []ClusterProperty
+	var props []clusterProperty
 	var errs []error
 	inv.mu.Lock()
 	lister := inv.props
@@ -374,7 +374,7 @@ func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
 			if !ok {
 				continue
 			}
-			p, err := ClusterPropertyFrom(u)
+			p, err := clusterPropertyFrom(u)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -386,7 +386,7 @@ func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
 	if inv.cfg.ClusterInfo != nil {
 		info = inv.cfg.ClusterInfo()
 	}
-	v, more := ClusterValueFrom(inv.cfg.ClusterID, props, info)
+	v, more := clusterValueFrom(inv.cfg.ClusterID, props, info)
 	return v, append(errs, more...)
 }
 

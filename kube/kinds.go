@@ -70,7 +70,7 @@ func sourcedKinds() []crdt.Kind {
 }
 
 func encodeEntry(v any) ([]byte, bool, error) {
-	b, err := EncodeCanonical(v)
+	b, err := encodeCanonical(v)
 	return b, err == nil, err
 }
 
@@ -107,7 +107,7 @@ func namespaceEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v := NamespaceToValue(ns)
+	v := namespaceToValue(ns)
 	return encodeEntry(&v)
 }
 
@@ -142,7 +142,7 @@ func podEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v, present, err := PodEntryValue(p, inv.cfg.PodFilter, inv.cfg.PodEgressIPs)
+	v, present, err := podEntryValue(p, inv.cfg.PodFilter, inv.cfg.PodEgressIPs)
 	if err != nil || !present {
 		return nil, false, err
 	}
@@ -182,10 +182,10 @@ func policyEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if !ok {
 		return nil, false, fmt.Errorf("policy %s: unexpected cache type %T", name, obj)
 	}
-	v, err := PolicyToValue(u)
+	v, err := policyToValue(u)
 	if err == nil {
 		var b []byte
-		if b, err = EncodeCanonical(&v); err == nil {
+		if b, err = encodeCanonical(&v); err == nil {
 			return b, true, nil
 		}
 	}

@@ -64,7 +64,7 @@ func NewStaticInventory(clusterID string, objs StaticObjects, logger *slog.Logge
 	}
 	inv := &Inventory{
 		cfg: InventoryConfig{
-			ClusterID: clusterID, PodFilter: PodRelevant, Logger: logger,
+			ClusterID: clusterID, PodFilter: podRelevant, Logger: logger,
 			ClusterInfo: w.Info, PodEgressIPs: w.PodEgressIPsFunc(), ServiceGlobalIPs: w.ServiceGlobalIPsFunc(),
 		},
 		log: logger.With("component", "inventory"), metrics: m, lastWritten: Snapshot{},
