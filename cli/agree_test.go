@@ -157,8 +157,8 @@ func daemonEntries(t *testing.T, id string, typed, dyn []runtime.Object) (kube.S
 	w, err := kube.NewSubmarinerWatcher(kube.SubmarinerConfig{ClusterID: id, Dynamic: m.Dynamic, Discovery: client.Discovery(), Logger: log})
 	require.NoError(t, err)
 	inv, err := kube.NewInventory(kube.InventoryConfig{ClusterID: id, Client: client, Dynamic: m.Dynamic, Discovery: client.Discovery(),
-		Writer: kube.WriterFunc(func(crdt.Kind, string, []byte, bool) error { return kube.ErrNotLeader }),
-		Persisted: func() (kube.Snapshot, error) { return kube.Snapshot{}, nil },
+		Writer:      kube.WriterFunc(func(crdt.Kind, string, []byte, bool) error { return kube.ErrNotLeader }),
+		Persisted:   func() (kube.Snapshot, error) { return kube.Snapshot{}, nil },
 		ClusterInfo: w.Info, PodEgressIPs: w.PodEgressIPsFunc(), ServiceGlobalIPs: w.ServiceGlobalIPsFunc(), Logger: log})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
