@@ -3,13 +3,14 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
@@ -96,10 +98,12 @@ type live struct {
 	services map[string]map[string]*corev1.Service
 }
 
-// load reads every cluster and builds the same enforce.Inventory the daemons
-// build from replicated state.
+// load reads every cluster and builds the enforce.Inventory the daemons
+// converge on: each cluster's objects through a static kube inventory
+// (the daemon's kind table) into the entries its daemon writes, and those
+// through daemon.Converge, as `coastguardd render` does.
 func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
-	l := &live{members: ms, inv: enforce.NewInventory(), pods: map[string][]corev1.Pod{},
+	l := &live{members: ms, pods: map[string][]corev1.Pod{},
 		ns: map[string]map[string]map[string]string{}, netpols: map[string][]networkingv1.NetworkPolicy{},
 		mcnps: map[string][]v1.MultiClusterNetworkPolicy{}, byIP: map[netip.Addr]string{}, clusters: map[string][]v1.CoastguardCluster{}}
 	// Trusted CIDRs (pod-IP ownership), as the daemons learn them:
@@ -112,159 +116,70 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 	if l.adm, err = o.admissions(ctx, ms); err != nil {
 		return nil, err
 	}
+	entries := map[string]kube.Snapshot{}
 	var subClusters []kube.SubmarinerCluster
 	for _, m := range ms {
-		if sl, err := m.Dynamic.Resource(kube.SubmarinerClusterResource).Namespace("submariner-operator").List(ctx, metav1.ListOptions{}); err == nil {
-			for i := range sl.Items {
-				subClusters = append(subClusters, kube.SubmarinerClusterFrom(&sl.Items[i]))
-			}
+		objs, err := l.loadMember(ctx, m)
+		if err != nil {
+			return nil, err
 		}
-	}
-	subNets, _ := kube.SubmarinerNetworks(subClusters)
-	l.inv.SetNetworks(enforce.MergeNetworks(subNets, cfgNets))
-	for _, m := range ms {
-		if err := l.loadMember(ctx, m); err != nil {
+		for _, u := range objs.SubmarinerClusters {
+			subClusters = append(subClusters, kube.SubmarinerClusterFrom(u))
+		}
+		if entries[m.ID], err = liveEntries(m.ID, objs, o.ErrOut); err != nil {
 			return nil, err
 		}
 	}
+	if l.inv, err = daemon.Converge(entries); err != nil {
+		return nil, err
+	}
+	subNets, _ := kube.SubmarinerNetworks(subClusters)
+	l.inv.SetNetworks(enforce.MergeNetworks(subNets, cfgNets))
 	return l, nil
 }
 
-// loadMember reads one cluster: its cluster entry, namespaces, pods,
-// Services, NetworkPolicies and MCNPs.
-func (l *live) loadMember(ctx context.Context, m *member) error {
-	if err := l.loadCluster(ctx, m); err != nil {
-		return err
-	}
-	nsl, err := m.Client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+// loadMember reads one cluster: the objects its daemon's inventory reads
+// (returned), and what the commands show of it: namespaces, pods (and
+// their IPs), exported Services, NetworkPolicies, MCNPs and
+// CoastguardClusters.
+func (l *live) loadMember(ctx context.Context, m *member) (kube.StaticObjects, error) {
+	objs, err := liveObjects(ctx, m)
 	if err != nil {
-		return fmt.Errorf("%s: namespaces: %w", m.ID, err)
-	}
-	l.ns[m.ID] = map[string]map[string]string{}
-	for i := range nsl.Items {
-		n := &nsl.Items[i]
-		l.ns[m.ID][n.Name] = n.Labels
-		l.inv.SetNamespace(m.ID, enforce.Namespace{Name: n.Name, Labels: kube.NamespaceToValue(n).Labels})
-	}
-	if err := l.loadPods(ctx, m); err != nil {
-		return err
-	}
-	svcs, err := loadServices(ctx, m, l.inv)
-	if err != nil {
-		return err
-	}
-	l.setServices(m.ID, svcs)
-	nps, err := m.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("%s: networkpolicies: %w", m.ID, err)
-	}
-	l.netpols[m.ID] = nps.Items
-	mc, err := listMCNPs(ctx, m)
-	if err != nil {
-		return fmt.Errorf("%s: multiclusternetworkpolicies: %w", m.ID, err)
-	}
-	l.mcnps[m.ID] = mc
-	for i := range mc {
-		p := &mc[i]
-		_ = l.inv.SetPolicy(enforce.Policy{Origin: m.ID, Namespace: p.Namespace, Name: p.Name, UID: string(p.UID),
-			Generation: p.Generation, Spec: p.Spec})
-	}
-	return nil
-}
-
-// loadCluster reads the cluster's ClusterProperties and CoastguardClusters
-// into its cluster entry.
-func (l *live) loadCluster(ctx context.Context, m *member) error {
-	var props []kube.ClusterProperty
-	pl, err := m.Dynamic.Resource(kube.ClusterPropertyResource).List(ctx, metav1.ListOptions{})
-	switch {
-	case err == nil:
-		for i := range pl.Items {
-			if p, err := kube.ClusterPropertyFrom(&pl.Items[i]); err == nil {
-				props = append(props, p)
-			}
-		}
-	case apierrors.IsNotFound(err):
-	default:
-		return fmt.Errorf("%s: clusterproperties: %w", m.ID, err)
+		return objs, err
 	}
 	ccs, _ := listClusters(ctx, m)
 	l.clusters[m.ID] = ccs
-	var info kube.ClusterInfo
-	for _, c := range ccs {
-		if c.Name == m.ID {
-			info.PodCIDRs = c.Status.PodCIDRs
-		}
+	l.ns[m.ID] = map[string]map[string]string{}
+	for _, n := range objs.Namespaces {
+		l.ns[m.ID][n.Name] = n.Labels
 	}
-	cv, _ := kube.ClusterValueFrom(m.ID, props, info)
-	l.inv.SetCluster(enforce.Cluster{ID: m.ID, Labels: cv.Labels, PodCIDRs: cv.PodCIDRs})
-	return nil
-}
-
-// loadPods reads the cluster's pods into the inventory and the IP index.
-func (l *live) loadPods(ctx context.Context, m *member) error {
-	pods, err := m.Client.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return fmt.Errorf("%s: pods: %w", m.ID, err)
-	}
-	l.pods[m.ID] = pods.Items
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for _, p := range objs.Pods {
+		l.pods[m.ID] = append(l.pods[m.ID], *p)
 		v, err := kube.PodToValue(p)
-		if err != nil {
-			return fmt.Errorf("%s: pod %s/%s: %w", m.ID, p.Namespace, p.Name, err)
+		if err != nil || p.Spec.HostNetwork {
+			continue
 		}
-		ep := enforce.Pod{Namespace: p.Namespace, Name: p.Name, Labels: v.Labels, IPs: v.IPs,
-			Phase: corev1.PodPhase(v.Phase), HostNetwork: v.HostNetwork, NotReady: v.NotReady}
-		for _, port := range v.Ports {
-			ep.Ports = append(ep.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
-		}
-		l.inv.SetPod(m.ID, ep)
 		for _, ip := range v.IPs {
-			if a, err := netip.ParseAddr(ip); err == nil && !p.Spec.HostNetwork {
+			if a, err := netip.ParseAddr(ip); err == nil {
 				l.byIP[a] = m.ID + "/" + p.Namespace + "/" + p.Name
 			}
 		}
 	}
-	return nil
-}
-
-// loadServices adds the cluster's exported Services (a Service with a
-// ServiceExport) to the inventory, converted as the daemon's inventory
-// does, and returns them; nothing when the ServiceExport resource is not
-// installed.
-func loadServices(ctx context.Context, m *member, inv *enforce.Inventory) ([]*corev1.Service, error) {
-	el, err := m.Dynamic.Resource(kube.ServiceExportResource).List(ctx, metav1.ListOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, nil
-	case err != nil:
-		return nil, fmt.Errorf("%s: serviceexports: %w", m.ID, err)
+	l.setServices(m.ID, slices.Collect(maps.Values(exported(objs))))
+	nps, err := m.Client.NetworkingV1().NetworkPolicies("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return objs, fmt.Errorf("%s: networkpolicies: %w", m.ID, err)
 	}
-	var out []*corev1.Service
-	for i := range el.Items {
-		ns, name := el.Items[i].GetNamespace(), el.Items[i].GetName()
-		svc, err := m.Client.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			continue
+	l.netpols[m.ID] = nps.Items
+	mc := make([]v1.MultiClusterNetworkPolicy, len(objs.Policies))
+	for i, u := range objs.Policies {
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &mc[i]); err != nil {
+			return objs, fmt.Errorf("%s: multiclusternetworkpolicies: %w", m.ID, err)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: service %s/%s: %w", m.ID, ns, name, err)
-		}
-		v, err := kube.ServiceToValue(svc)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", m.ID, err)
-		}
-		out = append(out, svc)
-		es := enforce.Service{Namespace: ns, Name: name, ClusterIPs: v.ClusterIPs, Selector: v.Selector, Headless: v.Headless,
-			PublishNotReady: v.PublishNotReady}
-		for _, p := range v.Ports {
-			es.Ports = append(es.Ports, enforce.ServicePort{Name: p.Name, Port: p.Port, TargetPort: p.TargetPort,
-				TargetPortName: p.TargetPortName, Protocol: corev1.Protocol(p.Protocol)})
-		}
-		inv.SetService(m.ID, es)
 	}
-	return out, nil
+	sort.Slice(mc, func(i, j int) bool { return mc[i].Namespace+"/"+mc[i].Name < mc[j].Namespace+"/"+mc[j].Name })
+	l.mcnps[m.ID] = mc
+	return objs, nil
 }
 
 // setServices records the exported Services of a cluster.

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"io"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,44 +10,26 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	dynamicfake "k8s.io/client-go/dynamic/fake"
-	"k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/yaml"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
-	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
 // The CLI's live view holds the exported Services as the daemons' do, so
 // what-if and explain translate with the same address rules.
 func TestLoadServicesFeedsTranslation(t *testing.T) {
-	client := fake.NewClientset(
+	export := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+		"metadata": map[string]any{"name": "db", "namespace": "shop"}}}
+	inv := servicesLive(t, []runtime.Object{
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"},
 			Spec: corev1.ServiceSpec{ClusterIP: "10.97.0.20", Selector: map[string]string{"role": "db"},
 				Ports: []corev1.ServicePort{{Name: "pg", Port: 15432, TargetPort: intstr.FromString("pg")}}}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cache"},
 			Spec: corev1.ServiceSpec{ClusterIP: "10.97.0.21", Selector: map[string]string{"role": "db"},
-				Ports: []corev1.ServicePort{{Port: 6379}}}})
-	export := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
-		"metadata": map[string]any{"name": "db", "namespace": "shop"}}}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kube.ServiceExportResource: "ServiceExportList"}, export)
-
-	inv := enforce.NewInventory()
-	nets, err := enforce.ParseClusterCIDRs([]string{"c1=10.1.0.0/16", "c2=10.2.0.0/16", "c2:service=10.97.0.0/16"})
-	require.NoError(t, err)
-	inv.SetNetworks(nets)
-	for _, c := range []string{"c1", "c2"} {
-		inv.SetCluster(enforce.Cluster{ID: c})
-		inv.SetNamespace(c, enforce.Namespace{Name: "shop"})
-	}
-	inv.SetPod("c2", enforce.Pod{Namespace: "shop", Name: "db-0", Labels: map[string]string{"role": "db"}, IPs: []string{"10.2.0.10"},
-		Phase: corev1.PodRunning, Ports: []enforce.Port{{Name: "pg", Port: 5432}}})
-	_, err = loadServices(context.Background(), &member{ID: "c2", Client: client, Dynamic: dyn}, inv)
-	require.NoError(t, err)
+				Ports: []corev1.ServicePort{{Port: 6379}}}},
+	}, export)
 	var spec apiv1.MultiClusterNetworkPolicySpec
 	require.NoError(t, yaml.UnmarshalStrict([]byte(`
 podSelector: {}
@@ -66,30 +49,16 @@ egress:
 // what-if and explain show the exported Service's backends and ClusterIP,
 // and nothing for a Service that is not exported (Degraded).
 func TestLoadServicesFeedServicePeers(t *testing.T) {
-	client := fake.NewClientset(
+	export := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
+		"metadata": map[string]any{"name": "db", "namespace": "shop"}}}
+	inv := servicesLive(t, []runtime.Object{
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db"},
 			Spec: corev1.ServiceSpec{ClusterIP: "10.97.0.20", Selector: map[string]string{"role": "db"},
 				Ports: []corev1.ServicePort{{Name: "pg", Port: 15432, TargetPort: intstr.FromString("pg")}}}},
 		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "cache"},
 			Spec: corev1.ServiceSpec{ClusterIP: "10.97.0.21", Selector: map[string]string{"role": "db"},
-				Ports: []corev1.ServicePort{{Port: 6379}}}})
-	export := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
-		"metadata": map[string]any{"name": "db", "namespace": "shop"}}}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{kube.ServiceExportResource: "ServiceExportList"}, export)
-
-	inv := enforce.NewInventory()
-	nets, err := enforce.ParseClusterCIDRs([]string{"c1=10.1.0.0/16", "c2=10.2.0.0/16", "c2:service=10.97.0.0/16"})
-	require.NoError(t, err)
-	inv.SetNetworks(nets)
-	for _, c := range []string{"c1", "c2"} {
-		inv.SetCluster(enforce.Cluster{ID: c})
-		inv.SetNamespace(c, enforce.Namespace{Name: "shop"})
-	}
-	inv.SetPod("c2", enforce.Pod{Namespace: "shop", Name: "db-0", Labels: map[string]string{"role": "db"}, IPs: []string{"10.2.0.10"},
-		Phase: corev1.PodRunning, Ports: []enforce.Port{{Name: "pg", Port: 5432}}})
-	_, err = loadServices(context.Background(), &member{ID: "c2", Client: client, Dynamic: dyn}, inv)
-	require.NoError(t, err)
+				Ports: []corev1.ServicePort{{Port: 6379}}}},
+	}, export)
 	for _, tc := range []struct {
 		svc      string
 		want     []string
@@ -118,4 +87,25 @@ egress:
 			require.NotContains(t, string(out), "ipBlock", tc.svc)
 		}
 	}
+}
+
+// servicesLive is the CLI's inventory of c1 and c2 (namespace shop in
+// both) where c2 runs pod db-0 (role=db, port pg 5432) and holds svcs and
+// export.
+func servicesLive(t *testing.T, svcs []runtime.Object, export *unstructured.Unstructured) *enforce.Inventory {
+	t.Helper()
+	shop := func() runtime.Object { return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "shop"}} }
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "db-0", Labels: map[string]string{"role": "db"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "db", Ports: []corev1.ContainerPort{{Name: "pg", ContainerPort: 5432}}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.2.0.10", PodIPs: []corev1.PodIP{{IP: "10.2.0.10"}},
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
+	ms := []*member{
+		fakeMember("c1", []runtime.Object{shop()}, nil),
+		fakeMember("c2", append([]runtime.Object{shop(), pod}, svcs...), []runtime.Object{export}),
+	}
+	o := &Options{Namespace: "coastguard-system", ErrOut: io.Discard,
+		ClusterCIDRs: []string{"c1=10.1.0.0/16", "c2=10.2.0.0/16", "c2:service=10.97.0.0/16"}}
+	l, err := o.load(context.Background(), ms)
+	require.NoError(t, err)
+	return l.inv
 }

@@ -2,11 +2,14 @@ package kube
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,10 +32,10 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// PodRelevant is the default pod filter: only pods that can be policy peers
+// podRelevant is the default pod filter: only pods that can be policy peers
 // (they have an IP and have not terminated) are replicated. This keeps pod
 // creation to one write instead of three (pending, IP assigned, running).
-func PodRelevant(p *corev1.Pod) bool {
+func podRelevant(p *corev1.Pod) bool {
 	if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return false
 	}
@@ -64,7 +67,7 @@ type InventoryConfig struct {
 	// ingress IPs (optional; see SubmarinerWatcher.ServiceGlobalIPs). Call
 	// ServiceChanged when they change.
 	ServiceGlobalIPs func(namespace, name string) ([]string, error)
-	// PodFilter selects replicated pods (default PodRelevant).
+	// PodFilter selects replicated pods (default podRelevant).
 	PodFilter func(*corev1.Pod) bool
 	// FullSyncPeriod is how often the writer re-diffs everything against
 	// the persisted entries (default 10m; also done at every term start).
@@ -152,7 +155,7 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 		cfg.Discovery = cfg.Client.Discovery()
 	}
 	if cfg.PodFilter == nil {
-		cfg.PodFilter = PodRelevant
+		cfg.PodFilter = podRelevant
 	}
 	if cfg.FullSyncPeriod <= 0 {
 		cfg.FullSyncPeriod = 10 * time.Minute
@@ -184,6 +187,7 @@ func NewInventory(cfg InventoryConfig) (*Inventory, error) {
 		if err != nil {
 			return nil, fmt.Errorf("inventory: %v informer: %w", kind, err)
 		}
+		src.bind(inv, inf.GetIndexer())
 		inv.synced = append(inv.synced, inf.HasSynced)
 		if _, err := inf.AddEventHandler(inv.handler(kind)); err != nil {
 			return nil, fmt.Errorf("inventory: add handler: %w", err)
@@ -355,7 +359,7 @@ func (inv *Inventory) desiredValue(key InventoryKey) (value []byte, present bool
 }
 
 func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
-	var props []ClusterProperty
+	var props []clusterProperty
 	var errs []error
 	inv.mu.Lock()
 	lister := inv.props
@@ -370,7 +374,7 @@ func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
 			if !ok {
 				continue
 			}
-			p, err := ClusterPropertyFrom(u)
+			p, err := clusterPropertyFrom(u)
 			if err != nil {
 				errs = append(errs, err)
 				continue
@@ -382,7 +386,7 @@ func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
 	if inv.cfg.ClusterInfo != nil {
 		info = inv.cfg.ClusterInfo()
 	}
-	v, more := ClusterValueFrom(inv.cfg.ClusterID, props, info)
+	v, more := clusterValueFrom(inv.cfg.ClusterID, props, info)
 	return v, append(errs, more...)
 }
 
@@ -390,9 +394,25 @@ func (inv *Inventory) clusterValue() (crdt.ClusterValue, []error) {
 // fail to convert are returned in failed (their persisted values must be
 // kept, not tombstoned).
 func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err error) {
-	desired = Snapshot{}
+	desired, errs, err := inv.Entries()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, k := range sortedKeys(errs) {
+		failed = append(failed, k)
+		inv.metrics.errors.WithLabelValues(k.Kind.String()).Inc()
+		inv.log.Warn("cannot convert object; keeping its last replicated value", "kind", k.Kind, "name", k.Name, "err", errs[k])
+	}
+	return desired, failed, nil
+}
+
+// Entries converts every object of the inventory's listers into the
+// entries this cluster writes, with kindSources' converters; the objects
+// that fail to convert are in errs, keyed by their entry.
+func (inv *Inventory) Entries() (entries Snapshot, errs map[InventoryKey]error, err error) {
+	entries = Snapshot{}
 	for _, k := range InventoryKinds {
-		desired[k] = map[string][]byte{}
+		entries[k] = map[string][]byte{}
 	}
 	var keys []InventoryKey
 	for _, kind := range InventoryKinds {
@@ -404,19 +424,31 @@ func (inv *Inventory) Desired() (desired Snapshot, failed []InventoryKey, err er
 			keys = append(keys, InventoryKey{Kind: kind, Name: n})
 		}
 	}
+	errs = map[InventoryKey]error{}
 	for _, k := range keys {
 		v, present, err := inv.desiredValue(k)
 		if err != nil {
-			failed = append(failed, k)
-			inv.metrics.errors.WithLabelValues(k.Kind.String()).Inc()
-			inv.log.Warn("cannot convert object; keeping its last replicated value", "kind", k.Kind, "name", k.Name, "err", err)
+			errs[k] = err
 			continue
 		}
 		if present {
-			desired.Set(k.Kind, k.Name, v)
+			entries.Set(k.Kind, k.Name, v)
 		}
 	}
-	return desired, failed, nil
+	return entries, errs, nil
+}
+
+// sortedKeys is the keys of errs in crdt kind order, then by name.
+func sortedKeys(errs map[InventoryKey]error) []InventoryKey {
+	order := map[crdt.Kind]int{}
+	for i, k := range InventoryKinds {
+		order[k] = i
+	}
+	keys := slices.Collect(maps.Keys(errs))
+	slices.SortFunc(keys, func(a, b InventoryKey) int {
+		return cmp.Or(cmp.Compare(order[a.Kind], order[b.Kind]), cmp.Compare(a.Name, b.Name))
+	})
+	return keys
 }
 
 // FullSync diffs the caches against the persisted own entries and writes

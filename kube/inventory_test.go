@@ -156,7 +156,7 @@ func hasWatch(actions []k8stesting.Action, resource string) bool {
 
 func encoded(t *testing.T, v any) []byte {
 	t.Helper()
-	b, err := EncodeCanonical(v)
+	b, err := encodeCanonical(v)
 	require.NoError(t, err)
 	return b
 }
@@ -381,11 +381,11 @@ func TestResourceServed(t *testing.T) {
 }
 
 func TestPodRelevant(t *testing.T) {
-	assert.True(t, PodRelevant(runningPod("a", "b", "1.2.3.4", nil)))
-	assert.False(t, PodRelevant(&corev1.Pod{}))
+	assert.True(t, podRelevant(runningPod("a", "b", "1.2.3.4", nil)))
+	assert.False(t, podRelevant(&corev1.Pod{}))
 	p := runningPod("a", "b", "1.2.3.4", nil)
 	p.Status.Phase = corev1.PodFailed
-	assert.False(t, PodRelevant(p))
+	assert.False(t, podRelevant(p))
 }
 
 func TestInventoryFullSyncAfterWatchFailure(t *testing.T) {

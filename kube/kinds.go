@@ -7,6 +7,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -17,10 +19,15 @@ import (
 // crdt value (the converters are the exported *ToValue functions, which
 // `coastguardd render` uses too).
 type kindSource struct {
-	// watch sets up the kind's informer on the inventory's factories and
-	// keeps its lister; nil when the kind has no informer of its own (the
-	// cluster entry, rewritten on ClusterProperty and Submariner changes).
+	// watch sets up the kind's informer on the inventory's factories; nil
+	// when the kind has no informer of its own (the cluster entry,
+	// rewritten on ClusterProperty and Submariner changes).
 	watch func(inv *Inventory) (cache.SharedIndexInformer, error)
+	// bind keeps the kind's lister over an indexer: the informer's, or a
+	// static inventory's in-memory one.
+	bind func(inv *Inventory, idx cache.Indexer)
+	// static is the kind's objects among a static inventory's (static.go).
+	static func(o *StaticObjects) []runtime.Object
 	// names lists the entry names of every object in the cache.
 	names func(inv *Inventory) ([]string, error)
 	// value is the encoded value of the entry called name, from the cache;
@@ -35,10 +42,10 @@ type kindSource struct {
 // crdt.Kinds().
 var kindSources = map[crdt.Kind]kindSource{
 	crdt.KindCluster:   {names: func(*Inventory) ([]string, error) { return []string{""}, nil }, value: clusterEntry},
-	crdt.KindNamespace: {watch: watchNamespaces, names: namespaceNames, value: namespaceEntry},
-	crdt.KindPod:       {watch: watchPods, names: podNames, value: podEntry},
-	crdt.KindPolicy:    {watch: watchPolicies, names: policyNames, value: policyEntry},
-	crdt.KindService:   {watch: watchServices, names: serviceNames, value: serviceEntry},
+	crdt.KindNamespace: {watch: watchNamespaces, bind: bindNamespaces, static: staticNamespaces, names: namespaceNames, value: namespaceEntry},
+	crdt.KindPod:       {watch: watchPods, bind: bindPods, static: staticPods, names: podNames, value: podEntry},
+	crdt.KindPolicy:    {watch: watchPolicies, bind: bindPolicies, static: staticPolicies, names: policyNames, value: policyEntry},
+	crdt.KindService:   {watch: watchServices, bind: bindServices, static: staticServices, names: serviceNames, value: serviceEntry},
 }
 
 // notSourced lists the kinds no Kubernetes object is the source of, and
@@ -63,7 +70,7 @@ func sourcedKinds() []crdt.Kind {
 }
 
 func encodeEntry(v any) ([]byte, bool, error) {
-	b, err := EncodeCanonical(v)
+	b, err := encodeCanonical(v)
 	return b, err == nil, err
 }
 
@@ -76,9 +83,11 @@ func clusterEntry(inv *Inventory, _ string) ([]byte, bool, error) {
 }
 
 func watchNamespaces(inv *Inventory) (cache.SharedIndexInformer, error) {
-	inf := inv.factory.Core().V1().Namespaces()
-	inv.namespaces = inf.Lister()
-	return inf.Informer(), nil
+	return inv.factory.Core().V1().Namespaces().Informer(), nil
+}
+
+func bindNamespaces(inv *Inventory, idx cache.Indexer) {
+	inv.namespaces = corelisters.NewNamespaceLister(idx)
 }
 
 func namespaceNames(inv *Inventory) ([]string, error) {
@@ -98,7 +107,7 @@ func namespaceEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v := NamespaceToValue(ns)
+	v := namespaceToValue(ns)
 	return encodeEntry(&v)
 }
 
@@ -107,9 +116,10 @@ func watchPods(inv *Inventory) (cache.SharedIndexInformer, error) {
 	if err := inf.Informer().SetTransform(TransformPod); err != nil {
 		return nil, fmt.Errorf("pod transform: %w", err)
 	}
-	inv.pods = inf.Lister()
 	return inf.Informer(), nil
 }
+
+func bindPods(inv *Inventory, idx cache.Indexer) { inv.pods = corelisters.NewPodLister(idx) }
 
 func podNames(inv *Inventory) ([]string, error) {
 	pods, err := inv.pods.List(labels.Everything())
@@ -132,7 +142,7 @@ func podEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if err != nil {
 		return nil, false, err
 	}
-	v, present, err := PodEntryValue(p, inv.cfg.PodFilter, inv.cfg.PodEgressIPs)
+	v, present, err := podEntryValue(p, inv.cfg.PodFilter, inv.cfg.PodEgressIPs)
 	if err != nil || !present {
 		return nil, false, err
 	}
@@ -144,9 +154,10 @@ func watchPolicies(inv *Inventory) (cache.SharedIndexInformer, error) {
 	if err := inf.Informer().SetTransform(stripManagedFields); err != nil {
 		return nil, fmt.Errorf("MCNP transform: %w", err)
 	}
-	inv.mcnps = inf.Lister()
 	return inf.Informer(), nil
 }
+
+func bindPolicies(inv *Inventory, idx cache.Indexer) { inv.mcnps = dynamicLister(idx, MCNPResource) }
 
 func policyNames(inv *Inventory) ([]string, error) {
 	pols, err := inv.mcnps.List(labels.Everything())
@@ -171,10 +182,10 @@ func policyEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	if !ok {
 		return nil, false, fmt.Errorf("policy %s: unexpected cache type %T", name, obj)
 	}
-	v, err := PolicyToValue(u)
+	v, err := policyToValue(u)
 	if err == nil {
 		var b []byte
-		if b, err = EncodeCanonical(&v); err == nil {
+		if b, err = encodeCanonical(&v); err == nil {
 			return b, true, nil
 		}
 	}

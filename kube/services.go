@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -65,9 +66,11 @@ func ServiceToValue(s *corev1.Service) (crdt.ServiceValue, error) {
 }
 
 func watchServices(inv *Inventory) (cache.SharedIndexInformer, error) {
-	inf := inv.factory.Core().V1().Services()
-	inv.services = inf.Lister()
-	return inf.Informer(), nil
+	return inv.factory.Core().V1().Services().Informer(), nil
+}
+
+func bindServices(inv *Inventory, idx cache.Indexer) {
+	inv.services = corelisters.NewServiceLister(idx)
 }
 
 // serviceNames lists the Services that have a ServiceExport; none until

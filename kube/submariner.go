@@ -277,7 +277,7 @@ func toAny[T any](in []T, err error) ([]any, error) {
 // from this cluster's Submariner Cluster object and the Globalnet egress
 // IPs Submariner allocated. Invalid entries are skipped and logged.
 func (w *SubmarinerWatcher) Info() ClusterInfo {
-	info, errs := SubmarinerInfo(w.cfg.ClusterID, w.cfg.Base,
+	info, errs := submarinerInfo(w.cfg.ClusterID, w.cfg.Base,
 		list(w.clusters, w.cfg.Namespace), list(w.clusterEgress, w.cfg.Namespace), list(w.egress, ""))
 	for _, err := range errs {
 		w.log.Warn("ignoring invalid allocated IP", "err", err)
@@ -285,14 +285,14 @@ func (w *SubmarinerWatcher) Info() ClusterInfo {
 	return info
 }
 
-// SubmarinerInfo is what Submariner's objects say about cluster clusterID
+// submarinerInfo is what Submariner's objects say about cluster clusterID
 // (the converter behind SubmarinerWatcher.Info, and `coastguardd render`):
 // base, with the CIDRs of clusterID's Cluster object (the last one wins)
 // and the egress IPs allocated by its ClusterGlobalEgressIPs and by the
 // GlobalEgressIPs without a podSelector (per namespace; those with one are
-// per pod, see PodEgressIPsFrom). Invalid allocated IPs are skipped and
+// per pod, see podEgressIPsFrom). Invalid allocated IPs are skipped and
 // returned as errors.
-func SubmarinerInfo(clusterID string, base ClusterInfo, clusters, clusterEgress, egress []*unstructured.Unstructured) (ClusterInfo, []error) {
+func submarinerInfo(clusterID string, base ClusterInfo, clusters, clusterEgress, egress []*unstructured.Unstructured) (ClusterInfo, []error) {
 	info := base
 	var errs []error
 	allocated := func(u *unstructured.Unstructured) []string {
@@ -319,7 +319,7 @@ func SubmarinerInfo(clusterID string, base ClusterInfo, clusters, clusterEgress,
 	for _, u := range egress {
 		g, err := GlobalEgressIPFrom(u)
 		if err != nil || g.Selector != nil {
-			continue // per pod: see PodEgressIPsFrom
+			continue // per pod: see podEgressIPsFrom
 		}
 		nsIPs[u.GetNamespace()] = append(nsIPs[u.GetNamespace()], allocated(u)...)
 	}
@@ -367,14 +367,14 @@ func (w *SubmarinerWatcher) PodEgressIPs(ns string, podLabels map[string]string)
 		}
 		gs = append(gs, g)
 	}
-	return PodEgressIPsFrom(gs, ns, podLabels)
+	return podEgressIPsFrom(gs, ns, podLabels)
 }
 
-// PodEgressIPsFrom returns the egress IPs (sorted, unique) of the
+// podEgressIPsFrom returns the egress IPs (sorted, unique) of the
 // GlobalEgressIPs of namespace ns whose spec.podSelector selects a pod with
 // these labels (the converter behind PodEgressIPs, and `coastguardd
 // render`).
-func PodEgressIPsFrom(egress []GlobalEgressIP, ns string, podLabels map[string]string) []string {
+func podEgressIPsFrom(egress []GlobalEgressIP, ns string, podLabels map[string]string) []string {
 	var out []string
 	for _, g := range egress {
 		if g.Namespace == ns && g.Selector != nil && g.Selector.Matches(labels.Set(podLabels)) {

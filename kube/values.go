@@ -168,12 +168,12 @@ func notReady(p *corev1.Pod) bool {
 	return false
 }
 
-// PodEntryValue is the replicated value of a pod as the inventory writes it:
-// present=false when filter (nil: PodRelevant) leaves the pod out, else
+// podEntryValue is the replicated value of a pod as the inventory writes it:
+// present=false when filter (nil: podRelevant) leaves the pod out, else
 // PodToValue with the pod's Globalnet egress IPs from egress (may be nil).
-func PodEntryValue(p *corev1.Pod, filter func(*corev1.Pod) bool, egress func(namespace string, labels map[string]string) []string) (v crdt.PodValue, present bool, err error) {
+func podEntryValue(p *corev1.Pod, filter func(*corev1.Pod) bool, egress func(namespace string, labels map[string]string) []string) (v crdt.PodValue, present bool, err error) {
 	if filter == nil {
-		filter = PodRelevant
+		filter = podRelevant
 	}
 	if !filter(p) {
 		return v, false, nil
@@ -187,17 +187,17 @@ func PodEntryValue(p *corev1.Pod, filter func(*corev1.Pod) bool, egress func(nam
 	return v, true, nil
 }
 
-// NamespaceToValue converts a namespace into its replicated value.
-func NamespaceToValue(ns *corev1.Namespace) crdt.NamespaceValue {
+// namespaceToValue converts a namespace into its replicated value.
+func namespaceToValue(ns *corev1.Namespace) crdt.NamespaceValue {
 	return crdt.NamespaceValue{Labels: copyLabels(ns.Labels)}
 }
 
-// PolicyToValue converts a MultiClusterNetworkPolicy (as served by the
+// policyToValue converts a MultiClusterNetworkPolicy (as served by the
 // apiserver, decoded into unstructured form) into its replicated value.
 // Spec is the JSON of .spec; encoding/json sorts map keys, so equal specs give
 // equal bytes. A policy without a spec object is an error, never an empty
 // (and so maximally broad) policy.
-func PolicyToValue(u *unstructured.Unstructured) (crdt.PolicyValue, error) {
+func policyToValue(u *unstructured.Unstructured) (crdt.PolicyValue, error) {
 	raw, ok := u.Object["spec"]
 	if !ok || raw == nil {
 		return crdt.PolicyValue{}, fmt.Errorf("multiclusternetworkpolicy %s/%s has no spec", u.GetNamespace(), u.GetName())
@@ -212,23 +212,23 @@ func PolicyToValue(u *unstructured.Unstructured) (crdt.PolicyValue, error) {
 	return crdt.PolicyValue{UID: string(u.GetUID()), Generation: u.GetGeneration(), Spec: spec}, nil
 }
 
-// ClusterProperty is one about.k8s.io ClusterProperty: its name is the
+// clusterProperty is one about.k8s.io ClusterProperty: its name is the
 // property (used as a label key), spec.value its value.
-type ClusterProperty struct {
+type clusterProperty struct {
 	Name  string
 	Value string
 }
 
-// ClusterPropertyFrom reads a ClusterProperty from its unstructured form.
-func ClusterPropertyFrom(u *unstructured.Unstructured) (ClusterProperty, error) {
+// clusterPropertyFrom reads a ClusterProperty from its unstructured form.
+func clusterPropertyFrom(u *unstructured.Unstructured) (clusterProperty, error) {
 	v, found, err := unstructured.NestedString(u.Object, "spec", "value")
 	if err != nil {
-		return ClusterProperty{}, fmt.Errorf("clusterproperty %s: %w", u.GetName(), err)
+		return clusterProperty{}, fmt.Errorf("clusterproperty %s: %w", u.GetName(), err)
 	}
 	if !found {
-		return ClusterProperty{}, fmt.Errorf("clusterproperty %s has no spec.value", u.GetName())
+		return clusterProperty{}, fmt.Errorf("clusterproperty %s has no spec.value", u.GetName())
 	}
-	return ClusterProperty{Name: u.GetName(), Value: v}, nil
+	return clusterProperty{Name: u.GetName(), Value: v}, nil
 }
 
 // ClusterInfo is what the daemon knows about its cluster's network besides
@@ -243,19 +243,19 @@ type ClusterInfo struct {
 	GossipName         string
 }
 
-// ClusterValueFrom builds this cluster's KindCluster value. Labels are
+// clusterValueFrom builds this cluster's KindCluster value. Labels are
 // cluster.clusterset.k8s.io=<clusterID> plus one label per ClusterProperty
 // whose name is a valid label key and whose value is a valid label value;
 // properties that cannot be labels are returned as errors (the value is
 // still usable). A property named cluster.clusterset.k8s.io never overrides
 // the cluster ID.
-func ClusterValueFrom(clusterID string, props []ClusterProperty, info ClusterInfo) (crdt.ClusterValue, []error) {
+func clusterValueFrom(clusterID string, props []clusterProperty, info ClusterInfo) (crdt.ClusterValue, []error) {
 	var errs []error
 	labels := map[string]string{ClusterIDLabel: clusterID}
 	if msgs := validation.IsValidLabelValue(clusterID); len(msgs) > 0 || clusterID == "" {
 		errs = append(errs, fmt.Errorf("cluster ID %q is not a valid label value: %v", clusterID, msgs))
 	}
-	sorted := append([]ClusterProperty(nil), props...)
+	sorted := append([]clusterProperty(nil), props...)
 	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
 	for _, p := range sorted {
 		if p.Name == ClusterIDLabel {
@@ -303,12 +303,12 @@ func copyLabels(in map[string]string) map[string]string {
 	return out
 }
 
-// EncodeCanonical encodes a value struct like crdt.EncodeValue (stamping the
+// encodeCanonical encodes a value struct like crdt.EncodeValue (stamping the
 // format tag and enforcing crdt.MaxValueBytes) but with map keys sorted, so
 // equal values always give equal bytes. Byte equality is what makes no-op
 // detection and Diff against persisted entries work; crdt.DecodeValue reads
 // the result unchanged.
-func EncodeCanonical(v any) ([]byte, error) {
+func encodeCanonical(v any) ([]byte, error) {
 	if err := crdt.StampFormat(v); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}

@@ -123,10 +123,10 @@ func TestEncodeCanonicalIsDeterministicAndDecodable(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		labels[fmt.Sprintf("k%02d", i)] = fmt.Sprint(i)
 	}
-	first, err := EncodeCanonical(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
+	first, err := encodeCanonical(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
 	require.NoError(t, err)
 	for i := 0; i < 20; i++ {
-		again, err := EncodeCanonical(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
+		again, err := encodeCanonical(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(first, again), "encoding must not depend on map order")
 	}
@@ -135,9 +135,9 @@ func TestEncodeCanonicalIsDeterministicAndDecodable(t *testing.T) {
 	assert.Equal(t, labels, back.Labels)
 	assert.EqualValues(t, crdt.ValueFormat, back.Format)
 
-	_, err = EncodeCanonical(&crdt.PolicyValue{Spec: make([]byte, crdt.MaxValueBytes)})
+	_, err = encodeCanonical(&crdt.PolicyValue{Spec: make([]byte, crdt.MaxValueBytes)})
 	assert.ErrorIs(t, err, crdt.ErrValueTooLarge)
-	_, err = EncodeCanonical(struct{}{})
+	_, err = encodeCanonical(struct{}{})
 	assert.Error(t, err)
 }
 
@@ -158,36 +158,36 @@ func TestPolicyToValue(t *testing.T) {
 		"podSelector": map[string]any{"matchLabels": map[string]any{"role": "db", "app": "x"}},
 		"ingress":     []any{map[string]any{"from": []any{map[string]any{"clusterSelector": map[string]any{}}}}},
 	}
-	v, err := PolicyToValue(mcnp("default", "p", spec))
+	v, err := policyToValue(mcnp("default", "p", spec))
 	require.NoError(t, err)
 	assert.Equal(t, "uid-p", v.UID)
 	assert.EqualValues(t, 3, v.Generation)
 	assert.JSONEq(t, `{"ingress":[{"from":[{"clusterSelector":{}}]}],"podSelector":{"matchLabels":{"app":"x","role":"db"}}}`, string(v.Spec))
 	for i := 0; i < 10; i++ {
-		again, err := PolicyToValue(mcnp("default", "p", spec))
+		again, err := policyToValue(mcnp("default", "p", spec))
 		require.NoError(t, err)
 		require.Equal(t, v.Spec, again.Spec)
 	}
 
-	_, err = PolicyToValue(mcnp("default", "nospec", nil))
+	_, err = policyToValue(mcnp("default", "nospec", nil))
 	assert.ErrorContains(t, err, "default/nospec has no spec")
-	_, err = PolicyToValue(mcnp("default", "bad", "string"))
+	_, err = policyToValue(mcnp("default", "bad", "string"))
 	assert.ErrorContains(t, err, "not an object")
 }
 
 func TestClusterPropertyFrom(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "region"}, "spec": map[string]any{"value": "eu"}}}
-	p, err := ClusterPropertyFrom(u)
+	p, err := clusterPropertyFrom(u)
 	require.NoError(t, err)
-	assert.Equal(t, ClusterProperty{Name: "region", Value: "eu"}, p)
-	_, err = ClusterPropertyFrom(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}})
+	assert.Equal(t, clusterProperty{Name: "region", Value: "eu"}, p)
+	_, err = clusterPropertyFrom(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}}})
 	assert.ErrorContains(t, err, "no spec.value")
-	_, err = ClusterPropertyFrom(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}, "spec": map[string]any{"value": int64(3)}}})
+	_, err = clusterPropertyFrom(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "x"}, "spec": map[string]any{"value": int64(3)}}})
 	assert.Error(t, err)
 }
 
 func TestClusterValueFrom(t *testing.T) {
-	props := []ClusterProperty{
+	props := []clusterProperty{
 		{Name: "region", Value: "eu-west"},
 		{Name: ClusterIDLabel, Value: "other"},
 		{Name: "clusterset.k8s.io", Value: "set1"},
@@ -195,7 +195,7 @@ func TestClusterValueFrom(t *testing.T) {
 		{Name: "long", Value: strings.Repeat("v", 100)},
 	}
 	info := ClusterInfo{PodCIDRs: []string{"10.0.0.0/16"}, Globalnet: true, NamespaceEgressIPs: map[string][]string{"a": {"242.0.0.1"}}, GossipName: "c1-pod"}
-	v, errs := ClusterValueFrom("c1", props, info)
+	v, errs := clusterValueFrom("c1", props, info)
 	assert.Equal(t, map[string]string{ClusterIDLabel: "c1", "region": "eu-west", "clusterset.k8s.io": "set1"}, v.Labels)
 	assert.Len(t, errs, 3, "%v", errs)
 	assert.Equal(t, []string{"10.0.0.0/16"}, v.PodCIDRs)
@@ -204,7 +204,7 @@ func TestClusterValueFrom(t *testing.T) {
 	info.NamespaceEgressIPs["a"][0] = "mutated"
 	assert.Equal(t, "242.0.0.1", v.NamespaceEgressIPs["a"][0], "value must not alias the input")
 
-	_, errs = ClusterValueFrom("", nil, ClusterInfo{})
+	_, errs = clusterValueFrom("", nil, ClusterInfo{})
 	assert.Len(t, errs, 1)
 }
 

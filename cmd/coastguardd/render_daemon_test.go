@@ -7,15 +7,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
@@ -92,36 +91,25 @@ func TestRenderEqualsDaemon(t *testing.T) {
 func daemonInventory(t *testing.T, id string, o *clusterObjects) (kube.Snapshot, *kube.SubmarinerWatcher) {
 	t.Helper()
 	var typed []runtime.Object
-	for _, ns := range o.namespaces {
+	for _, ns := range o.objs.Namespaces {
 		typed = append(typed, ns.DeepCopy())
 	}
-	for _, p := range o.pods {
-		typed = append(typed, p.obj.DeepCopy())
+	for _, p := range o.objs.Pods {
+		typed = append(typed, p.DeepCopy())
 	}
-	for _, s := range o.services {
-		typed = append(typed, s.obj.DeepCopy())
+	for _, s := range o.objs.Services {
+		typed = append(typed, s.DeepCopy())
 	}
 	var dyn []runtime.Object
-	for name := range o.exports {
-		ns, n, _ := strings.Cut(name, "/")
-		dyn = append(dyn, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "multicluster.x-k8s.io/v1alpha1", "kind": "ServiceExport",
-			"metadata": map[string]any{"name": n, "namespace": ns}}})
+	for _, u := range slices.Concat(o.objs.ServiceExports, o.objs.Policies, o.objs.ClusterProperties) {
+		dyn = append(dyn, u.DeepCopy())
 	}
-	for _, p := range o.policies {
-		dyn = append(dyn, p.obj.DeepCopy())
-	}
-	for _, p := range o.props {
-		dyn = append(dyn, &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": "about.k8s.io/v1alpha1", "kind": "ClusterProperty",
-			"metadata": map[string]any{"name": p.Name}, "spec": map[string]any{"value": p.Value}}})
-	}
-	for _, u := range append(append([]*unstructured.Unstructured(nil), o.subClusters...), o.clusterEgress...) {
+	for _, u := range slices.Concat(o.objs.SubmarinerClusters, o.objs.ClusterGlobalEgressIPs) {
 		require.Equal(t, "submariner-operator", u.GetNamespace(),
 			"test inputs keep Submariner's Cluster and ClusterGlobalEgressIP objects where the watcher looks")
 		dyn = append(dyn, u.DeepCopy())
 	}
-	for _, u := range append(append([]*unstructured.Unstructured(nil), o.egress...), o.ingress...) {
+	for _, u := range slices.Concat(o.objs.GlobalEgressIPs, o.objs.GlobalIngressIPs) {
 		dyn = append(dyn, u.DeepCopy())
 	}
 	client := fake.NewClientset(typed...)

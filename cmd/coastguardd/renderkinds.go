@@ -19,40 +19,30 @@ import (
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 
-// located is an object read from a file, with where it was read (for
-// errors found when it is converted).
-type located[T any] struct {
-	where string
-	obj   T
+// clusterObjects is what one cluster directory holds, as Kubernetes
+// objects (already checked for what render reports with a file location):
+// the objects a static inventory of the cluster reads.
+type clusterObjects struct {
+	objs kube.StaticObjects
+	// where each object of an entry was read (for errors found when it
+	// is converted).
+	where  map[kube.InventoryKey]string
+	hasOwn bool // the cluster's own Submariner Cluster object was read
 }
 
-// clusterObjects is what one cluster directory holds, as Kubernetes
-// objects (already checked for what render reports with a file location).
-type clusterObjects struct {
-	namespaces []*corev1.Namespace
-	pods       []located[*corev1.Pod]
-	policies   []located[*unstructured.Unstructured]
-	props      []kube.ClusterProperty
-	// services and the namespace/names that have a ServiceExport: only
-	// exported Services are replicated.
-	services []located[*corev1.Service]
-	exports  map[string]bool
-	// Submariner objects: Cluster (of every cluster: the broker syncs
-	// them), ClusterGlobalEgressIP and GlobalEgressIP.
-	subClusters   []*unstructured.Unstructured
-	clusterEgress []*unstructured.Unstructured
-	egress        []*unstructured.Unstructured
-	egressIPs     []kube.GlobalEgressIP
-	// ingress are the GlobalIngressIPs (Globalnet global IPs of Services)
-	ingress []*unstructured.Unstructured
-	hasOwn  bool // the cluster's own Submariner Cluster object was read
+// located records where the object of an entry was read.
+func (o *clusterObjects) located(kind crdt.Kind, ns, name, where string) {
+	if o.where == nil {
+		o.where = map[kube.InventoryKey]string{}
+	}
+	o.where[kube.InventoryKey{Kind: kind, Name: kube.PodName(ns, name)}] = where
 }
 
 // known lists every Submariner Cluster object of the directory: the
 // trusted CIDRs this cluster checks remote pod IPs against.
 func (o *clusterObjects) known() []kube.SubmarinerCluster {
-	out := make([]kube.SubmarinerCluster, 0, len(o.subClusters))
-	for _, u := range o.subClusters {
+	out := make([]kube.SubmarinerCluster, 0, len(o.objs.SubmarinerClusters))
+	for _, u := range o.objs.SubmarinerClusters {
 		out = append(out, kube.SubmarinerClusterFrom(u))
 	}
 	return out
@@ -84,99 +74,6 @@ var renderReaders = map[string]renderReader{
 	"ServiceExport":                     {apiVersion: kube.ServiceExportResource.GroupVersion().String(), read: (*renderLoader).readServiceExport},
 }
 
-// entrySetter encodes one entry's value into the cluster's snapshot.
-type entrySetter func(kind crdt.Kind, name string, v any) error
-
-// renderEntries is render's layer of the kind registry: for every kind the
-// daemon's inventory writes (kube.InventoryKinds), how render makes that
-// kind's entries from a cluster's objects, with the inventory's own
-// converters. TestRenderKindsComplete checks it against kube.
-var renderEntries = map[crdt.Kind]func(id string, o *clusterObjects, set entrySetter) []error{
-	crdt.KindCluster:   clusterEntry,
-	crdt.KindNamespace: namespaceEntries,
-	crdt.KindPod:       podEntries,
-	crdt.KindPolicy:    policyEntries,
-	crdt.KindService:   serviceEntries,
-}
-
-// clusterEntry is the cluster's own entry: its ClusterProperty labels and
-// what its Submariner objects say (kube.SubmarinerInfo, as the watcher).
-func clusterEntry(id string, o *clusterObjects, set entrySetter) []error {
-	info, errs := kube.SubmarinerInfo(id, kube.ClusterInfo{}, o.subClusters, o.clusterEgress, o.egress)
-	cv, cerrs := kube.ClusterValueFrom(id, o.props, info)
-	errs = append(errs, cerrs...)
-	if err := set(crdt.KindCluster, "", &cv); err != nil {
-		errs = append(errs, fmt.Errorf("cluster %s: %w", id, err))
-	}
-	return errs
-}
-
-func namespaceEntries(_ string, o *clusterObjects, set entrySetter) []error {
-	var errs []error
-	for _, ns := range o.namespaces {
-		v := kube.NamespaceToValue(ns)
-		if err := set(crdt.KindNamespace, ns.Name, &v); err != nil {
-			errs = append(errs, fmt.Errorf("namespace %s: %w", ns.Name, err))
-		}
-	}
-	return errs
-}
-
-// podEntries converts pods as the inventory does: its pod filter, and the
-// Globalnet egress IPs of the cluster's per-pod GlobalEgressIPs.
-func podEntries(_ string, o *clusterObjects, set entrySetter) []error {
-	var errs []error
-	egress := func(ns string, lbls map[string]string) []string { return kube.PodEgressIPsFrom(o.egressIPs, ns, lbls) }
-	for _, p := range o.pods {
-		v, present, err := kube.PodEntryValue(p.obj, kube.PodRelevant, egress)
-		if err == nil && present {
-			err = set(crdt.KindPod, kube.PodName(p.obj.Namespace, p.obj.Name), &v)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: Pod %s: %w", p.where, objName(p.obj.Namespace, p.obj.Name), err))
-		}
-	}
-	return errs
-}
-
-func policyEntries(_ string, o *clusterObjects, set entrySetter) []error {
-	var errs []error
-	for _, u := range o.policies {
-		v, err := kube.PolicyToValue(u.obj)
-		if err == nil {
-			err = set(crdt.KindPolicy, kube.PodName(u.obj.GetNamespace(), u.obj.GetName()), &v)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: MultiClusterNetworkPolicy %s: %w", u.where, objName(u.obj.GetNamespace(), u.obj.GetName()), err))
-		}
-	}
-	return errs
-}
-
-// serviceEntries converts the exported Services (those with a
-// ServiceExport of the same namespace/name) as the inventory does, with
-// the global ingress IPs of the cluster's GlobalIngressIPs.
-func serviceEntries(_ string, o *clusterObjects, set entrySetter) []error {
-	var errs []error
-	for _, s := range o.services {
-		name := kube.PodName(s.obj.Namespace, s.obj.Name)
-		if !o.exports[name] {
-			continue
-		}
-		v, err := kube.ServiceToValue(s.obj)
-		if err == nil && !v.Headless {
-			v.GlobalIPs, err = kube.ServiceGlobalIPsFrom(o.ingress, s.obj.Namespace, s.obj.Name)
-		}
-		if err == nil {
-			err = set(crdt.KindService, name, &v)
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: Service %s: %w", s.where, objName(s.obj.Namespace, s.obj.Name), err))
-		}
-	}
-	return errs
-}
-
 // readService reads a Service (replicated only when exported).
 func (l *renderLoader) readService(cluster, where string, raw []byte) {
 	var s corev1.Service
@@ -195,7 +92,9 @@ func (l *renderLoader) readService(cluster, where string, raw []byte) {
 	if !l.validLabels(where, what, s.Spec.Selector) || !l.unique(cluster, where, "Service", s.Namespace, s.Name) {
 		return
 	}
-	l.objs[cluster].services = append(l.objs[cluster].services, located[*corev1.Service]{where, &s})
+	o := l.objs[cluster]
+	o.objs.Services = append(o.objs.Services, &s)
+	o.located(crdt.KindService, s.Namespace, s.Name, where)
 }
 
 // readServiceExport reads a ServiceExport: it marks the Service of the
@@ -217,11 +116,7 @@ func (l *renderLoader) readServiceExport(cluster, where string, raw []byte) {
 	if !l.unique(cluster, where, "ServiceExport", u.GetNamespace(), u.GetName()) {
 		return
 	}
-	o := l.objs[cluster]
-	if o.exports == nil {
-		o.exports = map[string]bool{}
-	}
-	o.exports[kube.PodName(u.GetNamespace(), u.GetName())] = true
+	l.objs[cluster].objs.ServiceExports = append(l.objs[cluster].objs.ServiceExports, &u)
 }
 
 func submarinerReader(kind string) func(*renderLoader, string, string, []byte) {
@@ -242,7 +137,7 @@ func (l *renderLoader) readNamespace(cluster, where string, raw []byte) {
 	if !l.validLabels(where, "Namespace "+ns.Name, ns.Labels) || !l.unique(cluster, where, "Namespace", "", ns.Name) {
 		return
 	}
-	l.objs[cluster].namespaces = append(l.objs[cluster].namespaces, &ns)
+	l.objs[cluster].objs.Namespaces = append(l.objs[cluster].objs.Namespaces, &ns)
 }
 
 // readPod reads a Pod (converted later, with the Globalnet egress IPs of its cluster).
@@ -263,7 +158,9 @@ func (l *renderLoader) readPod(cluster, where string, raw []byte) {
 	if !l.validLabels(where, what, p.Labels) || !l.unique(cluster, where, "Pod", p.Namespace, p.Name) {
 		return
 	}
-	l.objs[cluster].pods = append(l.objs[cluster].pods, located[*corev1.Pod]{where, &p})
+	o := l.objs[cluster]
+	o.objs.Pods = append(o.objs.Pods, &p)
+	o.located(crdt.KindPod, p.Namespace, p.Name, where)
 }
 
 // readNetworkPolicy reads a user-authored NetworkPolicy: it coexists with the generated ones
@@ -314,7 +211,9 @@ func (l *renderLoader) readMCNP(cluster, where string, raw []byte) {
 		return
 	}
 	u.SetNamespace(m.Namespace)
-	l.objs[cluster].policies = append(l.objs[cluster].policies, located[*unstructured.Unstructured]{where, &u})
+	o := l.objs[cluster]
+	o.objs.Policies = append(o.objs.Policies, &u)
+	o.located(crdt.KindPolicy, m.Namespace, m.Name, where)
 }
 
 // readClusterProperty reads a ClusterProperty (a cluster label).
@@ -340,7 +239,12 @@ func (l *renderLoader) readClusterProperty(cluster, where string, raw []byte) {
 	if !l.unique(cluster, where, mcsv1alpha1.Kind, "", cp.Name) {
 		return
 	}
-	l.objs[cluster].props = append(l.objs[cluster].props, kube.ClusterProperty{Name: cp.Name, Value: cp.Spec.Value})
+	var u unstructured.Unstructured
+	if err := u.UnmarshalJSON(raw); err != nil {
+		l.fail(where, what, err)
+		return
+	}
+	l.objs[cluster].objs.ClusterProperties = append(l.objs[cluster].objs.ClusterProperties, &u)
 }
 
 // loadSubmariner reads a Submariner object the way the daemon's watcher
@@ -363,7 +267,7 @@ func (l *renderLoader) loadSubmarinerCluster(cluster, where, what string, u *uns
 		return
 	}
 	sub.hasOwn = sub.hasOwn || c.ClusterID == cluster
-	sub.subClusters = append(sub.subClusters, u)
+	sub.objs.SubmarinerClusters = append(sub.objs.SubmarinerClusters, u)
 }
 
 func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
@@ -392,25 +296,23 @@ func (l *renderLoader) loadSubmariner(cluster, where, kind string, raw []byte) {
 			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
 			return
 		}
-		sub.clusterEgress = append(sub.clusterEgress, &u)
+		sub.objs.ClusterGlobalEgressIPs = append(sub.objs.ClusterGlobalEgressIPs, &u)
 	case "GlobalEgressIP":
 		if _, bad := kube.AllocatedIPs(&u); len(bad) > 0 {
 			l.fail(where, what, fmt.Errorf("status.allocatedIPs: %q is not an IP address", bad[0]))
 			return
 		}
-		g, err := kube.GlobalEgressIPFrom(&u)
-		if err != nil {
+		if _, err := kube.GlobalEgressIPFrom(&u); err != nil {
 			l.fail(where, what, err)
 			return
 		}
-		sub.egress = append(sub.egress, &u)
-		sub.egressIPs = append(sub.egressIPs, g)
+		sub.objs.GlobalEgressIPs = append(sub.objs.GlobalEgressIPs, &u)
 	case "GlobalIngressIP":
 		ref, _, _ := unstructured.NestedString(u.Object, "spec", "serviceRef", "name")
 		if _, err := kube.ServiceGlobalIPsFrom([]*unstructured.Unstructured{&u}, u.GetNamespace(), ref); err != nil {
 			l.fail(where, what, err)
 			return
 		}
-		sub.ingress = append(sub.ingress, &u)
+		sub.objs.GlobalIngressIPs = append(sub.objs.GlobalIngressIPs, &u)
 	}
 }

@@ -3,78 +3,52 @@ package main
 import (
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
+	"io"
+	"log/slog"
+	"sort"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
-	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // render's ingestion is the daemon's: the objects of every cluster
-// directory go through the kube converters the inventory uses into the
-// replicated entries that cluster would write, those entries into one
-// crdt.State, and the state through model.Mirror, the daemon's, into the
-// enforce.Inventory both translate from (model.Outputs then turns it into
-// what each cluster applies, as in the daemon).
+// directory go through a static kube inventory (the daemon's kind table
+// and converters) into the replicated entries that cluster would write,
+// and those through daemon.Converge (one crdt.State, model.Mirror)
+// into the enforce.Inventory both translate from.
+
+// renderWhat names the kinds of entries whose objects render read from a
+// file, for conversion errors.
+var renderWhat = map[crdt.Kind]string{
+	crdt.KindPod:     "Pod",
+	crdt.KindPolicy:  "MultiClusterNetworkPolicy",
+	crdt.KindService: "Service",
+}
 
 // clusterEntries converts one cluster's objects into the entries its
-// daemon's inventory would write.
+// daemon's inventory would write; an object that fails to convert is an
+// error naming where it was read.
 func clusterEntries(id string, o *clusterObjects) (kube.Snapshot, []error) {
-	snap := kube.Snapshot{}
+	inv, err := kube.NewStaticInventory(id, o.objs, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		return nil, []error{err}
+	}
+	snap, failed, err := inv.Entries()
+	if err != nil {
+		return nil, []error{fmt.Errorf("cluster %s: %w", id, err)}
+	}
 	var errs []error
-	set := func(kind crdt.Kind, name string, v any) error {
-		b, err := kube.EncodeCanonical(v)
-		if err == nil {
-			snap.Set(kind, name, b)
+	for k, err := range failed {
+		what := renderWhat[k.Kind]
+		if what == "" {
+			what = k.Kind.String()
 		}
-		return err
+		errs = append(errs, fmt.Errorf("%s: %s %s: %w", o.where[k], what, k.Name, err))
 	}
-	for _, kind := range kube.InventoryKinds {
-		entries, ok := renderEntries[kind]
-		if !ok {
-			errs = append(errs, fmt.Errorf("render cannot make %v entries", kind))
-			continue
-		}
-		errs = append(errs, entries(id, o, set)...)
-	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
 	return snap, errs
-}
-
-// replicate writes each cluster's entries as that cluster (epoch 1) and
-// merges them into one observer state, as gossip would.
-func replicate(entries map[string]kube.Snapshot) (*crdt.State, error) {
-	st := crdt.NewState("")
-	for _, id := range slices.Sorted(maps.Keys(entries)) {
-		w := crdt.NewState(id)
-		if err := w.SetEpoch(1); err != nil {
-			return nil, err
-		}
-		for _, spec := range crdt.Kinds() {
-			names := slices.Sorted(maps.Keys(entries[id][spec.Kind]))
-			for _, n := range names {
-				d, _, err := w.Write(spec.Kind, n, entries[id][spec.Kind][n], false, 0)
-				if err != nil {
-					return nil, fmt.Errorf("cluster %s: %v %s: %w", id, spec.Kind, n, err)
-				}
-				if _, err := st.Apply(d); err != nil {
-					return nil, fmt.Errorf("cluster %s: %v %s: %w", id, spec.Kind, n, err)
-				}
-			}
-		}
-	}
-	return st, nil
-}
-
-// mirrorOf feeds a state through model.Mirror, as the daemon does; any entry it cannot
-// decode is an error.
-func mirrorOf(st *crdt.State) (*enforce.Inventory, error) {
-	m := model.NewMirror("")
-	if errs := m.Load(st); len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return m.Inventory(), nil
 }
 
 // ingest turns every cluster's objects into the enforce.Inventory the
@@ -90,9 +64,5 @@ func ingest(clusters []string, objs map[string]*clusterObjects) (*enforce.Invent
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	st, err := replicate(entries)
-	if err != nil {
-		return nil, err
-	}
-	return mirrorOf(st)
+	return daemon.Converge(entries)
 }
