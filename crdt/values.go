@@ -1,6 +1,7 @@
 package crdt
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -150,19 +151,24 @@ func StampFormat(v any) error {
 	return nil
 }
 
-// EncodeValue msgpack-encodes a value struct, stamping its Format.
+// EncodeValue msgpack-encodes a value struct, stamping its Format, with
+// map keys sorted: equal values always give equal bytes. It is the only
+// value encoder; byte equality is what makes the inventory's no-op
+// detection and its diff against persisted entries work.
 func EncodeValue(v any) ([]byte, error) {
 	if err := StampFormat(v); err != nil {
 		return nil, err
 	}
-	b, err := msgpack.Marshal(v)
-	if err != nil {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	if len(b) > MaxValueBytes {
+	if buf.Len() > MaxValueBytes {
 		return nil, ErrValueTooLarge
 	}
-	return b, nil
+	return buf.Bytes(), nil
 }
 
 // DecodeValue decodes b into out (a pointer to one of the value structs).

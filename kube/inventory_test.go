@@ -156,7 +156,7 @@ func hasWatch(actions []k8stesting.Action, resource string) bool {
 
 func encoded(t *testing.T, v any) []byte {
 	t.Helper()
-	b, err := encodeCanonical(v)
+	b, err := crdt.EncodeValue(v)
 	require.NoError(t, err)
 	return b
 }

@@ -70,7 +70,7 @@ func sourcedKinds() []crdt.Kind {
 }
 
 func encodeEntry(v any) ([]byte, bool, error) {
-	b, err := encodeCanonical(v)
+	b, err := crdt.EncodeValue(v)
 	return b, err == nil, err
 }
 
@@ -185,7 +185,7 @@ func policyEntry(inv *Inventory, name string) ([]byte, bool, error) {
 	v, err := policyToValue(u)
 	if err == nil {
 		var b []byte
-		if b, err = encodeCanonical(&v); err == nil {
+		if b, err = crdt.EncodeValue(&v); err == nil {
 			return b, true, nil
 		}
 	}

@@ -11,13 +11,11 @@
 package kube
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"sort"
 
-	"github.com/vmihailenco/msgpack/v5"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -301,27 +299,6 @@ func copyLabels(in map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
-}
-
-// encodeCanonical encodes a value struct like crdt.EncodeValue (stamping the
-// format tag and enforcing crdt.MaxValueBytes) but with map keys sorted, so
-// equal values always give equal bytes. Byte equality is what makes no-op
-// detection and Diff against persisted entries work; crdt.DecodeValue reads
-// the result unchanged.
-func encodeCanonical(v any) ([]byte, error) {
-	if err := crdt.StampFormat(v); err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
-	}
-	var buf bytes.Buffer
-	enc := msgpack.NewEncoder(&buf)
-	enc.SetSortMapKeys(true)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	if buf.Len() > crdt.MaxValueBytes {
-		return nil, crdt.ErrValueTooLarge
-	}
-	return buf.Bytes(), nil
 }
 
 // stripManagedFields is a cache.TransformFunc dropping metadata.managedFields

@@ -118,15 +118,15 @@ func TestPodToValueRefusesInvalidIP(t *testing.T) {
 	}
 }
 
-func TestEncodeCanonicalIsDeterministicAndDecodable(t *testing.T) {
+func TestEncodeValueIsDeterministicAndDecodable(t *testing.T) {
 	labels := map[string]string{}
 	for i := 0; i < 50; i++ {
 		labels[fmt.Sprintf("k%02d", i)] = fmt.Sprint(i)
 	}
-	first, err := encodeCanonical(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
+	first, err := crdt.EncodeValue(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
 	require.NoError(t, err)
 	for i := 0; i < 20; i++ {
-		again, err := encodeCanonical(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
+		again, err := crdt.EncodeValue(&crdt.PodValue{Labels: labels, IPs: []string{"10.0.0.1"}})
 		require.NoError(t, err)
 		require.True(t, bytes.Equal(first, again), "encoding must not depend on map order")
 	}
@@ -135,9 +135,9 @@ func TestEncodeCanonicalIsDeterministicAndDecodable(t *testing.T) {
 	assert.Equal(t, labels, back.Labels)
 	assert.EqualValues(t, crdt.ValueFormat, back.Format)
 
-	_, err = encodeCanonical(&crdt.PolicyValue{Spec: make([]byte, crdt.MaxValueBytes)})
+	_, err = crdt.EncodeValue(&crdt.PolicyValue{Spec: make([]byte, crdt.MaxValueBytes)})
 	assert.ErrorIs(t, err, crdt.ErrValueTooLarge)
-	_, err = encodeCanonical(struct{}{})
+	_, err = crdt.EncodeValue(struct{}{})
 	assert.Error(t, err)
 }
 
