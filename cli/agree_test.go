@@ -70,7 +70,7 @@ func agreeSet() map[string][2][]runtime.Object {
 	}
 }
 
-// The CLI's path (live objects -> static inventory -> daemon.Converge)
+// The CLI's path (live objects -> static inventory -> model.Converge)
 // and the daemon's (informers, SubmarinerWatcher, replicated state, the
 // cluster's own Mirror and enforcer outputs) generate the same
 // NetworkPolicies from the same objects of a Globalnet cluster set with a

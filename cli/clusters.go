@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // member is one cluster of the set, reached through one context.
@@ -101,7 +101,7 @@ type live struct {
 // load reads every cluster and builds the enforce.Inventory the daemons
 // converge on: each cluster's objects through a static kube inventory
 // (the daemon's kind table) into the entries its daemon writes, and those
-// through daemon.Converge, as `coastguardd render` does.
+// through model.Converge, as `coastguardd render` does.
 func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 	l := &live{members: ms, pods: map[string][]corev1.Pod{},
 		ns: map[string]map[string]map[string]string{}, netpols: map[string][]networkingv1.NetworkPolicy{},
@@ -130,7 +130,7 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 			return nil, err
 		}
 	}
-	if l.inv, err = daemon.Converge(entries); err != nil {
+	if l.inv, err = model.Converge(entries); err != nil {
 		return nil, err
 	}
 	subNets, _ := kube.SubmarinerNetworks(subClusters)

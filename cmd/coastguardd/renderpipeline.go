@@ -8,15 +8,15 @@ import (
 	"sort"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // render's ingestion is the daemon's: the objects of every cluster
 // directory go through a static kube inventory (the daemon's kind table
 // and converters) into the replicated entries that cluster would write,
-// and those through daemon.Converge (one crdt.State, model.Mirror)
+// and those through model.Converge (one crdt.State, model.Mirror)
 // into the enforce.Inventory both translate from.
 
 // renderWhat names the kinds of entries whose objects render read from a
@@ -64,5 +64,5 @@ func ingest(clusters []string, objs map[string]*clusterObjects) (*enforce.Invent
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
-	return daemon.Converge(entries)
+	return model.Converge(entries)
 }

@@ -1,4 +1,4 @@
-package daemon
+package model
 
 import (
 	"errors"
@@ -8,23 +8,22 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
-	"github.com/coastguard-mcnp/coastguard/kube"
-	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // Converge is the enforce.Inventory the daemons of a cluster set converge
-// on when each cluster's inventory writes entries (its kube.Snapshot, as
-// kube.NewStaticInventory makes it offline): each cluster's entries are
-// written as that cluster (epoch 1), merged into one observer state as
-// gossip would, and the state goes through model.Mirror, as in the daemon. Any entry
-// the Mirror cannot decode is an error. (`coastguardd render` and the
-// kubectl plugin both translate from its result.)
-func Converge(entries map[string]kube.Snapshot) (*enforce.Inventory, error) {
+// on when each cluster's inventory writes entries (a kube.Snapshot, as
+// kube.NewStaticInventory makes it offline: entry values by kind and
+// name). Each cluster's entries are written as that cluster (epoch 1),
+// merged into one observer state as gossip would, and the state goes
+// through the Mirror, as in the daemon. Any entry the Mirror cannot decode
+// is an error. (`coastguardd render` and the kubectl plugin both
+// translate from its result.)
+func Converge[S ~map[crdt.Kind]map[string][]byte](entries map[string]S) (*enforce.Inventory, error) {
 	st, err := replicate(entries)
 	if err != nil {
 		return nil, err
 	}
-	m := model.NewMirror("")
+	m := NewMirror("")
 	if errs := m.Load(st); len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -33,7 +32,7 @@ func Converge(entries map[string]kube.Snapshot) (*enforce.Inventory, error) {
 
 // replicate writes each cluster's entries as that cluster (epoch 1) and
 // merges them into one observer state.
-func replicate(entries map[string]kube.Snapshot) (*crdt.State, error) {
+func replicate[S ~map[crdt.Kind]map[string][]byte](entries map[string]S) (*crdt.State, error) {
 	st := crdt.NewState("")
 	for _, id := range slices.Sorted(maps.Keys(entries)) {
 		w := crdt.NewState(id)
