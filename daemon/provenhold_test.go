@@ -8,40 +8,36 @@ import (
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/model"
 )
 
-// holdWorld is cluster a's view of clusters a and b through the hold: a's
-// MCNP shop/db admits every pod of every cluster.
+// holdWorld is cluster a's view of clusters a and b through the hold (the
+// daemon's feed): a's MCNP shop/db admits every pod of every cluster.
 type holdWorld struct {
-	t        *testing.T
-	writers  map[string]*crdt.State
-	observer *crdt.State
-	hold     *inventoryHold
-	mirror   *model.Mirror
-	outputs  *model.Outputs
+	*world
+	hold *inventoryHold
+	// unproven names the origin whose writes arrive above its proven
+	// watermark ("": every write is proven as it arrives)
+	unproven string
 }
 
 func newHoldWorld(t *testing.T) *holdWorld {
-	w := &holdWorld{t: t, writers: map[string]*crdt.State{}, observer: crdt.NewState("a"),
-		hold: newInventoryHold("a"), mirror: model.NewMirror("a"), outputs: model.NewOutputs("a")}
-	for _, c := range []string{"a", "b"} {
-		s := crdt.NewState(c)
-		require.NoError(t, s.SetEpoch(1))
-		w.writers[c] = s
+	w := &holdWorld{world: newWorld(t, "a", "a", "b"), hold: newInventoryHold("a")}
+	w.filter = func(changes []crdt.Change, to crdt.Version) []crdt.Change {
+		dg := w.observer.Digest()
+		if w.unproven != "" {
+			dg = w.unprovenAbove(w.unproven, to)
+		}
+		return w.hold.filter(changes, dg)
 	}
-	nets, err := enforce.ParseClusterCIDRs([]string{"a=10.1.0.0/16", "b=10.2.0.0/16"})
-	require.NoError(t, err)
-	w.mirror.Inventory().SetNetworks(nets)
-	for _, c := range []string{"a", "b"} {
-		w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{}, nil)
-		w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{}, nil)
-	}
+	w.setNetworks(mustNets(t, "a=10.1.0.0/16", "b=10.2.0.0/16"))
+	w.labelled("a", "b")
+	w.write("a", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
+	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{
 			{ClusterSelector: &metav1.LabelSelector{}, NamespaceSelector: &metav1.LabelSelector{}}}}},
-	}, 1), nil)
+	}, 1))
 	return w
 }
 
@@ -55,34 +51,12 @@ func (w *holdWorld) unprovenAbove(origin string, v crdt.Version) crdt.Digest {
 	return dg
 }
 
-// write makes origin write one entry (v nil: a tombstone) and feeds the
-// observer's changes through the hold with digest dg (nil: the observer's
-// own, everything proven). It returns the entry's version.
-func (w *holdWorld) write(origin string, kind crdt.Kind, name string, v any, dg func(crdt.Version) crdt.Digest) crdt.Version {
+// writeUnproven writes as origin with the entry arriving unproven.
+func (w *holdWorld) writeUnproven(origin string, kind crdt.Kind, name string, v any) crdt.Version {
 	w.t.Helper()
-	var b []byte
-	if v != nil {
-		var err error
-		b, err = crdt.EncodeValue(v)
-		require.NoError(w.t, err)
-	}
-	d, _, err := w.writers[origin].Write(kind, name, b, v == nil, 0)
-	require.NoError(w.t, err)
-	changes, err := w.observer.Apply(d)
-	require.NoError(w.t, err)
-	digest := w.observer.Digest()
-	if dg != nil {
-		digest = dg(d.To)
-	}
-	w.apply(w.hold.filter(changes, digest))
-	return d.To
-}
-
-func (w *holdWorld) apply(changes []crdt.Change) {
-	w.t.Helper()
-	res := w.mirror.Apply(changes)
-	require.Empty(w.t, res.Errors)
-	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
+	w.unproven = origin
+	defer func() { w.unproven = "" }()
+	return w.write(origin, kind, name, v)
 }
 
 func (w *holdWorld) admitted(cidr string) bool {
@@ -106,9 +80,7 @@ func web(ip, tier string) *crdt.PodValue {
 // it, it is. A proven pod's unproven update takes it out until proven.
 func TestUnprovenPodIsHeldUntilProven(t *testing.T) {
 	w := newHoldWorld(t)
-	b := func(v crdt.Version) crdt.Digest { return w.unprovenAbove("b", v) }
-
-	w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"), b)
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
 	require.False(t, w.admitted("10.2.0.1/32"), "an unproven pod must not be admitted")
 	require.Equal(t, 1, w.hold.len())
 	require.Empty(t, w.hold.release(w.observer, w.unprovenAbove("b", w.observer.Digest()["b"].Max)), "still unproven: nothing released")
@@ -120,17 +92,17 @@ func TestUnprovenPodIsHeldUntilProven(t *testing.T) {
 	// A proven pod updated by an unproven entry drops out (fail closed),
 	// a second unproven update is held too (the mirror never saw the
 	// first), and the proof hands over the newest.
-	w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "2"), b)
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.1", "2"))
 	require.False(t, w.admitted("10.2.0.1/32"), "an unproven update takes the pod out")
-	w.write("b", crdt.KindPod, "shop/web", web("10.2.0.2", "3"), b)
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.2", "3"))
 	require.False(t, w.admitted("10.2.0.2/32"))
 	w.apply(w.hold.release(w.observer, w.observer.Digest()))
 	require.True(t, w.admitted("10.2.0.2/32"))
 	require.False(t, w.admitted("10.2.0.1/32"), "the old IP stays out")
 
 	// A tombstone is never held; one for a held pod clears the hold.
-	w.write("b", crdt.KindPod, "shop/late", web("10.2.0.3", "1"), b)
-	w.write("b", crdt.KindPod, "shop/late", nil, b)
+	w.writeUnproven("b", crdt.KindPod, "shop/late", web("10.2.0.3", "1"))
+	w.writeUnproven("b", crdt.KindPod, "shop/late", nil)
 	require.Zero(t, w.hold.len())
 	require.False(t, w.admitted("10.2.0.3/32"))
 }
@@ -138,7 +110,7 @@ func TestUnprovenPodIsHeldUntilProven(t *testing.T) {
 // A held key whose entry moved on is not released at the old version.
 func TestHeldEntryReleasedOnlyAtItsVersion(t *testing.T) {
 	w := newHoldWorld(t)
-	w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"), func(v crdt.Version) crdt.Digest { return w.unprovenAbove("b", v) })
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
 	// the next change is committed but not yet delivered through the feed
 	d, _, err := w.writers["b"].Write(crdt.KindPod, "shop/web", mustEncode(t, web("10.2.0.9", "2")), false, 0)
 	require.NoError(t, err)
@@ -155,21 +127,19 @@ func TestHeldEntryReleasedOnlyAtItsVersion(t *testing.T) {
 // are.
 func TestHoldKinds(t *testing.T) {
 	w := newHoldWorld(t)
-	a := func(v crdt.Version) crdt.Digest { return w.unprovenAbove("a", v) }
-	w.write("a", crdt.KindPod, "shop/own", web("10.1.0.1", "1"), a)
+	w.writeUnproven("a", crdt.KindPod, "shop/own", web("10.1.0.1", "1"))
 	require.Zero(t, w.hold.len(), "own entries are never held")
-	b := func(v crdt.Version) crdt.Digest { return w.unprovenAbove("b", v) }
-	w.write("b", crdt.KindNamespace, "other", &crdt.NamespaceValue{}, b)
+	w.writeUnproven("b", crdt.KindNamespace, "other", &crdt.NamespaceValue{})
 	require.Equal(t, 1, w.hold.len(), "a remote namespace is held")
 	require.False(t, w.mirror.Inventory().HasNamespace("b", "other"))
-	w.write("b", crdt.KindPolicy, "shop/p", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 1), b)
+	w.writeUnproven("b", crdt.KindPolicy, "shop/p", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 1))
 	require.Equal(t, 1, w.hold.len(), "policies are held by the applier, not here")
 }
 
 // A state loaded from the store holds its unproven entries too.
 func TestHoldLoaded(t *testing.T) {
 	w := newHoldWorld(t)
-	v := w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"), nil)
+	v := w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
 	require.True(t, w.admitted("10.2.0.1/32"))
 
 	m, out, h := model.NewMirror("a"), model.NewOutputs("a"), newInventoryHold("a")

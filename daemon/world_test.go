@@ -24,6 +24,9 @@ type world struct {
 	mirror   *model.Mirror
 	outputs  *model.Outputs
 	nets     enforce.Networks // trusted networks (pod-IP ownership)
+	// filter, when set, rewrites each write's changes before the mirror
+	// sees them (to: the write's version), as the daemon's feed does.
+	filter func(changes []crdt.Change, to crdt.Version) []crdt.Change
 }
 
 // setNetworks gives the observer its trusted networks, as the daemon does
@@ -55,7 +58,9 @@ func (w *world) labelled(clusters ...string) {
 	}
 }
 
-func (w *world) write(origin string, kind crdt.Kind, name string, v any) {
+// write makes origin write one entry (v nil: a tombstone), feeds it to the
+// observer and the mirror, and returns its version.
+func (w *world) write(origin string, kind crdt.Kind, name string, v any) crdt.Version {
 	w.t.Helper()
 	var b []byte
 	if v != nil {
@@ -67,6 +72,16 @@ func (w *world) write(origin string, kind crdt.Kind, name string, v any) {
 	require.NoError(w.t, err)
 	changes, err := w.observer.Apply(d)
 	require.NoError(w.t, err)
+	if w.filter != nil {
+		changes = w.filter(changes, d.To)
+	}
+	w.apply(changes)
+	return d.To
+}
+
+// apply folds changes into the mirror and recomputes what they affect.
+func (w *world) apply(changes []crdt.Change) {
+	w.t.Helper()
 	res := w.mirror.Apply(changes)
 	require.Empty(w.t, res.Errors)
 	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
