@@ -25,22 +25,30 @@ func (d *Daemon) onChanges(changes []crdt.Change) {
 			ownRemoved = true
 		}
 	}
-	dg := d.rep.Digest()
-	d.mu.Lock()
-	batch := d.hold.filter(changes, dg)
-	if d.hold.len() > 0 {
-		// this batch may have proven what was held (an out-of-order
-		// arrival whose gap it filled): hand that over now, not at the
-		// next proven tick
-		d.rep.View(func(st *crdt.State) { batch = append(batch, d.hold.release(st, dg)...) })
-	}
-	res := d.mirror.Apply(batch)
-	d.m.unprovenHeld.Set(float64(d.hold.len()))
-	d.mu.Unlock()
+	res := d.mirrorBatch(changes, d.rep.Digest())
 	d.afterMirror(res, newest)
 	if ownRemoved && d.leader.Load() {
 		d.w.OwnRetired()
 	}
+}
+
+// mirrorBatch folds a committed batch into the mirror through the hold
+// (provenhold.go), with the held entries that dg proves by now: an
+// out-of-order arrival whose gap this batch filled is handed over at once,
+// not at the next proven tick. A nil batch only hands over.
+func (d *Daemon) mirrorBatch(changes []crdt.Change, dg crdt.Digest) model.Result {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(changes) == 0 && d.hold.len() == 0 {
+		return model.Result{}
+	}
+	batch := d.hold.filter(changes, dg)
+	if d.hold.len() > 0 {
+		d.rep.View(func(st *crdt.State) { batch = append(batch, d.hold.release(st, dg)...) })
+	}
+	res := d.mirror.Apply(batch)
+	d.m.unprovenHeld.Set(float64(d.hold.len()))
+	return res
 }
 
 // afterMirror marks what a batch folded into the mirror changed: the

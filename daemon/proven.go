@@ -65,29 +65,14 @@ func (d *Daemon) policyUnproven(ref string) bool {
 	return ok && e.Version > od.Max
 }
 
-// provenLoop keeps the applier's unproven set current.
+// provenLoop keeps the applier's unproven set current and hands the held
+// inventory entries proven since to the mirror.
 func (d *Daemon) provenLoop(ctx context.Context) {
 	every(ctx, provenEvery, func(time.Time) {
-		d.applier.SetUnproven(unprovenPolicies(d.rep.Digest(), d.rep.View))
-		d.releaseProven()
+		dg := d.rep.Digest()
+		d.applier.SetUnproven(unprovenPolicies(dg, d.rep.View))
+		d.afterMirror(d.mirrorBatch(nil, dg), 0) // held entries proven by now
 	})
-}
-
-// releaseProven hands the held inventory entries that are proven now to
-// the mirror (provenhold.go).
-func (d *Daemon) releaseProven() {
-	dg := d.rep.Digest()
-	d.mu.Lock()
-	if d.hold.len() == 0 {
-		d.mu.Unlock()
-		return
-	}
-	var ch []crdt.Change
-	d.rep.View(func(st *crdt.State) { ch = d.hold.release(st, dg) })
-	res := d.mirror.Apply(ch)
-	d.m.unprovenHeld.Set(float64(d.hold.len()))
-	d.mu.Unlock()
-	d.afterMirror(res, 0)
 }
 
 // holdLoaded takes the unproven inventory entries of the loaded state out
