@@ -65,22 +65,33 @@ func rogueSkip(t *testing.T, ctx context.Context, env *harness.Env, rg *rogueAge
 	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
 	applyYAML(t, ctx, a, webPolicy("p1", "{}"))
 	waitPolicy(t, ctx, c, "p1", true, 60*time.Second)
-	base := rg.waitMax(t, ctx, a.Name, func(s rogueState) bool { return true })
-	waitOrigin(t, ctx, ds[2], a.Name, func(v string) bool { return v == base.Digest.Max.String() }, "C holds A up to the rogue's view")
+	// the rogue's view and C's agree (A may still write, e.g. its own
+	// report of p1: both are read afresh until they meet)
+	err := harness.Eventually(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
+		r, err := rg.state(ctx, a.Name)
+		if err != nil {
+			return false, nil
+		}
+		s, err := debugState(ctx, ds[2])
+		return err == nil && s.Origins[a.Name] == r.Digest.Max.String(), nil
+	})
+	require.NoError(t, err, "C holds A up to the rogue's view")
 
 	rg.post(t, ctx, "freeze", url.Values{"origin": {a.Name}}) // it keeps A's news to itself from here
 	require.NoError(t, env.Partition(a, c))
 	require.NoError(t, env.Partition(b, c))
+	// C's watermark for A once nobody tells it more: the skip starts there
+	base := stableOrigin(t, ctx, ds[2], a.Name)
 	applyYAML(t, ctx, a, webPolicy("p2", "{}"))
 	applyYAML(t, ctx, a, webPolicy("p3", "{}"))
 	rg.waitMax(t, ctx, a.Name, func(s rogueState) bool { return s.Seen["shop/p3"] > 0 })
 	before := dropCount(t, ctx, ds[2], crdt.ReasonCompletenessMismatch)
-	t.Log(rg.post(t, ctx, "skip", url.Values{"to": {ds[2].NodeName}, "origin": {a.Name}, "from": {strconv.FormatUint(uint64(base.Digest.Max), 10)}}))
+	t.Log(rg.post(t, ctx, "skip", url.Values{"to": {ds[2].NodeName}, "origin": {a.Name}, "from": {strconv.FormatUint(uint64(base), 10)}}))
 	waitDrop(t, ctx, ds[2], crdt.ReasonCompletenessMismatch, before)
 	time.Sleep(2 * time.Second) // the rogue's anti-entropy with C runs meanwhile
 	s, err := debugState(ctx, ds[2])
 	require.NoError(t, err)
-	require.Equal(t, base.Digest.Max.String(), s.Origins[a.Name], "C's watermark for A moved over the hole")
+	require.Equal(t, base.String(), s.Origins[a.Name], "C's watermark for A moved over the hole")
 	require.NotContains(t, s.MCNPs, a.Name+"/shop/p2", "C cannot have p2: nobody honest reached it")
 
 	healed := time.Now()
@@ -278,15 +289,28 @@ func waitDrop(t *testing.T, ctx context.Context, d *harness.Daemon, reason strin
 	require.NoError(t, err, "%s: coastguard_gossip_dropped_total{reason=%s} must count the rogue", d.NodeName, reason)
 }
 
-func waitOrigin(t *testing.T, ctx context.Context, d *harness.Daemon, origin string, cond func(string) bool, what string) {
+// stableOrigin returns d's proven watermark for origin once it has not
+// moved for two seconds.
+func stableOrigin(t *testing.T, ctx context.Context, d *harness.Daemon, origin string) crdt.Version {
 	t.Helper()
 	var last string
+	since := time.Now()
 	err := harness.Eventually(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {
 		s, err := debugState(ctx, d)
-		last = s.Origins[origin]
-		return err == nil && cond(last), nil
+		if err != nil {
+			return false, nil
+		}
+		if v := s.Origins[origin]; v != last {
+			last, since = v, time.Now()
+		}
+		return last != "" && time.Since(since) >= 2*time.Second, nil
 	})
-	require.NoError(t, err, "%s: %s at %s", what, origin, last)
+	require.NoError(t, err, "%s: the watermark of %s never settled (last %s)", d.NodeName, origin, last)
+	epoch, seq, ok := strings.Cut(last, ".")
+	e, err1 := strconv.ParseUint(epoch, 10, 32)
+	q, err2 := strconv.ParseUint(seq, 10, 64)
+	require.True(t, ok && err1 == nil && err2 == nil, "%s: watermark %q is not epoch.seq", d.NodeName, last)
+	return crdt.MakeVersion(uint32(e), q)
 }
 
 // waitPolicy waits until c has (or has no) generated NetworkPolicy of the
