@@ -57,7 +57,8 @@ e2e: testbins
 	@mkdir -p .cache
 	@set -o pipefail; $(GO) test -tags e2e -count=1 -timeout 60m -v ./test/e2e/... 2>&1 | tee .cache/e2e.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e summary'; rc=$${PIPESTATUS[0]}; \
-	  if [ $$rc -ne 0 ]; then echo "---- e2e failed: last 400 lines of .cache/e2e.log (test output and daemon logs) ----"; tail -n 400 .cache/e2e.log; fi; exit $$rc
+	  if [ $$rc -ne 0 ]; then echo "---- e2e failed: last 400 lines of .cache/e2e.log (test output and daemon logs) ----"; tail -n 400 .cache/e2e.log; \
+	    echo "---- e2e failed: what the tests said (hack/e2e-failures.sh .cache/e2e.log) ----"; hack/e2e-failures.sh .cache/e2e.log; fi; exit $$rc
 
 ## nemesis: random faults (partitions, kill -9, store loss, leader loss,
 ## apiserver restarts) over 3 clusters x 2 daemons on the packet dataplane

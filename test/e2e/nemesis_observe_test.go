@@ -3,8 +3,14 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,6 +101,7 @@ func (n *nemesis) notePresent(cluster, origin string, present bool, asked, now t
 		msg := fmt.Sprintf("FAIL-OPEN %s's generated NetworkPolicy left %s at %.3fs, present since %.3fs; the MCNP was not deleted since",
 			origin, cluster, now.Sub(n.start).Seconds(), st.since.Sub(n.start).Seconds())
 		n.failOpen = append(n.failOpen, msg)
+		n.failOpenAt = append(n.failOpenAt, failOpenEvent{clusters: []string{cluster, origin}, at: now})
 		n.history = append(n.history, msg)
 	}
 }
@@ -206,4 +213,80 @@ func TestNemesisFailClosedCheck(t *testing.T) {
 	n.notePresent("cluster3", "cluster1", true, at(1400), at(1500)) // appeared after that deletion
 	n.notePresent("cluster3", "cluster1", false, at(1600), at(1700))
 	require.Len(t, n.failOpen, 2, "a deletion before the policy appeared explains nothing")
+}
+
+// failOpenEvent is a fail-open moment and the clusters whose daemons
+// explain it (the one the policy left, the MCNP's origin).
+type failOpenEvent struct {
+	clusters []string
+	at       time.Time
+}
+
+// logWindowBefore and logWindowAfter bound the daemon log lines printed
+// around a fail-open moment; logWindowLines caps them per daemon.
+const (
+	logWindowBefore = 3 * time.Second
+	logWindowAfter  = 500 * time.Millisecond
+	logWindowLines  = 120
+)
+
+// logFailOpenWindows prints, for every fail-open moment, what the daemons
+// of the clusters concerned logged just before and after it: the run's
+// directory is deleted after a failure in CI, so the explanation has to
+// be in the test output (RELIABILITY.md finding 7 had none).
+func (n *nemesis) logFailOpenWindows() {
+	n.mu.Lock()
+	events := slices.Clone(n.failOpenAt)
+	var dir string
+	for _, ds := range n.daemons {
+		if len(ds) > 0 {
+			dir = filepath.Dir(ds[0].LogPath)
+		}
+	}
+	n.mu.Unlock()
+	if dir == "" {
+		return
+	}
+	for i, ev := range events {
+		if i == 3 {
+			n.t.Logf("nemesis: %d more fail-open moments; logs of the first 3 shown", len(events)-3)
+			return
+		}
+		for _, cl := range ev.clusters {
+			paths, _ := filepath.Glob(filepath.Join(dir, "coastguardd-"+cl+"-*.log"))
+			for _, p := range paths {
+				lines := logWindow(p, ev.at.Add(-logWindowBefore), ev.at.Add(logWindowAfter), logWindowLines)
+				n.t.Logf("nemesis: %s from %.3fs to %.3fs (fail-open at %.3fs):\n%s", filepath.Base(p),
+					ev.at.Add(-logWindowBefore).Sub(n.start).Seconds(), ev.at.Add(logWindowAfter).Sub(n.start).Seconds(),
+					ev.at.Sub(n.start).Seconds(), "> "+strings.Join(lines, "\n> ")) // "> ": not a daemon log dump (hack/e2e-failures.sh)
+			}
+		}
+	}
+}
+
+// logWindow returns the JSON log lines of path whose time lies in
+// [from, to], at most max of them (the last ones), without DEBUG lines.
+func logWindow(path string, from, to time.Time, max int) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var rec struct {
+			Time  time.Time `json:"time"`
+			Level string    `json:"level"`
+		}
+		if json.Unmarshal(sc.Bytes(), &rec) != nil || rec.Level == "DEBUG" || rec.Time.Before(from) || rec.Time.After(to) {
+			continue
+		}
+		out = append(out, sc.Text())
+	}
+	if len(out) > max {
+		out = append([]string{fmt.Sprintf("(%d earlier lines left out)", len(out)-max)}, out[len(out)-max:]...)
+	}
+	return out
 }

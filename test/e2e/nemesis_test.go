@@ -83,6 +83,7 @@ type nemesis struct {
 	// policies that left a cluster without such a deletion (notePresent)
 	mcnpDeletedAt time.Time
 	failOpen      []string
+	failOpenAt    []failOpenEvent
 	seq           int
 	daemons       map[string][]*harness.Daemon
 	leaks         []string
@@ -181,6 +182,7 @@ func TestNemesis(t *testing.T) {
 		hist := strings.Join(n.history, "\n") + "\n"
 		if t.Failed() {
 			t.Logf("nemesis history (seed %d):\n%s", seed, hist)
+			n.logFailOpenWindows()
 		}
 		// every run's history, for explained leaks and later reading
 		path := repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", seed))
