@@ -34,13 +34,25 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// Replica is everything gossip needs from the local replicated state.
-// store.Replica satisfies it. Implementations must be safe for concurrent use.
+// Replica is everything gossip needs from the local replicated state, and
+// all of it: gossip asserts nothing else of it. store.Replica satisfies it.
+// Implementations must be safe for concurrent use. The checkpoint methods
+// serve fast joins (checkpoint.go); a replica without checkpoints makes
+// MakeCheckpoint and AcceptCheckpoint fail, returns 0 from CheckpointMax and
+// all of ds as ready from SplitAtCheckpoints. Signing, verification and
+// limits are the replica's own configuration, set by whoever builds it
+// (daemon wiring) before New.
 type Replica interface {
 	Digest() crdt.Digest
 	DeltaSince(remote crdt.Digest, maxEntries int) []crdt.Delta
 	Apply(deltas ...crdt.Delta) ([]crdt.Change, error)
 	ApplyRetire(r crdt.Retire) ([]crdt.Change, error)
+
+	MakeCheckpoint() (crdt.Checkpoint, error)
+	AcceptCheckpoint(cp crdt.Checkpoint) error
+	CheckpointMax(origin string) crdt.Version
+	SplitAtCheckpoints(ds []crdt.Delta, final bool) (ready, held []crdt.Delta)
+	CheckpointStats() crdt.CheckpointStats
 }
 
 // Profile names a memberlist timing base.

@@ -233,8 +233,8 @@ func newBenchNode(name, cluster string, rep gossip.Replica, seeds []string, sg c
 	return gossip.New(cfg, rep)
 }
 
-// plainReplica hides the checkpoint methods of a replica from gossip: the
-// per-entry baseline.
+// plainReplica is a replica without checkpoints (it builds none and
+// accepts none): the per-entry baseline.
 type plainReplica struct{ r *store.Replica }
 
 func (p plainReplica) Digest() crdt.Digest { return p.r.Digest() }
@@ -250,6 +250,18 @@ func (p plainReplica) SetVerifier(v crdt.Verifier, a crdt.RetireAuthority) {
 	p.r.SetVerifier(v, a)
 }
 func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
+
+var errNoCheckpoints = errors.New("this replica keeps no checkpoints")
+
+func (plainReplica) MakeCheckpoint() (crdt.Checkpoint, error) {
+	return crdt.Checkpoint{}, errNoCheckpoints
+}
+func (plainReplica) AcceptCheckpoint(crdt.Checkpoint) error { return errNoCheckpoints }
+func (plainReplica) CheckpointMax(string) crdt.Version      { return 0 }
+func (plainReplica) CheckpointStats() crdt.CheckpointStats  { return crdt.CheckpointStats{} }
+func (plainReplica) SplitAtCheckpoints(ds []crdt.Delta, _ bool) (ready, held []crdt.Delta) {
+	return ds, nil
+}
 
 // mirrorFeed is the daemon's enforce view, fed by the replica's change
 // feed (as daemon wiring does), counting the changes it took in.
