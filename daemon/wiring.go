@@ -152,7 +152,7 @@ func (d *Daemon) wireKube(cancel context.CancelFunc) (kubeParts, error) {
 				d.applier.SetHold(false)
 			}
 		}
-		d.dec = &decommissioner{roles: &d.roles, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
+		d.dec = &decommissioner{roles: &d.roles, self: o.ClusterID, rep: d.rep, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
 			dataDir: o.DataDir, stop: cancel, log: d.log, settle: 30 * time.Second, poll: 100 * time.Millisecond}
 		d.inv, err = kube.NewInventory(d.inventoryConfig())
 	}

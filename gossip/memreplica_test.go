@@ -2,10 +2,9 @@ package gossip
 
 import (
 	"errors"
-
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"testing"
 
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 

@@ -408,20 +408,15 @@ func (n *Node) broadcastRetire(r crdt.Retire) {
 	n.queue.Prune(maxQueued)
 }
 
-// Decommission retires the own cluster everywhere and leaves the mesh: a
-// Retire for the own origin up to its current watermark is applied locally,
-// sent reliably to up to 8 peers, queued for gossip, and then the node
-// leaves and shuts down. Anti-entropy carries the Retired watermark to
-// anyone who missed it.
-func (n *Node) Decommission(ctx context.Context) error {
-	od := n.rep.Digest()[n.cfg.ClusterID]
-	if od.Max > 0 && od.Retired < od.Max {
-		r := crdt.Retire{Origin: n.cfg.ClusterID, UpTo: od.Max}
-		if rs, ok := n.rep.(retireSigner); ok {
-			r = rs.SignRetire(r) // a graceful decommission is signed by the origin
-		}
-		if _, err := n.rep.ApplyRetire(r); err != nil {
-			return fmt.Errorf("gossip: decommission: %w", err)
+// Decommission disseminates the retirement of the own cluster, which the
+// caller has already built, signed and applied to the local replica (a
+// zero r: nothing to retire), and leaves the mesh: r is sent reliably to up
+// to 8 peers and queued for gossip, and then the node leaves and shuts
+// down. Anti-entropy carries the Retired watermark to anyone who missed it.
+func (n *Node) Decommission(ctx context.Context, r crdt.Retire) error {
+	if r.UpTo > 0 {
+		if r.Origin != n.cfg.ClusterID {
+			return fmt.Errorf("gossip: decommission: a retirement of %q, not of the own cluster %q", r.Origin, n.cfg.ClusterID)
 		}
 		n.m.retirements.WithLabelValues("decommission").Inc()
 		msg := encodeRetires(n.cfg.NodeName, []crdt.Retire{r})

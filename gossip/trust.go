@@ -299,9 +299,6 @@ type verifierReplica interface {
 	SetVerifier(crdt.Verifier, crdt.RetireAuthority)
 }
 type limitedReplica interface{ SetLimits(crdt.Limits) }
-type retireSigner interface {
-	SignRetire(crdt.Retire) crdt.Retire
-}
 
 // mayRetire is this node's own retire authority: no fresh origin-signed
 // heartbeat of cluster c has been received for ReconnectTimeout (beat.go),
