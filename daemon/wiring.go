@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -102,11 +103,18 @@ func (d *Daemon) startGossip() error {
 	if gcfg.ReconnectTimeout == 0 {
 		gcfg.ReconnectTimeout = 24 * time.Hour
 	}
+	// The replica's own configuration, before it meets the mesh: limits
+	// on what peers can make it hold, and signing and verification under
+	// the node's retire authority.
+	rep.SetLimits(crdt.DefaultLimits())
 	var err error
 	if o.SigningKey != nil {
 		if gcfg.Signer, gcfg.Trust, err = trustFor(o, rep, d.log); err != nil {
 			return err
 		}
+		gcfg.Authority = new(gossip.Authority)
+		rep.SetSigner(gcfg.Signer)
+		rep.SetVerifier(gcfg.Trust, gcfg.Authority.MayRetire)
 	}
 	d.node, err = gossip.New(gcfg, lostGuard{Replica: rep, d: d})
 	if err != nil {

@@ -87,13 +87,19 @@ type Config struct {
 	// join/rejoin attempt. The default port is the bind port.
 	Seeds []string
 
-	// Signer, when set, signs the own cluster's entries and watermarks
-	// (the Replica must have SetSigner, as store.Replica does).
+	// Signer, when set, signs this node's membership metadata and its
+	// cluster's heartbeats. The Replica signs the own cluster's entries
+	// and watermarks with the signer its builder set (SetSigner).
 	Signer crdt.Signer
-	// Trust, when set, makes the Replica refuse everything its origin did
-	// not sign, and retirements without the origin's signature unless
-	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
+	// Trust, when set, checks membership metadata, heartbeats and
+	// checkpoint requests (docs/SECURITY.md); nil = --insecure-gossip.
+	// With Trust, Authority is required: the Replica's builder hands its
+	// MayRetire to the Replica's verifier (SetVerifier) before New, so that
+	// retirements without the origin's signature are applied only where
+	// this node's membership view agrees.
 	Trust *Trust
+	// Authority is this node's retire authority; New binds it.
+	Authority *Authority
 	// AllowUnsignedMeta accepts alive messages whose node metadata is
 	// unsigned (version 1, what coastguardd before signed metadata sends)
 	// while Trust is set: for a rolling upgrade only. Even then, unsigned
@@ -101,18 +107,6 @@ type Config struct {
 	// and a name stays bound to its cluster (alive.go). Without Trust
 	// every metadata is accepted.
 	AllowUnsignedMeta bool
-	// MaxOrigins bounds the clusters a node tracks (default
-	// DefaultMaxOrigins); MaxEntriesPerOrigin the entries it stores per
-	// remote cluster (default DefaultMaxEntriesPerOrigin). Data beyond is
-	// refused and counted (origin_limit, entry_limit). -1 = unlimited.
-	MaxOrigins          int
-	MaxEntriesPerOrigin int
-	// MaxBytesPerOrigin bounds the memory of one remote cluster's stored
-	// records, MaxBytes that of all remote clusters (defaults
-	// DefaultMaxBytesPerOrigin, DefaultMaxBytes; refused as byte_limit).
-	// -1 = unlimited.
-	MaxBytesPerOrigin int
-	MaxBytes          int
 	// LimitLoopbackStreams applies the per-source inbound stream cap to
 	// loopback sources too (tests; simulations share one loopback IP).
 	LimitLoopbackStreams bool
@@ -217,32 +211,9 @@ const (
 	maxDeltasPerMsg = 4096
 )
 
-// Defaults of Config.MaxOrigins and Config.MaxEntriesPerOrigin: far above
-// any real cluster set (tens of clusters, ~100k pods each), far below what
-// breaks the digest (crdt.MaxDigestOrigins) or the pod's memory.
-const (
-	DefaultMaxOrigins          = 1024
-	DefaultMaxEntriesPerOrigin = 1 << 20
-	// DefaultMaxBytesPerOrigin: ~100k pods of ~500 B is ~50 MiB.
-	DefaultMaxBytesPerOrigin = 128 << 20
-	DefaultMaxBytes          = 384 << 20
-)
-
 func (c *Config) setDefaults() error {
 	if err := c.validate(); err != nil {
 		return err
-	}
-	if c.MaxOrigins == 0 {
-		c.MaxOrigins = DefaultMaxOrigins
-	}
-	if c.MaxEntriesPerOrigin == 0 {
-		c.MaxEntriesPerOrigin = DefaultMaxEntriesPerOrigin
-	}
-	if c.MaxBytesPerOrigin == 0 {
-		c.MaxBytesPerOrigin = DefaultMaxBytesPerOrigin
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.BindAddr == "" {
 		c.BindAddr = "0.0.0.0"
@@ -291,6 +262,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.ClusterID) > 253 {
 		return errors.New("gossip: ClusterID longer than 253 bytes")
+	}
+	if c.Trust != nil && c.Authority == nil {
+		return errors.New("gossip: Config.Trust needs Config.Authority (its MayRetire is the retire authority of the Replica's verifier)")
 	}
 	switch c.Profile {
 	case "", ProfileWAN, ProfileLAN, ProfileLocal:

@@ -59,6 +59,7 @@ func startNode(t *testing.T, name, cluster string, keys [][]byte, mod func(*Conf
 	if mod != nil {
 		mod(&cfg)
 	}
+	configureReplica(&cfg, rep)
 	n, err := New(cfg, rep)
 	require.NoError(t, err)
 	tn := &tnode{Node: n, rep: rep, cluster: cluster, reg: reg, writer: w}
@@ -196,4 +197,28 @@ func (tn *tnode) decommission(ctx context.Context) error {
 		}
 	}
 	return tn.Decommission(ctx, r)
+}
+
+// configurable is the configuration a replica's builder sets before New
+// (store.Replica).
+type configurable interface {
+	SetSigner(crdt.Signer)
+	SetVerifier(crdt.Verifier, crdt.RetireAuthority)
+	SetLimits(crdt.Limits)
+}
+
+// configureReplica does what the daemon does with its replica before New:
+// the default limits and, with cfg's Signer and Trust, its signer and its
+// verifier under the node's retire authority.
+func configureReplica(cfg *Config, rep configurable) {
+	rep.SetLimits(crdt.DefaultLimits())
+	if cfg.Signer != nil {
+		rep.SetSigner(cfg.Signer)
+	}
+	if cfg.Trust != nil {
+		if cfg.Authority == nil {
+			cfg.Authority = new(Authority)
+		}
+		rep.SetVerifier(cfg.Trust, cfg.Authority.MayRetire)
+	}
 }

@@ -140,8 +140,8 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.wireReplica(); err != nil {
-		return nil, err
+	if cfg.Authority != nil {
+		cfg.Authority.n.Store(n)
 	}
 	mc := cfg.memberlistConfig()
 	if err := n.setupKeyring(mc); err != nil {
@@ -212,29 +212,6 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 		m:      n.m, log: n.log,
 	}
 	return n, nil
-}
-
-// wireReplica hands the Replica the signer, verifier and limits it needs.
-func (n *Node) wireReplica() error {
-	if n.cfg.Signer != nil {
-		sr, ok := n.rep.(signerReplica)
-		if !ok {
-			return errors.New("gossip: Config.Signer needs a Replica with SetSigner")
-		}
-		sr.SetSigner(n.cfg.Signer)
-	}
-	if n.cfg.Trust != nil {
-		vr, ok := n.rep.(verifierReplica)
-		if !ok {
-			return errors.New("gossip: Config.Trust needs a Replica with SetVerifier")
-		}
-		vr.SetVerifier(n.cfg.Trust, n.mayRetire)
-	}
-	if lr, ok := n.rep.(limitedReplica); ok {
-		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin),
-			MaxBytesPerOrigin: max(0, n.cfg.MaxBytesPerOrigin), MaxBytes: max(0, n.cfg.MaxBytes)})
-	}
-	return nil
 }
 
 // setupKeyring turns Config.Keyring into memberlist's encryption.

@@ -137,9 +137,11 @@ func runRogueAgent() error {
 	r := &rogue{rep: store.NewMemReplica(env("CLUSTER")), key: keys[0], signer: sg, seen: map[crdt.Key][]crdt.Entry{},
 		frozen: map[string]bool{}, marks: map[string]crdt.StateMark{}}
 	r.rep.Subscribe(r.record)
-	r.node, err = New(Config{NodeName: env("NODE"), ClusterID: env("CLUSTER"), BindAddr: host, BindPort: port,
+	cfg := Config{NodeName: env("NODE"), ClusterID: env("CLUSTER"), BindAddr: host, BindPort: port,
 		Keyring: keys, Profile: ProfileLocal, Signer: sg, Trust: tr, Logger: log,
-		Seeds: strings.Split(env("SEEDS"), ",")}, rogueReplica{r: r})
+		Seeds: strings.Split(env("SEEDS"), ",")}
+	configureReplica(&cfg, rogueReplica{r: r})
+	r.node, err = New(cfg, rogueReplica{r: r})
 	if err != nil {
 		return err
 	}

@@ -565,10 +565,13 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 		Profile:       opts.Profile,
 		Transport:     gossip.NewFaultTransport(inner),
 	}
+	rep.SetLimits(crdt.DefaultLimits())
 	if !opts.Unsigned {
 		if err := signMember(&cfg, i); err != nil {
 			return nil, err
 		}
+		rep.SetSigner(cfg.Signer)
+		rep.SetVerifier(cfg.Trust, cfg.Authority.MayRetire)
 	}
 	n, err := gossip.New(cfg, rep)
 	if err != nil {
@@ -588,7 +591,7 @@ func signMember(cfg *gossip.Config, i int) error {
 	if err != nil {
 		return err
 	}
-	cfg.Signer, cfg.Trust = sg, tr
+	cfg.Signer, cfg.Trust, cfg.Authority = sg, tr, new(gossip.Authority)
 	return nil
 }
 
