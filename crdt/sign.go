@@ -696,6 +696,13 @@ func (s *State) refuseNewOrigin(origin string) error {
 	return nil
 }
 
+// DefaultLimits are far above any real cluster set (tens of clusters,
+// ~100k pods each, ~500 B a pod: ~50 MiB an origin), far below what breaks
+// the digest (MaxDigestOrigins) or the pod's memory.
+func DefaultLimits() Limits {
+	return Limits{MaxOrigins: 1024, MaxEntriesPerOrigin: 1 << 20, MaxBytesPerOrigin: 128 << 20, MaxBytes: 384 << 20}
+}
+
 // RecordOverhead is the memory a stored record costs beyond its name,
 // value and signature (struct, name index, version tree), for the byte
 // limits.

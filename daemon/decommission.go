@@ -10,15 +10,26 @@ import (
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
 // DecommissionedMarker is written into the data dir after a decommission; a
 // daemon refuses to start while it exists (delete it to rejoin on purpose).
 const DecommissionedMarker = "DECOMMISSIONED"
 
-// retirer gossips the retirement of this cluster (gossip.Node).
+// retirer gossips the retirement of this cluster and leaves the mesh
+// (gossip.Node).
 type retirer interface {
-	Decommission(ctx context.Context) error
+	Decommission(ctx context.Context, r crdt.Retire) error
+}
+
+// ownReplica is what a decommission needs of the replica (store.Replica):
+// it builds, signs and applies the own cluster's retirement.
+type ownReplica interface {
+	Digest() crdt.Digest
+	SignRetire(r crdt.Retire) crdt.Retire
+	ApplyRetire(r crdt.Retire) ([]crdt.Change, error)
 }
 
 // settlingApplier is what a decommission needs of the applier.
@@ -33,6 +44,8 @@ type settlingApplier interface {
 // stops the daemon. Only the leader can.
 type decommissioner struct {
 	roles       *roles
+	self        string // this cluster
+	rep         ownReplica
 	node        retirer
 	applier     settlingApplier
 	releaseGate func(reason string)
@@ -52,7 +65,11 @@ func (c *decommissioner) Decommission(ctx context.Context) error {
 		return errors.New("already decommissioned")
 	}
 	c.log.Warn("decommissioning cluster: retiring its entries everywhere")
-	if err := c.node.Decommission(ctx); err != nil {
+	r, err := retireOwn(c.rep, c.self)
+	if err != nil {
+		return fmt.Errorf("retiring the own cluster: %w", err)
+	}
+	if err := c.node.Decommission(ctx, r); err != nil {
 		return fmt.Errorf("gossiping retirement: %w", err)
 	}
 	// remove the NetworkPolicies we generated here: an explicit
@@ -72,6 +89,21 @@ func (c *decommissioner) Decommission(ctx context.Context) error {
 	c.log.Warn("cluster decommissioned; stopping")
 	go func() { time.Sleep(200 * time.Millisecond); c.stop() }()
 	return nil
+}
+
+// retireOwn applies a retirement of the own cluster up to its current
+// watermark, signed by the origin (with signatures on), and returns it for
+// gossip to disseminate; a zero Retire when there is nothing to retire.
+func retireOwn(rep ownReplica, self string) (crdt.Retire, error) {
+	od := rep.Digest()[self]
+	if od.Max == 0 || od.Retired >= od.Max {
+		return crdt.Retire{}, nil
+	}
+	r := rep.SignRetire(crdt.Retire{Origin: self, UpTo: od.Max})
+	if _, err := rep.ApplyRetire(r); err != nil {
+		return crdt.Retire{}, err
+	}
+	return r, nil
 }
 
 var errNotLeaderDecommission = errors.New("this daemon is not its cluster's leader; run decommission on the Lease holder")

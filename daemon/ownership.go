@@ -122,7 +122,7 @@ func (r *podIPReport) update(log *slog.Logger, drops []enforce.PodIPDrop, now ti
 // setKnownOrigins records the clusters this daemon knows independently of
 // gossip: itself, its trust bundle and the clusters of its trusted
 // networks (Submariner Cluster objects, --cluster-cidrs). They always get
-// an origin slot in the replica (gossip.Config.KnownOrigin).
+// an origin slot in the replica (crdt.Limits.Known, set in startGossip).
 func (d *Daemon) setKnownOrigins(n enforce.Networks) {
 	known := map[string]bool{d.opts.ClusterID: true}
 	for id := range d.opts.TrustBundle {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -100,16 +101,22 @@ func (d *Daemon) startGossip() error {
 	gcfg.Logger, gcfg.Registerer = d.log, o.Registry
 	gcfg.OnDigest = d.observeDigest
 	gcfg.WantDigests = d.wantDigests
-	gcfg.KnownOrigin = d.knownOrigin
 	if gcfg.ReconnectTimeout == 0 {
 		gcfg.ReconnectTimeout = 24 * time.Hour
 	}
+	// The replica's own configuration, before it meets the mesh: limits
+	// on what peers can make it hold, and signing and verification under
+	// the node's retire authority.
+	// Known clusters always get an origin slot (crdt.Limits.Known).
+	lim := crdt.DefaultLimits()
+	lim.Known = d.knownOrigin
 	var err error
 	if o.SigningKey != nil {
 		if gcfg.Signer, gcfg.Trust, err = trustFor(o, rep, d.log); err != nil {
 			return err
 		}
 	}
+	gossip.ConfigureReplica(&gcfg, rep, lim)
 	d.node, err = gossip.New(gcfg, lostGuard{Replica: rep, d: d})
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
@@ -154,7 +161,7 @@ func (d *Daemon) wireKube(cancel context.CancelFunc) (kubeParts, error) {
 				d.applier.SetHold(false)
 			}
 		}
-		d.dec = &decommissioner{roles: &d.roles, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
+		d.dec = &decommissioner{roles: &d.roles, self: o.ClusterID, rep: d.rep, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
 			dataDir: o.DataDir, stop: cancel, log: d.log, settle: 30 * time.Second, poll: 100 * time.Millisecond}
 		d.inv, err = kube.NewInventory(d.inventoryConfig())
 	}

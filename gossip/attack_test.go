@@ -136,7 +136,7 @@ func TestSignedDecommissionHonoured(t *testing.T) {
 	requireConverged(t, waitConverge, a, v)
 	ctx, cancel := contextWithTimeout(10 * time.Second)
 	defer cancel()
-	require.NoError(t, a.Decommission(ctx))
+	require.NoError(t, a.decommission(ctx))
 	require.Eventually(t, func() bool { return v.rep.Digest()["c1"].Retired > 0 },
 		waitConverge, pollEvery, "signed decommission not honoured")
 	_, ok := has(v, key("c1", crdt.KindPod, "ns/web"))

@@ -23,15 +23,6 @@ import (
 // message of an answer to the next. Without an answer (the origin
 // unreachable, an old writer) the join verifies every entry, as before.
 
-// checkpointReplica is what a Replica needs for checkpoints (store.Replica).
-type checkpointReplica interface {
-	MakeCheckpoint() (crdt.Checkpoint, error)
-	AcceptCheckpoint(cp crdt.Checkpoint) error
-	CheckpointMax(origin string) crdt.Version
-	SplitAtCheckpoints(ds []crdt.Delta, final bool) (ready, held []crdt.Delta)
-	CheckpointStats() crdt.CheckpointStats
-}
-
 const (
 	// checkpointFarBehind is how many versions an origin must be ahead of
 	// us before we ask for its checkpoint.
@@ -65,7 +56,7 @@ type checkpoints struct {
 
 	buildMu sync.Mutex // one build at a time
 	events  *prometheus.CounterVec
-	segHits prometheus.CounterFunc // nil without a checkpointReplica
+	segHits prometheus.CounterFunc
 }
 
 func newCheckpoints(reg prometheus.Registerer, rep Replica) (*checkpoints, error) {
@@ -75,23 +66,21 @@ func newCheckpoints(reg prometheus.Registerer, rep Replica) (*checkpoints, error
 			Help: "Origin checkpoints for fast joins by event (requested, served, accepted, refused, unsolicited, unavailable).",
 		}, []string{"event"})}
 	errs := []error{metricsreg.Into(reg, &c.events)}
-	if cr, ok := rep.(checkpointReplica); ok {
-		stat := func(name, help string, get func(crdt.CheckpointStats) uint64) prometheus.CounterFunc {
-			f := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
-				func() float64 { return float64(get(cr.CheckpointStats())) })
-			errs = append(errs, metricsreg.Into(reg, &f))
-			return f
-		}
-		c.segHits = stat("coastguard_gossip_checkpoint_segment_hits_total",
-			"Deltas that matched a segment of their origin's checkpoint (entries not verified one by one).",
-			func(s crdt.CheckpointStats) uint64 { return s.Hits })
-		stat("coastguard_gossip_checkpoint_segment_misses_total",
-			"Deltas of an origin with a checkpoint that matched none of its segments (verified entry by entry).",
-			func(s crdt.CheckpointStats) uint64 { return s.Misses })
-		stat("coastguard_gossip_checkpoint_skipped_verifications_total",
-			"Entry signature verifications a checkpoint made unnecessary.",
-			func(s crdt.CheckpointStats) uint64 { return s.SkippedVerifies })
+	stat := func(name, help string, get func(crdt.CheckpointStats) uint64) prometheus.CounterFunc {
+		f := prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help},
+			func() float64 { return float64(get(rep.CheckpointStats())) })
+		errs = append(errs, metricsreg.Into(reg, &f))
+		return f
 	}
+	c.segHits = stat("coastguard_gossip_checkpoint_segment_hits_total",
+		"Deltas that matched a segment of their origin's checkpoint (entries not verified one by one).",
+		func(s crdt.CheckpointStats) uint64 { return s.Hits })
+	stat("coastguard_gossip_checkpoint_segment_misses_total",
+		"Deltas of an origin with a checkpoint that matched none of its segments (verified entry by entry).",
+		func(s crdt.CheckpointStats) uint64 { return s.Misses })
+	stat("coastguard_gossip_checkpoint_skipped_verifications_total",
+		"Entry signature verifications a checkpoint made unnecessary.",
+		func(s crdt.CheckpointStats) uint64 { return s.SkippedVerifies })
 	return c, errors.Join(errs...)
 }
 
@@ -109,14 +98,13 @@ func farBehind(local, remote crdt.OriginDigest) bool {
 // are far behind on for their checkpoints. remote is the digest we pull
 // against, pull our digests of the origins we pull.
 func (n *Node) askCheckpoints(remote, pull crdt.Digest) {
-	cr, ok := n.rep.(checkpointReplica)
-	if !ok || n.cfg.Trust == nil {
+	if n.cfg.Trust == nil {
 		return
 	}
 	now := n.cfg.Now()
 	for o, local := range pull {
 		r := remote[o]
-		if o == n.cfg.ClusterID || !farBehind(local, r) || cr.CheckpointMax(o) > local.Max {
+		if o == n.cfg.ClusterID || !farBehind(local, r) || n.rep.CheckpointMax(o) > local.Max {
 			continue
 		}
 		to := n.members.writerOf(o)
@@ -165,8 +153,7 @@ func (ms *members) writerOf(cluster string) *memberlist.Node {
 // onCheckpointReq answers a request for our own origin's checkpoint, if we
 // are its writer, off the worker goroutine (building one hashes the state).
 func (n *Node) onCheckpointReq(m *message) {
-	cr, ok := n.rep.(checkpointReplica)
-	if !ok || m.Origin != n.cfg.ClusterID || !n.cfg.IsWriter() {
+	if m.Origin != n.cfg.ClusterID || !n.cfg.IsWriter() {
 		n.cps.events.WithLabelValues("unavailable").Inc()
 		return
 	}
@@ -180,7 +167,7 @@ func (n *Node) onCheckpointReq(m *message) {
 	go func() {
 		defer n.wg.Done()
 		defer func() { <-n.serveSem }()
-		cp, err := n.cps.current(cr, n.rep.Digest()[n.cfg.ClusterID].Max, n.cfg.Now())
+		cp, err := n.cps.current(n.rep, n.rep.Digest()[n.cfg.ClusterID].Max, n.cfg.Now())
 		to := n.awaitMember(m.Sender)
 		if err != nil || to == nil {
 			n.cps.events.WithLabelValues("unavailable").Inc()
@@ -194,7 +181,7 @@ func (n *Node) onCheckpointReq(m *message) {
 
 // current returns the cached checkpoint, rebuilt when our Max moved and
 // the cached one is older than checkpointRebuild.
-func (c *checkpoints) current(cr checkpointReplica, max crdt.Version, now time.Time) (*crdt.Checkpoint, error) {
+func (c *checkpoints) current(cr Replica, max crdt.Version, now time.Time) (*crdt.Checkpoint, error) {
 	c.buildMu.Lock()
 	defer c.buildMu.Unlock()
 	c.mu.Lock()
@@ -217,14 +204,13 @@ func (c *checkpoints) current(cr checkpointReplica, max crdt.Version, now time.T
 // verifies its signature. It runs on the receiving goroutine, not the
 // worker: the sync data queued in the inbox behind it benefits at once.
 func (n *Node) onCheckpoint(m *message) {
-	cr, ok := n.rep.(checkpointReplica)
 	cp := m.Checkpoint
-	if !ok || cp == nil || !n.cps.wasAsked(cp.Origin, n.cfg.Now()) {
+	if cp == nil || !n.cps.wasAsked(cp.Origin, n.cfg.Now()) {
 		n.cps.events.WithLabelValues("unsolicited").Inc()
 		n.drop(dropUnsolicited, "checkpoint we did not ask for", "sender", m.Sender)
 		return
 	}
-	if err := cr.AcceptCheckpoint(*cp); err != nil {
+	if err := n.rep.AcceptCheckpoint(*cp); err != nil {
 		n.cps.events.WithLabelValues("refused").Inc()
 		n.dropErr(err, "refused checkpoint", "sender", m.Sender, "origin", cp.Origin)
 		return
@@ -243,13 +229,9 @@ func (n *Node) onCheckpoint(m *message) {
 // bounds.) A tail with no progress before it is applied as it is, so a
 // sender that holds less than the checkpoint cannot stall us.
 func (n *Node) alignSync(m *message, ds []crdt.Delta) []crdt.Delta {
-	cr, ok := n.rep.(checkpointReplica)
-	if !ok {
-		return ds
-	}
 	now := n.cfg.Now()
 	c := n.cps.take(m.ID, now)
-	ready, held := cr.SplitAtCheckpoints(append(c.deltas, ds...), false)
+	ready, held := n.rep.SplitAtCheckpoints(append(c.deltas, ds...), false)
 	if c.progressed == nil {
 		c.progressed = map[string]bool{}
 	}

@@ -34,13 +34,25 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
-// Replica is everything gossip needs from the local replicated state.
-// store.Replica satisfies it. Implementations must be safe for concurrent use.
+// Replica is everything gossip needs from the local replicated state, and
+// all of it: gossip asserts nothing else of it. store.Replica satisfies it.
+// Implementations must be safe for concurrent use. The checkpoint methods
+// serve fast joins (checkpoint.go); a replica without checkpoints makes
+// MakeCheckpoint and AcceptCheckpoint fail, returns 0 from CheckpointMax and
+// all of ds as ready from SplitAtCheckpoints. Signing, verification and
+// limits are the replica's own configuration, set by whoever builds it
+// (daemon wiring) before New.
 type Replica interface {
 	Digest() crdt.Digest
 	DeltaSince(remote crdt.Digest, maxEntries int) []crdt.Delta
 	Apply(deltas ...crdt.Delta) ([]crdt.Change, error)
 	ApplyRetire(r crdt.Retire) ([]crdt.Change, error)
+
+	MakeCheckpoint() (crdt.Checkpoint, error)
+	AcceptCheckpoint(cp crdt.Checkpoint) error
+	CheckpointMax(origin string) crdt.Version
+	SplitAtCheckpoints(ds []crdt.Delta, final bool) (ready, held []crdt.Delta)
+	CheckpointStats() crdt.CheckpointStats
 }
 
 // Profile names a memberlist timing base.
@@ -75,13 +87,19 @@ type Config struct {
 	// join/rejoin attempt. The default port is the bind port.
 	Seeds []string
 
-	// Signer, when set, signs the own cluster's entries and watermarks
-	// (the Replica must have SetSigner, as store.Replica does).
+	// Signer, when set, signs this node's membership metadata and its
+	// cluster's heartbeats. The Replica signs the own cluster's entries
+	// and watermarks with the signer its builder set (SetSigner).
 	Signer crdt.Signer
-	// Trust, when set, makes the Replica refuse everything its origin did
-	// not sign, and retirements without the origin's signature unless
-	// membership agrees (docs/SECURITY.md). nil = --insecure-gossip.
+	// Trust, when set, checks membership metadata, heartbeats and
+	// checkpoint requests (docs/SECURITY.md); nil = --insecure-gossip.
+	// With Trust, Authority is required: the Replica's builder hands its
+	// MayRetire to the Replica's verifier (SetVerifier) before New, so that
+	// retirements without the origin's signature are applied only where
+	// this node's membership view agrees.
 	Trust *Trust
+	// Authority is this node's retire authority; New binds it.
+	Authority *Authority
 	// AllowUnsignedMeta accepts alive messages whose node metadata is
 	// unsigned (version 1, what coastguardd before signed metadata sends)
 	// while Trust is set: for a rolling upgrade only. Even then, unsigned
@@ -89,24 +107,6 @@ type Config struct {
 	// and a name stays bound to its cluster (alive.go). Without Trust
 	// every metadata is accepted.
 	AllowUnsignedMeta bool
-	// MaxOrigins bounds the clusters a node tracks (default
-	// DefaultMaxOrigins); MaxEntriesPerOrigin the entries it stores per
-	// remote cluster (default DefaultMaxEntriesPerOrigin). Data beyond is
-	// refused and counted (origin_limit, entry_limit). -1 = unlimited.
-	MaxOrigins          int
-	MaxEntriesPerOrigin int
-	// KnownOrigin names the clusters known independently of gossip (trust
-	// bundle, Submariner Cluster objects): they always get an origin slot
-	// and their bytes count only against MaxBytesPerOrigin, so MaxOrigins
-	// and MaxBytes bound the clusters nobody vouches for (crdt.Limits.Known).
-	// Called from the replica's apply path: cheap, no locks of the caller.
-	KnownOrigin func(origin string) bool
-	// MaxBytesPerOrigin bounds the memory of one remote cluster's stored
-	// records, MaxBytes that of all remote clusters (defaults
-	// DefaultMaxBytesPerOrigin, DefaultMaxBytes; refused as byte_limit).
-	// -1 = unlimited.
-	MaxBytesPerOrigin int
-	MaxBytes          int
 	// LimitLoopbackStreams applies the per-source inbound stream cap to
 	// loopback sources too (tests; simulations share one loopback IP).
 	LimitLoopbackStreams bool
@@ -211,32 +211,9 @@ const (
 	maxDeltasPerMsg = 4096
 )
 
-// Defaults of Config.MaxOrigins and Config.MaxEntriesPerOrigin: far above
-// any real cluster set (tens of clusters, ~100k pods each), far below what
-// breaks the digest (crdt.MaxDigestOrigins) or the pod's memory.
-const (
-	DefaultMaxOrigins          = 1024
-	DefaultMaxEntriesPerOrigin = 1 << 20
-	// DefaultMaxBytesPerOrigin: ~100k pods of ~500 B is ~50 MiB.
-	DefaultMaxBytesPerOrigin = 128 << 20
-	DefaultMaxBytes          = 384 << 20
-)
-
 func (c *Config) setDefaults() error {
 	if err := c.validate(); err != nil {
 		return err
-	}
-	if c.MaxOrigins == 0 {
-		c.MaxOrigins = DefaultMaxOrigins
-	}
-	if c.MaxEntriesPerOrigin == 0 {
-		c.MaxEntriesPerOrigin = DefaultMaxEntriesPerOrigin
-	}
-	if c.MaxBytesPerOrigin == 0 {
-		c.MaxBytesPerOrigin = DefaultMaxBytesPerOrigin
-	}
-	if c.MaxBytes == 0 {
-		c.MaxBytes = DefaultMaxBytes
 	}
 	if c.BindAddr == "" {
 		c.BindAddr = "0.0.0.0"
@@ -285,6 +262,9 @@ func (c *Config) validate() error {
 	}
 	if len(c.ClusterID) > 253 {
 		return errors.New("gossip: ClusterID longer than 253 bytes")
+	}
+	if c.Trust != nil && c.Authority == nil {
+		return errors.New("gossip: Config.Trust needs Config.Authority (its MayRetire is the retire authority of the Replica's verifier)")
 	}
 	switch c.Profile {
 	case "", ProfileWAN, ProfileLAN, ProfileLocal:
@@ -440,4 +420,28 @@ func ParseKeyring(b []byte) ([][]byte, error) {
 		return nil, errors.New("gossip: keyring file has no keys")
 	}
 	return keys, nil
+}
+
+// Configurable is the configuration a Replica's builder sets before New
+// (store.Replica has it): gossip itself never configures the replica.
+type Configurable interface {
+	SetSigner(crdt.Signer)
+	SetVerifier(crdt.Verifier, crdt.RetireAuthority)
+	SetLimits(crdt.Limits)
+}
+
+// ConfigureReplica is what a builder does with its replica before New:
+// limits lim, and with cfg's Signer and Trust, the replica's signer and its
+// verifier under the node's retire authority (created in cfg if missing).
+func ConfigureReplica(cfg *Config, rep Configurable, lim crdt.Limits) {
+	rep.SetLimits(lim)
+	if cfg.Signer != nil {
+		rep.SetSigner(cfg.Signer)
+	}
+	if cfg.Trust != nil {
+		if cfg.Authority == nil {
+			cfg.Authority = new(Authority)
+		}
+		rep.SetVerifier(cfg.Trust, cfg.Authority.MayRetire)
+	}
 }

@@ -146,7 +146,7 @@ func TestRetirementAndRejoinAtHigherEpoch(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, c.Decommission(ctx))
+	require.NoError(t, c.decommission(ctx))
 
 	for _, n := range []*tnode{a, b} {
 		require.Eventually(t, func() bool {

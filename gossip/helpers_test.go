@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -58,6 +59,7 @@ func startNode(t *testing.T, name, cluster string, keys [][]byte, mod func(*Conf
 	if mod != nil {
 		mod(&cfg)
 	}
+	ConfigureReplica(&cfg, rep, crdt.DefaultLimits())
 	n, err := New(cfg, rep)
 	require.NoError(t, err)
 	tn := &tnode{Node: n, rep: rep, cluster: cluster, reg: reg, writer: w}
@@ -182,3 +184,18 @@ func has(n *tnode, k crdt.Key) (crdt.Entry, bool) {
 func key(origin string, kind crdt.Kind, name string) crdt.Key {
 	return crdt.Key{Origin: origin, Kind: kind, Name: name}
 }
+
+// decommission does what the daemon's decommission does with the node:
+// retire the own cluster up to its watermark on the replica (signed, with
+// a signer), then let the node disseminate it and leave.
+func (tn *tnode) decommission(ctx context.Context) error {
+	var r crdt.Retire
+	if od := tn.rep.Digest()[tn.cluster]; od.Max > 0 && od.Retired < od.Max {
+		r = tn.rep.SignRetire(crdt.Retire{Origin: tn.cluster, UpTo: od.Max})
+		if _, err := tn.rep.ApplyRetire(r); err != nil {
+			return err
+		}
+	}
+	return tn.Decommission(ctx, r)
+}
+

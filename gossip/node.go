@@ -140,8 +140,8 @@ func New(cfg Config, rep Replica) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := n.wireReplica(); err != nil {
-		return nil, err
+	if cfg.Authority != nil {
+		cfg.Authority.n.Store(n)
 	}
 	mc := cfg.memberlistConfig()
 	if err := n.setupKeyring(mc); err != nil {
@@ -214,29 +214,6 @@ func newNode(cfg Config, rep Replica) (*Node, error) {
 	return n, nil
 }
 
-// wireReplica hands the Replica the signer, verifier and limits it needs.
-func (n *Node) wireReplica() error {
-	if n.cfg.Signer != nil {
-		sr, ok := n.rep.(signerReplica)
-		if !ok {
-			return errors.New("gossip: Config.Signer needs a Replica with SetSigner")
-		}
-		sr.SetSigner(n.cfg.Signer)
-	}
-	if n.cfg.Trust != nil {
-		vr, ok := n.rep.(verifierReplica)
-		if !ok {
-			return errors.New("gossip: Config.Trust needs a Replica with SetVerifier")
-		}
-		vr.SetVerifier(n.cfg.Trust, n.mayRetire)
-	}
-	if lr, ok := n.rep.(limitedReplica); ok {
-		lr.SetLimits(crdt.Limits{MaxOrigins: max(0, n.cfg.MaxOrigins), MaxEntriesPerOrigin: max(0, n.cfg.MaxEntriesPerOrigin),
-			MaxBytesPerOrigin: max(0, n.cfg.MaxBytesPerOrigin), MaxBytes: max(0, n.cfg.MaxBytes), Known: n.cfg.KnownOrigin})
-	}
-	return nil
-}
-
 // setupKeyring turns Config.Keyring into memberlist's encryption.
 func (n *Node) setupKeyring(mc *memberlist.Config) error {
 	if len(n.cfg.Keyring) == 0 {
@@ -276,7 +253,6 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 		n.drop(reason, "inbound message refused", "from", from, "err", err)
 	})
 	guard.limitLoopback = n.cfg.LimitLoopbackStreams
-	guard.known = n.members.knownIP
 	guard.rate = newSenderLimits(n.cfg.PeerRateLimit, n.cfg.PeerRateBurst)
 	mc.Transport = guard
 	return nil
@@ -409,20 +385,15 @@ func (n *Node) broadcastRetire(r crdt.Retire) {
 	n.queue.Prune(maxQueued)
 }
 
-// Decommission retires the own cluster everywhere and leaves the mesh: a
-// Retire for the own origin up to its current watermark is applied locally,
-// sent reliably to up to 8 peers, queued for gossip, and then the node
-// leaves and shuts down. Anti-entropy carries the Retired watermark to
-// anyone who missed it.
-func (n *Node) Decommission(ctx context.Context) error {
-	od := n.rep.Digest()[n.cfg.ClusterID]
-	if od.Max > 0 && od.Retired < od.Max {
-		r := crdt.Retire{Origin: n.cfg.ClusterID, UpTo: od.Max}
-		if rs, ok := n.rep.(retireSigner); ok {
-			r = rs.SignRetire(r) // a graceful decommission is signed by the origin
-		}
-		if _, err := n.rep.ApplyRetire(r); err != nil {
-			return fmt.Errorf("gossip: decommission: %w", err)
+// Decommission disseminates the retirement of the own cluster, which the
+// caller has already built, signed and applied to the local replica (a
+// zero r: nothing to retire), and leaves the mesh: r is sent reliably to up
+// to 8 peers and queued for gossip, and then the node leaves and shuts
+// down. Anti-entropy carries the Retired watermark to anyone who missed it.
+func (n *Node) Decommission(ctx context.Context, r crdt.Retire) error {
+	if r.UpTo > 0 {
+		if r.Origin != n.cfg.ClusterID {
+			return fmt.Errorf("gossip: decommission: a retirement of %q, not of the own cluster %q", r.Origin, n.cfg.ClusterID)
 		}
 		n.m.retirements.WithLabelValues("decommission").Inc()
 		msg := encodeRetires(n.cfg.NodeName, []crdt.Retire{r})

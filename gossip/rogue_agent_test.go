@@ -60,7 +60,10 @@ type rogue struct {
 // rogueReplica is what the rogue's node gossips from: the replica minus
 // the frozen origins, and without the checkpoint capabilities (a join is
 // served delta by delta, through the filter).
-type rogueReplica struct{ r *rogue }
+type rogueReplica struct {
+	noCheckpoints
+	r *rogue
+}
 
 func (x rogueReplica) Digest() crdt.Digest {
 	d := x.r.rep.Digest()
@@ -134,9 +137,11 @@ func runRogueAgent() error {
 	r := &rogue{rep: store.NewMemReplica(env("CLUSTER")), key: keys[0], signer: sg, seen: map[crdt.Key][]crdt.Entry{},
 		frozen: map[string]bool{}, marks: map[string]crdt.StateMark{}}
 	r.rep.Subscribe(r.record)
-	r.node, err = New(Config{NodeName: env("NODE"), ClusterID: env("CLUSTER"), BindAddr: host, BindPort: port,
+	cfg := Config{NodeName: env("NODE"), ClusterID: env("CLUSTER"), BindAddr: host, BindPort: port,
 		Keyring: keys, Profile: ProfileLocal, Signer: sg, Trust: tr, Logger: log,
-		Seeds: strings.Split(env("SEEDS"), ",")}, rogueReplica{r})
+		Seeds: strings.Split(env("SEEDS"), ",")}
+	ConfigureReplica(&cfg, rogueReplica{r: r}, crdt.DefaultLimits())
+	r.node, err = New(cfg, rogueReplica{r: r})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -292,15 +293,18 @@ func ParseTrustBundle(b []byte) (map[string][]byte, error) {
 	return out, nil
 }
 
-// signerReplica / verifierReplica are what New needs of a Replica to wire
-// signatures in (store.Replica has both).
-type signerReplica interface{ SetSigner(crdt.Signer) }
-type verifierReplica interface {
-	SetVerifier(crdt.Verifier, crdt.RetireAuthority)
-}
-type limitedReplica interface{ SetLimits(crdt.Limits) }
-type retireSigner interface {
-	SignRetire(crdt.Retire) crdt.Retire
+// Authority is a Node's retire authority (crdt.RetireAuthority) for the
+// Replica's verifier, which its builder sets before the Node exists: pass
+// MayRetire to SetVerifier and the Authority as Config.Authority. Until New
+// binds it, it allows no retirement without the origin's signature (a
+// fresh node's own view allows none either: see mayRetire).
+type Authority struct{ n atomic.Pointer[Node] }
+
+// MayRetire reports whether the bound Node's membership view allows
+// retiring cluster c without its signature.
+func (a *Authority) MayRetire(c string) bool {
+	n := a.n.Load()
+	return n != nil && n.mayRetire(c)
 }
 
 // mayRetire is this node's own retire authority: no fresh origin-signed

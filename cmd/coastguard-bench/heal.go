@@ -169,11 +169,13 @@ func startHealMesh(dir string, glog *slog.Logger) ([]*healNode, error) {
 			_ = rep.Close()
 			return mesh, err
 		}
-		n, err := gossip.New(gossip.Config{
+		cfg := gossip.Config{
 			NodeName: cl + "-0", ClusterID: cl, BindAddr: "127.0.0.1", EphemeralPort: true,
 			Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: glog,
 			Transport: gossip.NewFaultTransport(inner), Signer: sg, Trust: tr,
-		}, rep)
+		}
+		gossip.ConfigureReplica(&cfg, rep, crdt.DefaultLimits())
+		n, err := gossip.New(cfg, rep)
 		if err != nil {
 			_ = rep.Close()
 			return mesh, err

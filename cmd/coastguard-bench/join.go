@@ -161,7 +161,7 @@ func newJoinMesh(origins, per int) (*joinMesh, error) {
 		return nil, err
 	}
 	m.hub.SetVerifier(tr, nil)
-	start := func(name, cluster string, rep gossip.Replica, seeds []string) error {
+	start := func(name, cluster string, rep benchReplica, seeds []string) error {
 		n, err := newBenchNode(name, cluster, rep, seeds, nil, nil)
 		if err != nil {
 			return err
@@ -213,7 +213,13 @@ func fillOrigin(hub *store.Replica, origin string, seed, per int) (crdt.Checkpoi
 	return cp, took, nil
 }
 
-func newBenchNode(name, cluster string, rep gossip.Replica, seeds []string, sg crdt.Signer, tr *gossip.Trust) (*gossip.Node, error) {
+// benchReplica is a replica the bench builds and configures itself.
+type benchReplica interface {
+	gossip.Replica
+	gossip.Configurable
+}
+
+func newBenchNode(name, cluster string, rep benchReplica, seeds []string, sg crdt.Signer, tr *gossip.Trust) (*gossip.Node, error) {
 	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
 	if err != nil {
 		return nil, err
@@ -230,11 +236,12 @@ func newBenchNode(name, cluster string, rep gossip.Replica, seeds []string, sg c
 		// verified, which is what the join measures.
 		cfg.Signer, cfg.Trust, cfg.AllowUnsignedMeta = sg, tr, true
 	}
+	gossip.ConfigureReplica(&cfg, rep, crdt.DefaultLimits())
 	return gossip.New(cfg, rep)
 }
 
-// plainReplica hides the checkpoint methods of a replica from gossip: the
-// per-entry baseline.
+// plainReplica is a replica without checkpoints (it builds none and
+// accepts none): the per-entry baseline.
 type plainReplica struct{ r *store.Replica }
 
 func (p plainReplica) Digest() crdt.Digest { return p.r.Digest() }
@@ -250,6 +257,18 @@ func (p plainReplica) SetVerifier(v crdt.Verifier, a crdt.RetireAuthority) {
 	p.r.SetVerifier(v, a)
 }
 func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
+
+var errNoCheckpoints = errors.New("this replica keeps no checkpoints")
+
+func (plainReplica) MakeCheckpoint() (crdt.Checkpoint, error) {
+	return crdt.Checkpoint{}, errNoCheckpoints
+}
+func (plainReplica) AcceptCheckpoint(crdt.Checkpoint) error { return errNoCheckpoints }
+func (plainReplica) CheckpointMax(string) crdt.Version      { return 0 }
+func (plainReplica) CheckpointStats() crdt.CheckpointStats  { return crdt.CheckpointStats{} }
+func (plainReplica) SplitAtCheckpoints(ds []crdt.Delta, _ bool) (ready, held []crdt.Delta) {
+	return ds, nil
+}
 
 // mirrorFeed is the daemon's enforce view, fed by the replica's change
 // feed (as daemon wiring does), counting the changes it took in.
@@ -291,7 +310,7 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP, iso
 	if err != nil {
 		return res, err
 	}
-	var grep gossip.Replica = rep
+	var grep benchReplica = rep
 	if !withCP {
 		grep = plainReplica{rep}
 	}

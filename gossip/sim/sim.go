@@ -570,6 +570,7 @@ func newCGMember(i int, opts Options, keys [][]byte, arr *arrivals, preload []cr
 			return nil, err
 		}
 	}
+	gossip.ConfigureReplica(&cfg, rep, crdt.DefaultLimits())
 	n, err := gossip.New(cfg, rep)
 	if err != nil {
 		return nil, err
