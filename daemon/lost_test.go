@@ -18,13 +18,14 @@ import (
 )
 
 // lostDaemon is a daemon of cluster a with just what the lost-origin path
-// needs: a durable replica feeding a mirror, and metrics.
+// needs: a durable replica feeding a mirror through the daemon's hold of
+// unproven entries, and metrics.
 func lostDaemon(t *testing.T, path string) *Daemon {
 	t.Helper()
 	m, err := newMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	d := &Daemon{opts: Options{ClusterID: "a"}, log: discard, m: m,
-		view: view{mirror: model.NewMirror("a"), outputs: model.NewOutputs("a")}}
+		view: view{mirror: model.NewMirror("a"), outputs: model.NewOutputs("a"), hold: newInventoryHold("a")}}
 	d.mu.Lock()
 	rep, loadErrs, err := LoadState(path, "a", store.Options{}, d.mirror)
 	require.NoError(t, err)
@@ -34,10 +35,8 @@ func lostDaemon(t *testing.T, path string) *Daemon {
 	d.lost.recs = map[string]store.LostOrigin{}
 	d.restoreLost()
 	d.mu.Unlock()
-	rep.Subscribe(func(ch []crdt.Change) {
-		d.mu.Lock()
-		res := d.mirror.Apply(ch)
-		d.mu.Unlock()
+	rep.Subscribe(func(ch []crdt.Change) { // the daemon's feed (onChanges) up to the enforcer
+		res := d.mirrorBatch(ch, d.rep.Digest())
 		d.lostChanged(res.LostChanged)
 	})
 	return d
