@@ -35,7 +35,7 @@ type Change struct {
 	// a policy is affected only if one of these label sets matches the
 	// relevant selector, which makes Affected precise; when nil, Affected
 	// is conservative.
-	Labels []map[string]string
+	Labels []labels.Labels
 }
 
 // Affected returns, sorted, the policies whose translation for the
@@ -129,12 +129,12 @@ func (inv *Inventory) affectedByNamespace(enforcing string, ch *Change) []Policy
 	})
 }
 
-func anyMatches(sel labels.Selector, sets []map[string]string) bool {
+func anyMatches(sel labels.Selector, sets []labels.Labels) bool {
 	if sets == nil {
 		return true
 	}
 	for _, s := range sets {
-		if s != nil && sel.Matches(labels.Set(s)) {
+		if s != nil && sel.Matches(s) {
 			return true
 		}
 	}

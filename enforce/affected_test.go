@@ -3,6 +3,7 @@ package enforce
 import (
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/labels"
 	"math/rand"
 	"slices"
 	"strings"
@@ -191,18 +192,21 @@ func checkAffectedSuperset(t *testing.T, seed int64, peers []string, services bo
 			name := fmt.Sprintf("p%d", r.Intn(80))
 			old, had := pods[c][ns+"/"+name]
 			ch = Change{Kind: ChangePod, Cluster: c, Namespace: ns}
-			if had {
-				ch.Labels = append(ch.Labels, old.Labels)
-			}
+			var got labels.Labels // the labels before, as the inventory returns them
 			if had && r.Intn(3) == 0 {
-				inv.RemovePod(c, ns, name)
+				got = inv.RemovePod(c, ns, name)
 				delete(pods[c], ns+"/"+name)
 			} else {
 				p := randPod(r, ns, 0)
 				p.Name = name
-				inv.SetPod(c, p)
+				got = inv.SetPod(c, p)
 				pods[c][ns+"/"+name] = p
-				ch.Labels = append(ch.Labels, p.Labels)
+				ch.Labels = append(ch.Labels, labels.Set(p.Labels))
+			}
+			require.Equal(t, had, got != nil, "old labels returned exactly for a pod that was there")
+			if had {
+				require.Equal(t, labels.Set(old.Labels).String(), fmt.Sprint(got))
+				ch.Labels = append(ch.Labels, got)
 			}
 			if r.Intn(4) == 0 {
 				ch.Labels = nil // conservative mode
@@ -211,15 +215,19 @@ func checkAffectedSuperset(t *testing.T, seed int64, peers []string, services bo
 			c := fuzzClusters[r.Intn(len(fuzzClusters))]
 			ns := fuzzNS[r.Intn(len(fuzzNS))]
 			ch = Change{Kind: ChangeNamespace, Cluster: c, Namespace: ns}
-			if old := inv.nsLabels(c, ns); old != nil {
-				ch.Labels = append(ch.Labels, map[string]string(old))
-			}
+			before := inv.nsLabels(c, ns)
+			var got labels.Labels
 			if r.Intn(4) == 0 {
-				inv.RemoveNamespace(c, ns)
+				got = inv.RemoveNamespace(c, ns)
 			} else {
 				nl := l("team", []string{"t1", "t2", "t3"}[r.Intn(3)])
-				inv.SetNamespace(c, Namespace{Name: ns, Labels: nl})
-				ch.Labels = append(ch.Labels, map[string]string(inv.nsLabels(c, ns)))
+				got = inv.SetNamespace(c, Namespace{Name: ns, Labels: nl})
+				ch.Labels = append(ch.Labels, inv.nsLabels(c, ns))
+			}
+			require.Equal(t, before != nil, got != nil, "old labels returned exactly for a namespace that was there")
+			if got != nil {
+				require.Equal(t, before.String(), fmt.Sprint(got))
+				ch.Labels = append(ch.Labels, got)
 			}
 		case k < 9: // policy change
 			p := randPolicyOf(t, r, r.Intn(30), peers)

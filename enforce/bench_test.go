@@ -2,6 +2,7 @@ package enforce
 
 import (
 	"fmt"
+	"k8s.io/apimachinery/pkg/labels"
 	"testing"
 )
 
@@ -94,7 +95,7 @@ func benchIncremental(b *testing.B, inv *Inventory, nClusters int, app string) {
 		old := l("app", app, "version", fmt.Sprintf("v%d", (i+1)%2))
 		p := pod("ns02", "pod00022", l("app", app, "version", fmt.Sprintf("v%d", i%2)), fmt.Sprintf("10.%d.200.%d", 1+i%(nClusters-1), i%250+1))
 		inv.SetPod(c, p)
-		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []map[string]string{old, p.Labels}})
+		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []labels.Labels{labels.Set(old), labels.Set(p.Labels)}})
 		_ = EvaluateAll("c000", inv, refs)
 		affected = len(refs)
 	}
@@ -185,7 +186,7 @@ func benchServiceIncremental(b *testing.B, servicePeers bool) {
 		p := pod("ns02", "pod00022", l("app", "app22"), fmt.Sprintf("10.%d.200.%d", 1+i%9, i%250+1))
 		p.Ports = []Port{{Name: "http", Port: 8080}}
 		inv.SetPod(c, p)
-		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []map[string]string{p.Labels}})
+		refs := Affected("c000", inv, Change{Kind: ChangePod, Cluster: c, Namespace: "ns02", Labels: []labels.Labels{labels.Set(p.Labels)}})
 		_ = EvaluateAll("c000", inv, refs)
 		affected = len(refs)
 	}

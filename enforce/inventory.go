@@ -387,38 +387,51 @@ func (inv *Inventory) RemoveClusterKeepPolicies(id string) {
 // SetNamespace adds or replaces a namespace of a cluster. The label
 // kubernetes.io/metadata.name=<name> is always present, as on a real
 // apiserver.
-func (inv *Inventory) SetNamespace(cluster string, ns Namespace) {
+//
+// It returns the namespace's labels before the change (nil: it was not
+// present), for the change's Affected.
+func (inv *Inventory) SetNamespace(cluster string, ns Namespace) (old labels.Labels) {
 	st := inv.cluster(cluster, true).namespace(ns.Name, true)
+	if st.present {
+		old = st.labels
+	}
 	st.present = true
 	st.labels = labels.Set{}
 	for k, v := range ns.Labels {
 		st.labels[k] = v
 	}
 	st.labels[NamespaceNameLabel] = ns.Name
+	return old
 }
 
 // RemoveNamespace removes a namespace object. Pods still recorded in it are
-// kept until they are removed themselves.
-func (inv *Inventory) RemoveNamespace(cluster, name string) {
+// kept until they are removed themselves. It returns the namespace's labels
+// before (nil: it was not present).
+func (inv *Inventory) RemoveNamespace(cluster, name string) (old labels.Labels) {
 	c := inv.cluster(cluster, false)
 	if c == nil {
-		return
+		return nil
 	}
 	if ns := c.namespaces[name]; ns != nil {
+		if ns.present {
+			old = ns.labels
+		}
 		ns.present = false
 		ns.labels = nil
 		c.dropIfEmpty(name)
 	}
+	return old
 }
 
 // SetPod adds or replaces a pod. The inventory keeps its own compact copy:
-// labels and ports are interned, addresses parsed (compact.go).
-func (inv *Inventory) SetPod(cluster string, p Pod) {
+// labels and ports are interned, addresses parsed (compact.go). It returns
+// the pod's labels before the change (nil: a new pod), read-only.
+func (inv *Inventory) SetPod(cluster string, p Pod) (old labels.Labels) {
 	ns := inv.cluster(cluster, true).namespace(p.Namespace, true)
-	old := ns.pods.get(p.Name)
+	prev := ns.pods.get(p.Name)
 	name := p.Name
-	if old != nil {
-		name = old.name
+	if prev != nil {
+		name, old = prev.name, prev.labels
 	}
 	var addrs []netip.Addr
 	for _, ip := range p.IPs {
@@ -437,11 +450,12 @@ func (inv *Inventory) SetPod(cluster string, p Pod) {
 		family, more = e.setAddr(addrs[0]), addrs[1:]
 	}
 	e.aux = inv.intern.podAux(ns, podFlags{family: family, notReady: p.NotReady}, p.Ports, more, egress)
-	if old != nil {
-		inv.dropPod(ns, old)
+	if prev != nil {
+		inv.dropPod(ns, prev)
 	}
-	ns.pods.put(e, old)
+	ns.pods.put(e, prev)
 	ns.indexPod(inv, e)
+	return old
 }
 
 // dropPod unindexes a pod and releases its interned parts.
@@ -451,19 +465,22 @@ func (inv *Inventory) dropPod(ns *namespaceState, e *podEntry) {
 	inv.intern.releaseAux(e.aux)
 }
 
-// RemovePod removes a pod.
-func (inv *Inventory) RemovePod(cluster, namespace, name string) {
+// RemovePod removes a pod and returns its labels (nil: there was none),
+// read-only.
+func (inv *Inventory) RemovePod(cluster, namespace, name string) (old labels.Labels) {
 	c := inv.cluster(cluster, false)
 	if c == nil {
-		return
+		return nil
 	}
 	if ns := c.namespaces[namespace]; ns != nil {
-		if old := ns.pods.get(name); old != nil {
-			inv.dropPod(ns, old)
-			ns.pods.remove(old)
+		if prev := ns.pods.get(name); prev != nil {
+			old = prev.labels
+			inv.dropPod(ns, prev)
+			ns.pods.remove(prev)
 		}
 		c.dropIfEmpty(namespace)
 	}
+	return old
 }
 
 // SetPolicy adds or replaces a policy. An invalid policy (see

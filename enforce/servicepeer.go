@@ -6,6 +6,7 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 )
@@ -163,7 +164,7 @@ func (inv *Inventory) affectedServicePeers(enforcing, c, ns string, match func(*
 // on all of T's backends once one of S's backends is admitted). Service
 // selectors are equality maps, so T and S can share a pod unless they
 // require different values for one key.
-func (inv *Inventory) podMattersToServicePeer(c string, p *compiledPeer, sets []map[string]string) bool {
+func (inv *Inventory) podMattersToServicePeer(c string, p *compiledPeer, sets []labels.Labels) bool {
 	s := inv.service(c, p.svc.namespace, p.svc.name)
 	if s == nil || s.sel == nil {
 		return false // the peer selects nothing in c, whatever the pods

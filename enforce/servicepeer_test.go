@@ -3,6 +3,7 @@ package enforce
 import (
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/labels"
 	"strings"
 	"testing"
 
@@ -109,16 +110,16 @@ func TestServicePeerBackendsFollowEndpoints(t *testing.T) {
 	db1.Ports = []Port{{Name: "pg", Port: 5432}}
 	inv.SetPod("eu-2", db1)
 	require.Equal(t, []PolicyRef{webRef}, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{db1.Labels}}))
+		Labels: []labels.Labels{labels.Set(db1.Labels)}}))
 	res = Evaluate("eu-1", inv, webRef)
 	require.Equal(t, []string{"10.2.0.10/32 TCP:5432", "10.2.0.11/32 TCP:5432", "10.97.0.20/32 TCP:15432"}, addressRules(res))
 
 	// a pod no Service selects does not affect the policy
 	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{l("role", "cache")}}))
+		Labels: []labels.Labels{labels.Set(l("role", "cache"))}}))
 	// nor does a pod of another cluster or namespace
 	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-3", Namespace: "shop",
-		Labels: []map[string]string{l("role", "db")}}))
+		Labels: []labels.Labels{labels.Set(l("role", "db"))}}))
 	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "other"}))
 
 	// relabelled out of the Service: gone
@@ -409,12 +410,12 @@ func TestServicePeerSharedBackendAffects(t *testing.T) {
 	other.Ports = []Port{{Name: "pg", Port: 5432}}
 	inv.SetPod("eu-2", other)
 	require.Equal(t, []PolicyRef{webRef}, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{other.Labels}}), "other-0 joins all-x, which shares db-0 with db")
+		Labels: []labels.Labels{labels.Set(other.Labels)}}), "other-0 joins all-x, which shares db-0 with db")
 	res = Evaluate("eu-1", inv, webRef)
 	require.Equal(t, []string{"10.2.0.10/32 TCP:5432", "10.97.0.20/32 TCP:15432"}, addressRules(res))
 	require.Equal(t, ReasonServicePartiallyAdmitted, res.Degraded)
 	require.Contains(t, res.DegradedDetails[0], "eu-2/shop/all-x")
 
 	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{l("role", "cache")}}), "cache cannot share a backend with db")
+		Labels: []labels.Labels{labels.Set(l("role", "cache"))}}), "cache cannot share a backend with db")
 }

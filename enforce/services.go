@@ -129,7 +129,7 @@ func (inv *Inventory) RemoveService(cluster, namespace, name string) {
 // servicesSelectAny reports whether some exported Service of cluster/namespace
 // selects one of the label sets (nil sets: conservatively true when the
 // namespace has a Service).
-func (inv *Inventory) servicesSelectAny(cluster, namespace string, sets []map[string]string) bool {
+func (inv *Inventory) servicesSelectAny(cluster, namespace string, sets []labels.Labels) bool {
 	c := inv.clusters[cluster]
 	if c == nil {
 		return false

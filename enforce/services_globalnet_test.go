@@ -1,6 +1,7 @@
 package enforce
 
 import (
+	"k8s.io/apimachinery/pkg/labels"
 	"net/netip"
 	"strings"
 	"testing"
@@ -117,7 +118,7 @@ func TestServiceAddressReadiness(t *testing.T) {
 	require.Empty(t, res.Degraded)
 	ref := PolicyRef{Origin: "eu-1", Namespace: "shop", Name: "web"}
 	require.Equal(t, []PolicyRef{ref}, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{replica.Labels}}), "the replica turning ready recomputes the policy")
+		Labels: []labels.Labels{labels.Set(replica.Labels)}}), "the replica turning ready recomputes the policy")
 
 	// the replica turns ready: partial, fail closed
 	replica.NotReady = false

@@ -160,9 +160,9 @@ func TestServiceChangesAffectPolicies(t *testing.T) {
 	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangeService, Cluster: "eu-2", Namespace: "other"}))
 	// a pod the policy does not select, but the Service does: affected
 	require.Equal(t, []PolicyRef{ref}, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{l("role", "db", "tier", "replica")}}))
+		Labels: []labels.Labels{labels.Set(l("role", "db", "tier", "replica"))}}))
 	require.Empty(t, Affected("eu-1", inv, Change{Kind: ChangePod, Cluster: "eu-2", Namespace: "shop",
-		Labels: []map[string]string{l("role", "cache")}}))
+		Labels: []labels.Labels{labels.Set(l("role", "cache"))}}))
 }
 
 // The address rule never admits a flow the MCNP denies: over random

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
@@ -279,18 +280,19 @@ func (m *Mirror) applyCluster(ch crdt.Change, isLive bool) (*enforce.Change, err
 func (m *Mirror) applyNamespace(ch crdt.Change, isLive bool) (*enforce.Change, error) {
 	k := ch.Key
 	ech := &enforce.Change{Kind: enforce.ChangeNamespace, Cluster: k.Origin, Namespace: k.Name}
-	if old := m.oldLabels(ch.Old, func() any { return &crdt.NamespaceValue{} }); old != nil {
-		ech.Labels = append(ech.Labels, old)
-	}
+	var old labels.Labels // the labels the inventory had (not ch.Old: the hold may have kept it from the mirror)
 	if isLive {
 		var v crdt.NamespaceValue
 		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
-		m.inv.SetNamespace(k.Origin, enforce.Namespace{Name: k.Name, Labels: v.Labels})
-		ech.Labels = append(ech.Labels, withNameLabel(v.Labels, k.Name))
+		old = m.inv.SetNamespace(k.Origin, enforce.Namespace{Name: k.Name, Labels: v.Labels})
+		ech.Labels = append(ech.Labels, labels.Set(withNameLabel(v.Labels, k.Name)))
 	} else {
-		m.inv.RemoveNamespace(k.Origin, k.Name)
+		old = m.inv.RemoveNamespace(k.Origin, k.Name)
+	}
+	if old != nil {
+		ech.Labels = append(ech.Labels, old)
 	}
 	return ech, nil
 }
@@ -303,9 +305,7 @@ func (m *Mirror) applyPod(ch crdt.Change, isLive bool) (*enforce.Change, error) 
 		return nil, fmt.Errorf("%s: pod name is not namespace/name", k)
 	}
 	ech := &enforce.Change{Kind: enforce.ChangePod, Cluster: k.Origin, Namespace: ns}
-	if old := m.oldLabels(ch.Old, func() any { return &crdt.PodValue{} }); old != nil {
-		ech.Labels = append(ech.Labels, old)
-	}
+	var old labels.Labels // the labels the inventory had (read-only)
 	if isLive {
 		v := &m.pod
 		if err := m.pd.Decode(ch.New.Value, v); err != nil {
@@ -316,10 +316,13 @@ func (m *Mirror) applyPod(ch crdt.Change, isLive bool) (*enforce.Change, error) 
 		for _, port := range v.Ports {
 			p.Ports = append(p.Ports, enforce.Port{Name: port.Name, Port: port.Port, Protocol: corev1.Protocol(port.Protocol)})
 		}
-		m.inv.SetPod(k.Origin, p)
-		ech.Labels = append(ech.Labels, v.Labels)
+		old = m.inv.SetPod(k.Origin, p)
+		ech.Labels = append(ech.Labels, labels.Set(v.Labels))
 	} else {
-		m.inv.RemovePod(k.Origin, ns, name)
+		old = m.inv.RemovePod(k.Origin, ns, name)
+	}
+	if old != nil {
+		ech.Labels = append(ech.Labels, old)
 	}
 	if len(ech.Labels) == 0 {
 		ech.Labels = nil // conservative
@@ -416,27 +419,6 @@ func withNameLabel(l map[string]string, name string) map[string]string {
 	}
 	out[corev1.LabelMetadataName] = name
 	return out
-}
-
-// oldLabels decodes the labels of the previous live value, if any.
-func (m *Mirror) oldLabels(old *crdt.Entry, mk func() any) map[string]string {
-	if !live(old) {
-		return nil
-	}
-	v := mk()
-	if err := crdt.DecodeValue(old.Value, v); err != nil {
-		return nil
-	}
-	switch x := v.(type) {
-	case *crdt.PodValue:
-		if x.Labels == nil {
-			return map[string]string{}
-		}
-		return x.Labels
-	case *crdt.NamespaceValue:
-		return withNameLabel(x.Labels, old.Name)
-	}
-	return nil
 }
 
 // Reports returns the enforcement reports on a policy, by enforcing cluster.

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"time"
 
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
@@ -252,7 +253,7 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 		ns, _, _ := cutNS(ch.Key.Name)
 		rawInc = append(rawInc, timeIt(func() {
 			refs := enforce.Affected(self, inv, enforce.Change{Kind: enforce.ChangePod, Cluster: ch.Key.Origin, Namespace: ns,
-				Labels: []map[string]string{oldV.Labels, newV.Labels}})
+				Labels: []labels.Labels{labels.Set(oldV.Labels), labels.Set(newV.Labels)}})
 			_ = enforce.EvaluateAll(self, inv, refs)
 		}))
 	}
