@@ -29,13 +29,19 @@ const provenEvery = 250 * time.Millisecond
 // has not caught up with).
 func allProven(od crdt.OriginDigest) bool { return od.Top <= od.Max && od.Max >= od.GC }
 
-// unprovenPolicies lists the MCNPs (origin/namespace/name) whose entry lies
-// above its origin's proven watermark.
-func unprovenPolicies(dg crdt.Digest, view func(func(*crdt.State))) map[string]struct{} {
+// unprovenPolicies lists the MCNPs (origin/namespace/name) of other
+// clusters whose entry lies above its origin's proven watermark. The own
+// cluster's MCNPs are never unproven here: its leader writes them from its
+// own apiserver and its full sync deletes what the apiserver does not hold,
+// so a replayed own entry does not outlive a leader's start, while freezing
+// them left the leader's own generated policy stale (nemesis seed 29206: a
+// new leader whose own watermark stayed at the sealed epoch's end kept a
+// deleted pod's IP admitted).
+func unprovenPolicies(self string, dg crdt.Digest, view func(func(*crdt.State))) map[string]struct{} {
 	out := map[string]struct{}{}
 	view(func(st *crdt.State) {
 		for o, od := range dg {
-			if allProven(od) {
+			if o == self || allProven(od) {
 				continue
 			}
 			st.Range(o, crdt.KindPolicy, func(e crdt.Entry) bool {
@@ -57,7 +63,7 @@ func (d *Daemon) policyUnproven(ref string) bool {
 		return false
 	}
 	od, present := d.rep.Digest()[origin]
-	if !present || allProven(od) {
+	if origin == d.opts.ClusterID || !present || allProven(od) {
 		return false
 	}
 	var e crdt.Entry
@@ -70,7 +76,7 @@ func (d *Daemon) policyUnproven(ref string) bool {
 func (d *Daemon) provenLoop(ctx context.Context) {
 	every(ctx, provenEvery, func(time.Time) {
 		dg := d.rep.Digest()
-		d.applier.SetUnproven(unprovenPolicies(dg, d.rep.View))
+		d.applier.SetUnproven(unprovenPolicies(d.opts.ClusterID, dg, d.rep.View))
 		d.afterMirror(d.mirrorBatch(nil, dg), 0) // held entries proven by now
 	})
 }

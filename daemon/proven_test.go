@@ -27,15 +27,40 @@ func TestUnprovenPolicies(t *testing.T) {
 	view := func(fn func(*crdt.State)) { fn(r) }
 	_, err := r.Apply(ds[0])
 	require.NoError(t, err)
-	require.Empty(t, unprovenPolicies(r.Digest(), view), "in order: proven")
+	require.Empty(t, unprovenPolicies("c2", r.Digest(), view), "in order: proven")
 
 	_, err = r.Apply(ds[2]) // ds[1] missing: shop/b sits above the watermark
 	require.NoError(t, err)
-	require.Equal(t, map[string]struct{}{"c1/shop/b": {}}, unprovenPolicies(r.Digest(), view))
+	require.Equal(t, map[string]struct{}{"c1/shop/b": {}}, unprovenPolicies("c2", r.Digest(), view))
 
 	_, err = r.Apply(ds[1])
 	require.NoError(t, err)
 	_, err = r.Apply(ds[2]) // anti-entropy re-sends what lies above the new watermark
 	require.NoError(t, err)
-	require.Empty(t, unprovenPolicies(r.Digest(), view), "the gap filled: proven")
+	require.Empty(t, unprovenPolicies("c2", r.Digest(), view), "the gap filled: proven")
+}
+
+// The own cluster's MCNPs are never frozen as unproven (nemesis seed 29206:
+// a standby that received its own cluster's entries out of order became
+// leader with its own watermark behind its entries, and its own MCNP's
+// generated policy kept a deleted pod's IP admitted).
+func TestOwnPoliciesNeverUnproven(t *testing.T) {
+	w := crdt.NewState("c1")
+	require.NoError(t, w.SetEpoch(1))
+	var ds []crdt.Delta
+	for i, name := range []string{"shop/a", "shop/b", "shop/c"} {
+		d, _, err := w.Write(crdt.KindPolicy, name, []byte{0x80}, false, int64(i+1))
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	standby := crdt.NewState("c1") // the same cluster's other daemon
+	view := func(fn func(*crdt.State)) { fn(standby) }
+	for _, d := range []crdt.Delta{ds[0], ds[2]} { // ds[1] missing
+		_, err := standby.Apply(d)
+		require.NoError(t, err)
+	}
+	require.False(t, allProven(standby.Digest()["c1"]), "the own origin's watermark is behind its entries")
+	require.Empty(t, unprovenPolicies("c1", standby.Digest(), view), "own MCNPs are not frozen")
+	require.Equal(t, map[string]struct{}{"c1/shop/c": {}}, unprovenPolicies("c3", standby.Digest(), view),
+		"the same entries are unproven for another cluster")
 }
