@@ -1322,14 +1322,33 @@ func (s *State) SealEpochsBelow(epoch uint32) (Retire, []Change, error) {
 	r := s.SignRetire(Retire{Origin: s.self, UpTo: MakeVersion(epoch, 0) - 1})
 	ch, err := s.ApplyRetire(r)
 	if err == nil {
+		o := s.origin(s.self)
+		if epoch == s.epoch {
+			o.proveOwnEpoch(epoch)
+		}
 		// The seal dropped records: sign the state that remains, and send
 		// that mark with the seal (receivers holding the previous mark at
 		// the same head could otherwise not prove their watermark).
-		o := s.origin(s.self)
 		s.signState(o)
 		r.Mark = o.proof.Mark
 	}
 	return r, ch, err
+}
+
+// proveOwnEpoch moves the writer's own watermark over its writes of epoch,
+// once everything below epoch is sealed. A writer that took over while it
+// held its own cluster's records above its watermark (received out of
+// order as a standby) wrote its epoch without moving the watermark (Write
+// moves it only from the base), and the seal raises it only to the
+// epoch's start: its own entries then stayed above its own watermark for
+// as long as it led, and its own GC, clamped to the watermark, collected
+// nothing (nemesis seed 29206). Everything above the seal is this writer's
+// own epoch (the fence gives each epoch one writer, which writes it in
+// order), so all of it up to the highest record is proven.
+func (o *originState) proveOwnEpoch(epoch uint32) {
+	if t := o.top(); t.Epoch() == epoch {
+		o.setMax(t)
+	}
 }
 
 // RetireRecord returns the retirement covering everything this replica

@@ -384,3 +384,39 @@ func TestGapEntriesSpread(t *testing.T) {
 	r := x.RetireRecord("a")
 	assert.Equal(t, late.To, r.UpTo)
 }
+
+// A standby that received its own cluster's entries out of order and then
+// took over (nemesis seed 29206) proves its own epoch at the seal: its
+// watermark covers its own writes, later writes move it, and its own GC
+// collects its tombstones again.
+func TestSealProvesTheNewWritersEpoch(t *testing.T) {
+	old := NewState("a")
+	require.NoError(t, old.SetEpoch(1))
+	var ds []Delta
+	for _, n := range []string{"ns/p1", "ns/p2", "ns/p3"} {
+		d, _, err := old.Write(KindPod, n, []byte{0x80}, false, 0)
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	s := NewState("a")
+	for _, d := range []Delta{ds[0], ds[2]} { // ds[1] missing: own records above the watermark
+		_, err := s.Apply(d)
+		require.NoError(t, err)
+	}
+	require.NoError(t, s.SetEpoch(2))
+	_, _, err := s.Write(KindPod, "ns/p4", []byte{0x80}, false, 0)
+	require.NoError(t, err)
+	_, _, err = s.Write(KindPod, "ns/p4", nil, true, 0) // a tombstone of the new epoch
+	require.NoError(t, err)
+	require.Less(t, s.Digest()["a"].Max, MakeVersion(2, 1), "before the seal the own watermark is behind (Write moves it only from the base)")
+
+	_, _, err = s.SealEpochsBelow(2)
+	require.NoError(t, err)
+	require.Equal(t, MakeVersion(2, 2), s.Digest()["a"].Max, "the seal proves the writer's own epoch")
+	_, _, err = s.Write(KindPod, "ns/p5", []byte{0x80}, false, 0)
+	require.NoError(t, err)
+	require.Equal(t, MakeVersion(2, 3), s.Digest()["a"].Max, "later writes move it")
+	_, _ = s.CollectGarbage(MakeVersion(2, 2))
+	_, ok := s.Get(Key{Origin: "a", Kind: KindPod, Name: "ns/p4"})
+	require.False(t, ok, "the own tombstone is collected")
+}
