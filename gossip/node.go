@@ -86,7 +86,9 @@ type Node struct {
 	lazy *memberlist.TransmitLimitedQueue
 	// fault is Config.Transport when it is a FaultTransport (tests and the
 	// simulator); nil in production.
-	fault  *FaultTransport
+	fault *FaultTransport
+	// guard is the inbound stream guard in front of the transport.
+	guard  *guardTransport
 	m      *metrics
 	log    *slog.Logger
 	logLim *rate.Limiter
@@ -253,7 +255,9 @@ func (n *Node) setupTransport(mc *memberlist.Config) error {
 		n.drop(reason, "inbound message refused", "from", from, "err", err)
 	})
 	guard.limitLoopback = n.cfg.LimitLoopbackStreams
+	guard.known = n.members.knownIP
 	guard.rate = newSenderLimits(n.cfg.PeerRateLimit, n.cfg.PeerRateBurst)
+	n.guard = guard
 	mc.Transport = guard
 	return nil
 }

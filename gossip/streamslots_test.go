@@ -88,3 +88,15 @@ func TestMembersKnownIP(t *testing.T) {
 	require.False(t, ms.knownIP("10.0.0.9"))
 	require.False(t, ms.knownIP("not an ip"))
 }
+
+// A Node's stream guard reserves its slots for the members of its own
+// member table (the wiring a merge once dropped: the guard tests above
+// build the guard by hand).
+func TestNodeGuardKnowsItsMembers(t *testing.T) {
+	a := startNode(t, "a", "c1", nil, nil)
+	b := startNode(t, "b", "c2", nil, nil)
+	joinAll(t, a, b)
+	require.NotNil(t, a.guard.known, "the node's guard has its member table")
+	require.Eventually(t, func() bool { return a.guard.known("127.0.0.1") }, 10*time.Second, 20*time.Millisecond,
+		"b, a member on 127.0.0.1, is known to a's guard")
+}
