@@ -27,9 +27,7 @@ type retirer interface {
 // ownReplica is what a decommission needs of the replica (store.Replica):
 // it builds, signs and applies the own cluster's retirement.
 type ownReplica interface {
-	Digest() crdt.Digest
-	SignRetire(r crdt.Retire) crdt.Retire
-	ApplyRetire(r crdt.Retire) ([]crdt.Change, error)
+	RetireOwn() (crdt.Retire, error)
 }
 
 // settlingApplier is what a decommission needs of the applier.
@@ -44,7 +42,6 @@ type settlingApplier interface {
 // stops the daemon. Only the leader can.
 type decommissioner struct {
 	roles       *roles
-	self        string // this cluster
 	rep         ownReplica
 	node        retirer
 	applier     settlingApplier
@@ -65,7 +62,7 @@ func (c *decommissioner) Decommission(ctx context.Context) error {
 		return errors.New("already decommissioned")
 	}
 	c.log.Warn("decommissioning cluster: retiring its entries everywhere")
-	r, err := retireOwn(c.rep, c.self)
+	r, err := c.rep.RetireOwn()
 	if err != nil {
 		return fmt.Errorf("retiring the own cluster: %w", err)
 	}
@@ -89,21 +86,6 @@ func (c *decommissioner) Decommission(ctx context.Context) error {
 	c.log.Warn("cluster decommissioned; stopping")
 	go func() { time.Sleep(200 * time.Millisecond); c.stop() }()
 	return nil
-}
-
-// retireOwn applies a retirement of the own cluster up to its current
-// watermark, signed by the origin (with signatures on), and returns it for
-// gossip to disseminate; a zero Retire when there is nothing to retire.
-func retireOwn(rep ownReplica, self string) (crdt.Retire, error) {
-	od := rep.Digest()[self]
-	if od.Max == 0 || od.Retired >= od.Max {
-		return crdt.Retire{}, nil
-	}
-	r := rep.SignRetire(crdt.Retire{Origin: self, UpTo: od.Max})
-	if _, err := rep.ApplyRetire(r); err != nil {
-		return crdt.Retire{}, err
-	}
-	return r, nil
 }
 
 var errNotLeaderDecommission = errors.New("this daemon is not its cluster's leader; run decommission on the Lease holder")

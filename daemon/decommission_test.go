@@ -50,7 +50,7 @@ func TestDecommissionerFlow(t *testing.T) {
 	_, err := rep.Write(crdt.KindPod, "ns/p", []byte("v"), false)
 	require.NoError(t, err)
 	head := rep.Digest()["a"].Max
-	c := &decommissioner{roles: &r, self: "a", rep: rep, node: node, applier: ap, releaseGate: func(reason string) { released = reason },
+	c := &decommissioner{roles: &r, rep: rep, node: node, applier: ap, releaseGate: func(reason string) { released = reason },
 		dataDir: dir, stop: func() { stopped.Store(true) }, log: discard, settle: time.Minute, poll: time.Millisecond}
 
 	require.ErrorIs(t, c.Decommission(t.Context()), errNotLeaderDecommission, "a standby refuses")

@@ -105,9 +105,9 @@ func (d *Daemon) startGossip() error {
 		gcfg.ReconnectTimeout = 24 * time.Hour
 	}
 	// The replica's own configuration, before it meets the mesh: limits
-	// on what peers can make it hold, and signing and verification under
-	// the node's retire authority.
-	// Known clusters always get an origin slot (crdt.Limits.Known).
+	// on what peers can make it hold (known clusters always get an origin
+	// slot: crdt.Limits.Known), and signing and verification under the
+	// node's retire authority.
 	lim := crdt.DefaultLimits()
 	lim.Known = d.knownOrigin
 	var err error
@@ -161,7 +161,7 @@ func (d *Daemon) wireKube(cancel context.CancelFunc) (kubeParts, error) {
 				d.applier.SetHold(false)
 			}
 		}
-		d.dec = &decommissioner{roles: &d.roles, self: o.ClusterID, rep: d.rep, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
+		d.dec = &decommissioner{roles: &d.roles, rep: d.rep, node: d.node, applier: d.applier, releaseGate: d.releaseGate,
 			dataDir: o.DataDir, stop: cancel, log: d.log, settle: 30 * time.Second, poll: 100 * time.Millisecond}
 		d.inv, err = kube.NewInventory(d.inventoryConfig())
 	}

@@ -189,13 +189,9 @@ func key(origin string, kind crdt.Kind, name string) crdt.Key {
 // retire the own cluster up to its watermark on the replica (signed, with
 // a signer), then let the node disseminate it and leave.
 func (tn *tnode) decommission(ctx context.Context) error {
-	var r crdt.Retire
-	if od := tn.rep.Digest()[tn.cluster]; od.Max > 0 && od.Retired < od.Max {
-		r = tn.rep.SignRetire(crdt.Retire{Origin: tn.cluster, UpTo: od.Max})
-		if _, err := tn.rep.ApplyRetire(r); err != nil {
-			return err
-		}
+	r, err := tn.rep.RetireOwn()
+	if err != nil {
+		return err
 	}
 	return tn.Decommission(ctx, r)
 }
-

@@ -503,6 +503,35 @@ func (r *Replica) SealEpochsBelow(epoch uint32) (crdt.Retire, []crdt.Change, err
 	return rt, changes, serr
 }
 
+// RetireOwn retires the own origin up to its current watermark (a
+// decommission), durably, and returns the record to disseminate, signed
+// when the replica has a signer; a zero Retire when nothing is left to
+// retire.
+func (r *Replica) RetireOwn() (crdt.Retire, error) {
+	if r.self == "" {
+		return crdt.Retire{}, crdt.ErrObserver
+	}
+	var rt crdt.Retire
+	var changes []crdt.Change
+	var aerr error
+	err := r.mutate(true, func(st *crdt.State) effect {
+		od := st.Digest()[r.self]
+		if od.Max == 0 || od.Retired >= od.Max {
+			return effect{}
+		}
+		rt = st.SignRetire(crdt.Retire{Origin: r.self, UpTo: od.Max})
+		changes, aerr = st.ApplyRetire(rt)
+		if aerr != nil && len(changes) == 0 {
+			return effect{}
+		}
+		return effect{changes: changes, origins: map[string]struct{}{r.self: {}}, writer: true}
+	})
+	if err != nil || (aerr != nil && len(changes) == 0) {
+		return crdt.Retire{}, cmpErr(err, aerr)
+	}
+	return rt, aerr
+}
+
 // RetireRecord returns the record that retires origin at its current Max.
 func (r *Replica) RetireRecord(origin string) crdt.Retire {
 	r.mu.RLock()

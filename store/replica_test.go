@@ -379,3 +379,28 @@ func TestReplicaBarrierAfterEarlierChanges(t *testing.T) {
 		t.Fatal("the barrier never ran")
 	}
 }
+
+// RetireOwn retires the own origin up to its watermark once: the record is
+// what gossip disseminates, applied here first; with nothing left to
+// retire it is zero.
+func TestRetireOwn(t *testing.T) {
+	r := NewMemReplica("a")
+	t.Cleanup(func() { _ = r.Close() })
+	rt, err := r.RetireOwn()
+	require.NoError(t, err)
+	require.Zero(t, rt, "nothing written: nothing to retire")
+	_, err = r.Write(crdt.KindPod, "ns/p", []byte("v"), false)
+	require.NoError(t, err)
+	head := r.Digest()["a"].Max
+	rt, err = r.RetireOwn()
+	require.NoError(t, err)
+	require.Equal(t, crdt.Retire{Origin: "a", UpTo: head}, rt)
+	require.Equal(t, head, r.Digest()["a"].Retired, "applied locally")
+	rt, err = r.RetireOwn()
+	require.NoError(t, err)
+	require.Zero(t, rt, "already retired")
+	obs := NewMemReplica("")
+	t.Cleanup(func() { _ = obs.Close() })
+	_, err = obs.RetireOwn()
+	require.ErrorIs(t, err, crdt.ErrObserver)
+}
