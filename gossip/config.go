@@ -55,6 +55,33 @@ type Replica interface {
 	CheckpointStats() crdt.CheckpointStats
 }
 
+// NoCheckpoints is the checkpoint half of a Replica that keeps none: it
+// builds none and accepts none, so a join verifies every entry. Embed it in
+// such a replica.
+type NoCheckpoints struct{}
+
+// ErrNoCheckpoints is what NoCheckpoints answers a checkpoint request with.
+var ErrNoCheckpoints = errors.New("this replica keeps no checkpoints")
+
+// MakeCheckpoint implements Replica: there is none.
+func (NoCheckpoints) MakeCheckpoint() (crdt.Checkpoint, error) {
+	return crdt.Checkpoint{}, ErrNoCheckpoints
+}
+
+// AcceptCheckpoint implements Replica: refused.
+func (NoCheckpoints) AcceptCheckpoint(crdt.Checkpoint) error { return ErrNoCheckpoints }
+
+// CheckpointMax implements Replica: no origin has one.
+func (NoCheckpoints) CheckpointMax(string) crdt.Version { return 0 }
+
+// CheckpointStats implements Replica: nothing counted.
+func (NoCheckpoints) CheckpointStats() crdt.CheckpointStats { return crdt.CheckpointStats{} }
+
+// SplitAtCheckpoints implements Replica: everything is ready.
+func (NoCheckpoints) SplitAtCheckpoints(ds []crdt.Delta, _ bool) (ready, held []crdt.Delta) {
+	return ds, nil
+}
+
 // Profile names a memberlist timing base.
 type Profile string
 

@@ -1,10 +1,8 @@
 package gossip
 
 import (
-	"errors"
 	"testing"
 
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -26,20 +24,4 @@ func (r *memReplica) BumpEpoch() uint32 {
 		panic(err)
 	}
 	return e
-}
-
-// noCheckpoints is the checkpoint half of a Replica that keeps none (it
-// builds none and accepts none), for test replicas without fast joins.
-type noCheckpoints struct{}
-
-var errNoCheckpoints = errors.New("this replica keeps no checkpoints")
-
-func (noCheckpoints) MakeCheckpoint() (crdt.Checkpoint, error) {
-	return crdt.Checkpoint{}, errNoCheckpoints
-}
-func (noCheckpoints) AcceptCheckpoint(crdt.Checkpoint) error { return errNoCheckpoints }
-func (noCheckpoints) CheckpointMax(string) crdt.Version      { return 0 }
-func (noCheckpoints) CheckpointStats() crdt.CheckpointStats  { return crdt.CheckpointStats{} }
-func (noCheckpoints) SplitAtCheckpoints(ds []crdt.Delta, _ bool) (ready, held []crdt.Delta) {
-	return ds, nil
 }

@@ -61,7 +61,7 @@ type rogue struct {
 // the frozen origins, and without the checkpoint capabilities (a join is
 // served delta by delta, through the filter).
 type rogueReplica struct {
-	noCheckpoints
+	NoCheckpoints
 	r *rogue
 }
 

@@ -242,7 +242,10 @@ func newBenchNode(name, cluster string, rep benchReplica, seeds []string, sg crd
 
 // plainReplica is a replica without checkpoints (it builds none and
 // accepts none): the per-entry baseline.
-type plainReplica struct{ r *store.Replica }
+type plainReplica struct {
+	gossip.NoCheckpoints
+	r *store.Replica
+}
 
 func (p plainReplica) Digest() crdt.Digest { return p.r.Digest() }
 func (p plainReplica) DeltaSince(d crdt.Digest, n int) []crdt.Delta {
@@ -257,18 +260,6 @@ func (p plainReplica) SetVerifier(v crdt.Verifier, a crdt.RetireAuthority) {
 	p.r.SetVerifier(v, a)
 }
 func (p plainReplica) SetLimits(l crdt.Limits) { p.r.SetLimits(l) }
-
-var errNoCheckpoints = errors.New("this replica keeps no checkpoints")
-
-func (plainReplica) MakeCheckpoint() (crdt.Checkpoint, error) {
-	return crdt.Checkpoint{}, errNoCheckpoints
-}
-func (plainReplica) AcceptCheckpoint(crdt.Checkpoint) error { return errNoCheckpoints }
-func (plainReplica) CheckpointMax(string) crdt.Version      { return 0 }
-func (plainReplica) CheckpointStats() crdt.CheckpointStats  { return crdt.CheckpointStats{} }
-func (plainReplica) SplitAtCheckpoints(ds []crdt.Delta, _ bool) (ready, held []crdt.Delta) {
-	return ds, nil
-}
 
 // mirrorFeed is the daemon's enforce view, fed by the replica's change
 // feed (as daemon wiring does), counting the changes it took in.
@@ -312,7 +303,7 @@ func measureJoin(ctx context.Context, path string, origins, per int, withCP, iso
 	}
 	var grep benchReplica = rep
 	if !withCP {
-		grep = plainReplica{rep}
+		grep = plainReplica{r: rep}
 	}
 	runtime.GC()
 	stopProfile := joinProfile()
