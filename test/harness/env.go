@@ -559,7 +559,9 @@ func (e *Env) Close() error {
 		stopAll([]*Process{e.Etcd}, 5*time.Second)
 	}
 	for _, p := range wasRunning {
-		if pid := p.Pid(); pid != 0 && groupAlive(pid) {
+		// A group member SIGKILLed by Stop a moment ago may still be on its
+		// way out; only one that outlives a short wait is a leak.
+		if pid := p.Pid(); pid != 0 && !waitGroupGone(pid, 5*time.Second) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			errs = append(errs, fmt.Errorf("harness: process group of %s (pid %d) still alive after stop; killed", p.Name, pid))
 		}

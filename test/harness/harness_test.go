@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -152,6 +154,28 @@ func testProc(t *testing.T, script string) *Process {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = p.Kill() })
 	return p
+}
+
+// A stopped group whose last member is a zombie nobody has reaped yet (a
+// slow init in a CI container) is gone, not a leak; a live member is not.
+func TestGroupAliveIgnoresZombies(t *testing.T) {
+	cmd := exec.Command("/bin/sh", "-c", "exit 0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	pid := cmd.Process.Pid
+	// Not reaped yet: the exited child is a zombie in its own group.
+	require.Eventually(t, func() bool { _, st, ok := procGroup(pid); return ok && st == 'Z' }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, syscall.Kill(-pid, 0), "the kernel still counts the zombie's group")
+	assert.False(t, groupAlive(pid), "a zombie-only group counts as alive")
+	assert.True(t, waitGroupGone(pid, time.Second))
+	require.NoError(t, cmd.Wait())
+
+	live := exec.Command("/bin/sh", "-c", "sleep 30")
+	live.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, live.Start())
+	t.Cleanup(func() { _ = live.Process.Kill(); _ = live.Wait() })
+	assert.True(t, groupAlive(live.Process.Pid))
+	assert.False(t, waitGroupGone(live.Process.Pid, 100*time.Millisecond))
 }
 
 func TestProcessLifecycle(t *testing.T) {

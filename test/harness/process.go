@@ -311,10 +311,65 @@ func pidAlive(pid int) bool {
 	return s[i+2] != 'Z' && s[i+2] != 'X'
 }
 
-// groupAlive reports whether any process is left in process group pgid.
+// groupAlive reports whether any live process is left in process group pgid.
+// Zombies do not count: a member killed a moment ago stays a zombie until its
+// new parent reaps it, and an init that reaps slowly (or never, in some
+// containers) would otherwise make a stopped group look alive.
 func groupAlive(pgid int) bool {
 	err := syscall.Kill(-pgid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if pg, state, ok := procGroup(pid); ok && pg == pgid && state != 'Z' && state != 'X' {
+			return true
+		}
+	}
+	return false
+}
+
+// procGroup reads a process's group id and state from /proc/<pid>/stat.
+func procGroup(pid int) (pgid int, state byte, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0, 0, false
+	}
+	// After ")": state ppid pgrp ...
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 {
+		return 0, 0, false
+	}
+	pg, err := strconv.Atoi(f[2])
+	if err != nil {
+		return 0, 0, false
+	}
+	return pg, f[0][0], true
+}
+
+// waitGroupGone polls until no live process is left in group pgid, for at
+// most d, and reports whether the group is gone.
+func waitGroupGone(pgid int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for groupAlive(pgid) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
 }
 
 // closeQuietly closes c where a close error cannot matter: files only read,
