@@ -75,12 +75,18 @@ func (o *Options) clusterConsent(ctx context.Context, m *member) (*enforce.Conse
 
 // admit is what cluster c's outputs (model.Outputs, as its daemon computes
 // them) hold for ref under c's admission: its pinned labels apply to every
-// clusterSelector evaluated there, then are reset.
+// clusterSelector evaluated there, and c's own network knowledge decides
+// which reported pod IPs are owned; both are reset afterwards.
 func (l *live) admit(c string, ref enforce.PolicyRef) enforce.Result {
 	a := l.adm[c]
 	if a.Consent != nil {
 		l.inv.SetPinnedLabels(a.Consent.ClusterLabels)
 		defer l.inv.SetPinnedLabels(nil)
+	}
+	if nets, ok := l.nets[c]; ok {
+		prev := l.inv.Networks()
+		l.inv.SetNetworks(nets)
+		defer l.inv.SetNetworks(prev)
 	}
 	o := model.NewOutputs(c)
 	o.SetGuards(a.Guards)

@@ -36,7 +36,7 @@ func agreeObj(apiVersion, kind, ns, name string, spec map[string]any, allocated 
 
 // agreeSet is a Globalnet cluster set: b's pods egress through a
 // per-pod GlobalEgressIP, both clusters know both Submariner Cluster
-// objects, a admits api pods of every cluster into shop, and b's MCNP in
+// objects (b's copy of its own with one range more than a's), a admits api pods of every cluster into shop, and b's MCNP in
 // kube-system (protected by the default guards) must not reach a.
 func agreeSet() map[string][2][]runtime.Object {
 	ns := func(n string) runtime.Object { return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: n}} }
@@ -45,12 +45,15 @@ func agreeSet() map[string][2][]runtime.Object {
 			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}},
 				Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}}}
 	}
-	sub := func() []runtime.Object {
+	// b's own copy of its Cluster object claims one more global range than
+	// the copy a holds (an edit in b, or a broker sync that has not reached
+	// a): a's daemon trusts only what a holds.
+	sub := func(bGlobal ...any) []runtime.Object {
 		return []runtime.Object{
 			agreeObj("submariner.io/v1", "Cluster", "submariner-operator", "a", map[string]any{"cluster_id": "a",
 				"cluster_cidr": []any{"10.1.0.0/16"}, "global_cidr": []any{"242.0.0.0/16"}}),
 			agreeObj("submariner.io/v1", "Cluster", "submariner-operator", "b", map[string]any{"cluster_id": "b",
-				"cluster_cidr": []any{"10.2.0.0/16"}, "global_cidr": []any{"242.1.0.0/16"}}),
+				"cluster_cidr": []any{"10.2.0.0/16"}, "global_cidr": bGlobal}),
 		}
 	}
 	mcnp := func(ns, name string, spec map[string]any) runtime.Object {
@@ -61,12 +64,14 @@ func agreeSet() map[string][2][]runtime.Object {
 			"podSelector": map[string]any{"matchLabels": map[string]any{"app": "api"}}}}}}}
 	return map[string][2][]runtime.Object{
 		"a": {{ns("shop"), ns("kube-system"), pod("shop", "web", "10.1.0.5", map[string]string{"app": "web"})},
-			append(sub(), mcnp("shop", "allow-api", allowAPI),
+			append(sub("242.1.0.0/16"), mcnp("shop", "allow-api", allowAPI),
 				agreeObj("submariner.io/v1", "ClusterGlobalEgressIP", "submariner-operator", "cluster-egress.submariner.io", map[string]any{}, "242.0.0.1"))},
-		"b": {{ns("shop"), ns("kube-system"), pod("shop", "api", "10.2.0.7", map[string]string{"app": "api"}),
-			pod("kube-system", "dns", "10.2.0.9", map[string]string{"app": "api"})},
-			append(sub(), mcnp("kube-system", "lockdown", map[string]any{"podSelector": map[string]any{}, "policyTypes": []any{"Ingress"}}),
-				agreeObj("submariner.io/v1", "GlobalEgressIP", "shop", "api", map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"app": "api"}}}, "242.1.0.5"))},
+		"b": {{ns("shop"), ns("kube-system"), pod("shop", "api", "10.2.0.7", map[string]string{"app": "api", "tier": "main"}),
+			pod("kube-system", "dns", "10.2.0.9", map[string]string{"app": "api"}),
+			pod("shop", "api-extra", "10.2.0.8", map[string]string{"app": "api", "tier": "extra"})},
+			append(sub("242.1.0.0/16", "242.9.0.0/16"), mcnp("kube-system", "lockdown", map[string]any{"podSelector": map[string]any{}, "policyTypes": []any{"Ingress"}}),
+				agreeObj("submariner.io/v1", "GlobalEgressIP", "shop", "api", map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"tier": "main"}}}, "242.1.0.5"),
+				agreeObj("submariner.io/v1", "GlobalEgressIP", "shop", "api-extra", map[string]any{"podSelector": map[string]any{"matchLabels": map[string]any{"tier": "extra"}}}, "242.9.0.7"))},
 	}
 }
 
@@ -129,6 +134,9 @@ func TestCLIAgreesWithDaemon(t *testing.T) {
 			for _, r := range cli[i].Spec.Ingress {
 				for _, p := range r.From {
 					sawGlobal = sawGlobal || (p.IPBlock != nil && p.IPBlock.CIDR == "242.1.0.5/32")
+					if c == "a" && p.IPBlock != nil {
+						require.NotEqual(t, "242.9.0.7/32", p.IPBlock.CIDR, "a admits an IP only b's copy of b's Cluster object vouches for")
+					}
 				}
 			}
 		}

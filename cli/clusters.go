@@ -96,6 +96,11 @@ type live struct {
 	// services are the exported Services (those with a ServiceExport),
 	// cluster -> namespace/name -> Service.
 	services map[string]map[string]*corev1.Service
+	// nets is each cluster's own trusted network knowledge, as its daemon
+	// has it: the Submariner Cluster objects in that cluster's apiserver
+	// merged with --cluster-cidrs. Pod-IP ownership is decided by the
+	// enforcing cluster's view, never by another member's copy.
+	nets map[string]enforce.Networks
 }
 
 // load reads every cluster and builds the enforce.Inventory the daemons
@@ -117,15 +122,23 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 		return nil, err
 	}
 	entries := map[string]kube.Snapshot{}
-	var subClusters []kube.SubmarinerCluster
+	l.nets = map[string]enforce.Networks{}
+	all := []enforce.Networks{cfgNets}
 	for _, m := range ms {
 		objs, err := l.loadMember(ctx, m)
 		if err != nil {
 			return nil, err
 		}
+		subs := make([]kube.SubmarinerCluster, 0, len(objs.SubmarinerClusters))
 		for _, u := range objs.SubmarinerClusters {
-			subClusters = append(subClusters, kube.SubmarinerClusterFrom(u))
+			subs = append(subs, kube.SubmarinerClusterFrom(u))
 		}
+		own, errs := kube.SubmarinerNetworks(subs)
+		for _, e := range errs {
+			o.warnf("%s: %v (its daemon ignores that range too)", m.ID, e)
+		}
+		l.nets[m.ID] = enforce.MergeNetworks(own, cfgNets)
+		all = append(all, own)
 		if entries[m.ID], err = liveEntries(m.ID, objs, o.ErrOut); err != nil {
 			return nil, err
 		}
@@ -133,8 +146,10 @@ func (o *Options) load(ctx context.Context, ms []*member) (*live, error) {
 	if l.inv, err = model.Converge(entries); err != nil {
 		return nil, err
 	}
-	subNets, _ := kube.SubmarinerNetworks(subClusters)
-	l.inv.SetNetworks(enforce.MergeNetworks(subNets, cfgNets))
+	// Readers that are not about one enforcing cluster (notes on which
+	// clusters use Globalnet) see every member's knowledge; admit switches
+	// to the enforcing cluster's own.
+	l.inv.SetNetworks(enforce.MergeNetworks(all...))
 	return l, nil
 }
 
