@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -34,9 +35,9 @@ func consentWorld(t *testing.T, c *enforce.Consent) *world {
 	w.write("a", crdt.KindNamespace, "ops", &crdt.NamespaceValue{})
 	isolate := apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}, PodSelector: metav1.LabelSelector{},
 		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}}
-	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, isolate, 1))
-	w.write("c", crdt.KindPolicy, "shop/from-c", policyValue(t, isolate, 1))
-	w.write("a", crdt.KindPolicy, "ops/own", policyValue(t, isolate, 1))
+	w.write("b", crdt.KindPolicy, "shop/from-b", modeltest.PolicyValue(t, isolate, 1))
+	w.write("c", crdt.KindPolicy, "shop/from-c", modeltest.PolicyValue(t, isolate, 1))
+	w.write("a", crdt.KindPolicy, "ops/own", modeltest.PolicyValue(t, isolate, 1))
 	return w
 }
 
@@ -102,13 +103,13 @@ func TestConsentForbidWidening(t *testing.T) {
 			Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{
 				IPBlock: &networkingv1.IPBlock{CIDR: cidr}}}}}}
 	}
-	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, open("0.0.0.0/0"), 2))
+	w.write("b", crdt.KindPolicy, "shop/from-b", modeltest.PolicyValue(t, open("0.0.0.0/0"), 2))
 	r := w.result("b/shop/from-b")
 	require.Equal(t, enforce.ReasonNotAdmitted, r.Degraded)
 	require.Contains(t, r.DegradedDetails[0], "ipBlock 0.0.0.0/0 is outside the cluster set's CIDRs")
-	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, open("10.3.4.0/24"), 3))
+	w.write("b", crdt.KindPolicy, "shop/from-b", modeltest.PolicyValue(t, open("10.3.4.0/24"), 3))
 	require.NotEmpty(t, w.result("b/shop/from-b").NetworkPolicies, "inside c's pod CIDR: not widening")
-	w.write("a", crdt.KindPolicy, "ops/own", policyValue(t, open("0.0.0.0/0"), 2))
+	w.write("a", crdt.KindPolicy, "ops/own", modeltest.PolicyValue(t, open("0.0.0.0/0"), 2))
 	require.NotEmpty(t, w.result("a/ops/own").NetworkPolicies, "the cluster's own MCNPs may open what they like")
 }
 

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"sync/atomic"
 	"testing"
 
@@ -41,7 +42,7 @@ func TestEnforcerLeaderStandbyDecommissioned(t *testing.T) {
 	w := newWorld(t, "b", "a", "b")
 	w.labelled("a", "b")
 	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
-	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		ClusterSelector: &metav1.LabelSelector{}, PodSelector: metav1.LabelSelector{}}, 3))
 	m, err := newMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -68,7 +69,7 @@ func TestLostGuard(t *testing.T) {
 	d := lostDaemon(t, path)
 	b := crdt.NewState("b")
 	require.NoError(t, b.SetEpoch(1))
-	spec, err := crdt.EncodeValue(policyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
+	spec, err := crdt.EncodeValue(modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
 	require.NoError(t, err)
 	for _, name := range []string{"shop/deny", "shop/gone"} {
 		dl, _, err := b.Write(crdt.KindPolicy, name, spec, false, 0)
@@ -115,7 +116,7 @@ func lostDaemonWithDeny(t *testing.T) (*Daemon, *crdt.State, []byte) {
 	d := lostDaemon(t, filepath.Join(t.TempDir(), "s.db"))
 	b := crdt.NewState("b")
 	require.NoError(t, b.SetEpoch(1))
-	spec, err := crdt.EncodeValue(policyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
+	spec, err := crdt.EncodeValue(modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 1))
 	require.NoError(t, err)
 	dl, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
 	require.NoError(t, err)

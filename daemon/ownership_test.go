@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"log/slog"
 	"strings"
 	"testing"
@@ -58,7 +59,7 @@ func attackWorld(t *testing.T, self string, trusted []kube.SubmarinerCluster) *w
 		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{
 			ClusterSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: web}}}}},
 	}
-	w.write("eu-1", crdt.KindPolicy, "shop/db", policyValue(t, spec, 1))
+	w.write("eu-1", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, spec, 1))
 	return w
 }
 
@@ -90,7 +91,7 @@ func TestPodIPAttackThroughMirror(t *testing.T) {
 		for _, bad := range []string{"169.254.169.254/32", "127.0.0.1/32"} {
 			require.NotContains(t, got, bad)
 		}
-		require.Equal(t, names(w.fromScratch(self)), names(w.outputs.Desired()))
+		require.Equal(t, modeltest.NPNames(w.fromScratch(self)), modeltest.NPNames(w.outputs.Desired()))
 		res, ok := w.outputs.Result("eu-1/shop/db")
 		require.True(t, ok)
 		require.Equal(t, enforce.ReasonPodIPReserved, res.Degraded)

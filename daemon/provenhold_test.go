@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,7 +35,7 @@ func newHoldWorld(t *testing.T) *holdWorld {
 	w.labelled("a", "b")
 	w.write("a", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
-	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{
 			{ClusterSelector: &metav1.LabelSelector{}, NamespaceSelector: &metav1.LabelSelector{}}}}},
 	}, 1))
@@ -132,7 +133,7 @@ func TestHoldKinds(t *testing.T) {
 	w.writeUnproven("b", crdt.KindNamespace, "other", &crdt.NamespaceValue{})
 	require.Equal(t, 1, w.hold.len(), "a remote namespace is held")
 	require.False(t, w.mirror.Inventory().HasNamespace("b", "other"))
-	w.writeUnproven("b", crdt.KindPolicy, "shop/p", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 1))
+	w.writeUnproven("b", crdt.KindPolicy, "shop/p", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 1))
 	require.Equal(t, 1, w.hold.len(), "policies are held by the applier, not here")
 }
 

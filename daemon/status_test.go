@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,9 +40,9 @@ func (f *fakeStatusStore) Update(_ context.Context, ns, name string, st apiv1.Mu
 // and marks a failed update again (level-triggered retry).
 func TestStatusLoopAggregatesReports(t *testing.T) {
 	w := newWorld(t, "a", "a", "b")
-	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		ClusterSelector: &metav1.LabelSelector{}}, 2))
-	w.write("b", crdt.KindPolicy, "shop/other", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+	w.write("b", crdt.KindPolicy, "shop/other", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		ClusterSelector: &metav1.LabelSelector{}}, 1))
 	w.write("a", crdt.KindCluster, "", &crdt.ClusterValue{})
 	w.write("b", crdt.KindCluster, "", &crdt.ClusterValue{})
@@ -79,7 +80,7 @@ func TestStatusLoopAggregatesReports(t *testing.T) {
 // policy in (enforce.EnforcingClusters): here only a carries region=eu.
 func TestStatusEnforcingSetIsTheTranslators(t *testing.T) {
 	w := newWorld(t, "a", "a", "b")
-	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		ClusterSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"region": "eu"}}}, 1))
 	w.write("a", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": "eu"}})
 	w.write("b", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": "us"}})

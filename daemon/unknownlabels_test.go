@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -22,7 +23,7 @@ func TestUnknownLabelsThroughMirror(t *testing.T) {
 	w.write("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
 	w.write("b", crdt.KindPod, "shop/web", &crdt.PodValue{Labels: map[string]string{"app": "web"}, IPs: []string{"10.2.0.1"}, Phase: "Running"})
 	notUS := &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "region", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"us"}}}}
-	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
 		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{ClusterSelector: notUS}}}},
 	}, 1))
 	admitted := func() bool {

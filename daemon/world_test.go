@@ -1,14 +1,11 @@
 package daemon
 
 import (
-	"encoding/json"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
 
-	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/model"
@@ -85,22 +82,6 @@ func (w *world) apply(changes []crdt.Change) {
 	res := w.mirror.Apply(changes)
 	require.Empty(w.t, res.Errors)
 	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
-}
-
-func policyValue(t *testing.T, spec apiv1.MultiClusterNetworkPolicySpec, gen int64) *crdt.PolicyValue {
-	b, err := json.Marshal(spec)
-	require.NoError(t, err)
-	return &crdt.PolicyValue{UID: "u", Generation: gen, Spec: b}
-}
-
-func names(nps []networkingv1.NetworkPolicy) []string {
-	var out []string
-	for _, np := range nps {
-		b, _ := json.Marshal(np)
-		out = append(out, string(b))
-	}
-	sort.Strings(out)
-	return out
 }
 
 // fromScratch rebuilds the inventory from the observer's full state and

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,7 +34,7 @@ func TestRecomputeReportsGenerationChange(t *testing.T) {
 			}},
 		}
 	}
-	w.write("a", crdt.KindPolicy, "shop/db", policyValue(t, spec(5432), 1))
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, spec(5432), 1))
 	key := "a/shop/db"
 	before, ok := w.outputs.Result(key)
 	require.True(t, ok)
@@ -49,11 +50,11 @@ func TestRecomputeReportsGenerationChange(t *testing.T) {
 		res := w.mirror.Apply(changes)
 		return w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
 	}
-	changed := apply(policyValue(t, spec(5433), 2))
+	changed := apply(modeltest.PolicyValue(t, spec(5433), 2))
 	require.Equal(t, []string{key}, changed, "new generation, same counts: the report must be rewritten")
 	after, _ := w.outputs.Result(key)
 	require.Equal(t, reportOf(before, 1).NetworkPolicies, reportOf(after, 2).NetworkPolicies)
 	require.Equal(t, int32(5433), after.NetworkPolicies[0].Spec.Ingress[0].Ports[0].Port.IntVal)
 
-	require.Empty(t, apply(policyValue(t, spec(5433), 2)), "same generation and result: no report write")
+	require.Empty(t, apply(modeltest.PolicyValue(t, spec(5433), 2)), "same generation and result: no report write")
 }

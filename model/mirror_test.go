@@ -1,10 +1,9 @@
 package model
 
 import (
-	"encoding/json"
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"math/rand"
-	"sort"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -74,22 +73,6 @@ func (w *world) write(origin string, kind crdt.Kind, name string, v any) {
 	w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
 }
 
-func policyValue(t *testing.T, spec apiv1.MultiClusterNetworkPolicySpec, gen int64) *crdt.PolicyValue {
-	b, err := json.Marshal(spec)
-	require.NoError(t, err)
-	return &crdt.PolicyValue{UID: "u", Generation: gen, Spec: b}
-}
-
-func names(nps []networkingv1.NetworkPolicy) []string {
-	var out []string
-	for _, np := range nps {
-		b, _ := json.Marshal(np)
-		out = append(out, string(b))
-	}
-	sort.Strings(out)
-	return out
-}
-
 // fromScratch rebuilds the inventory from the observer's full state and
 // translates everything: the reference the incremental path must match.
 func (w *world) fromScratch(self string) []networkingv1.NetworkPolicy {
@@ -144,7 +127,7 @@ func TestIncrementalMatchesFullTranslation(t *testing.T) {
 					if rng.Intn(2) == 0 {
 						spec.ClusterSelector = &metav1.LabelSelector{}
 					}
-					w.write(c, crdt.KindPolicy, name, policyValue(t, spec, int64(step)))
+					w.write(c, crdt.KindPolicy, name, modeltest.PolicyValue(t, spec, int64(step)))
 				case r < 9: // relabel a cluster
 					w.write(c, crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": []string{"eu", "us"}[rng.Intn(2)]}})
 				default: // relabel or delete/recreate the namespace
@@ -154,7 +137,7 @@ func TestIncrementalMatchesFullTranslation(t *testing.T) {
 						w.write(c, crdt.KindNamespace, "shop", &crdt.NamespaceValue{Labels: map[string]string{"team": []string{"x", "y"}[rng.Intn(2)]}})
 					}
 				}
-				require.Equal(t, names(w.fromScratch("a")), names(w.outputs.Desired()), "step %d", step)
+				require.Equal(t, modeltest.NPNames(w.fromScratch("a")), modeltest.NPNames(w.outputs.Desired()), "step %d", step)
 			}
 		})
 	}
@@ -172,8 +155,8 @@ func TestRetirementRemovesClusterAndItsPolicies(t *testing.T) {
 		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{
 			ClusterSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}},
 	}
-	w.write("a", crdt.KindPolicy, "shop/from-a", policyValue(t, spec, 1))
-	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, spec, 1))
+	w.write("a", crdt.KindPolicy, "shop/from-a", modeltest.PolicyValue(t, spec, 1))
+	w.write("b", crdt.KindPolicy, "shop/from-b", modeltest.PolicyValue(t, spec, 1))
 	require.Len(t, w.outputs.Desired(), 2)
 
 	changes, err := w.observer.ApplyRetire(w.observer.RetireRecord("b"))
@@ -194,7 +177,7 @@ func TestRetirementRemovesClusterAndItsPolicies(t *testing.T) {
 
 func TestReportsAndStatusDirty(t *testing.T) {
 	w := newWorld(t, "a", "a", "b")
-	w.write("a", crdt.KindPolicy, "shop/p", policyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 3))
+	w.write("a", crdt.KindPolicy, "shop/p", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 3))
 	w.write("b", crdt.KindReport, "a/shop/p", &crdt.ReportValue{ObservedGeneration: 3, NetworkPolicies: 1})
 	rep := w.mirror.Reports("a/shop/p")
 	require.Equal(t, int64(3), rep["b"].ObservedGeneration)

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"math/rand"
 	"testing"
 
@@ -18,13 +19,13 @@ func requireSameMirror(t *testing.T, want, got *Mirror) {
 	require.Equal(t, want.reports, got.reports)
 	require.Equal(t, want.Inventory().Clusters(), got.Inventory().Clusters())
 	require.Equal(t, want.Inventory().Policies(), got.Inventory().Policies())
-	require.Equal(t, names(enforce.Translate("a", want.Inventory())), names(enforce.Translate("a", got.Inventory())))
+	require.Equal(t, modeltest.NPNames(enforce.Translate("a", want.Inventory())), modeltest.NPNames(enforce.Translate("a", got.Inventory())))
 }
 
 // LoadEntries does not depend on the order of its input: shuffled entries
 // (runs of one origin and kind broken up) give the view of Load.
 func TestLoadEntriesAnyOrder(t *testing.T) {
-	obs, _ := loadFixture(t)
+	obs, _ := modeltest.LoadFixture(t)
 	var entries []crdt.Entry
 	for _, o := range obs.Origins() {
 		for _, spec := range crdt.Kinds() {
@@ -35,6 +36,6 @@ func TestLoadEntriesAnyOrder(t *testing.T) {
 	want := NewMirror("a")
 	wantErrs := want.Load(obs)
 	got := NewMirror("a")
-	require.Equal(t, errStrings(wantErrs), errStrings(got.LoadEntries(entries)))
+	require.Equal(t, modeltest.ErrStrings(wantErrs), modeltest.ErrStrings(got.LoadEntries(entries)))
 	requireSameMirror(t, want, got)
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -28,7 +29,7 @@ func lostWorld(t *testing.T) *world {
 		Ingress: []apiv1.MultiClusterNetworkPolicyIngressRule{{From: []apiv1.MultiClusterNetworkPolicyPeer{{
 			ClusterSelector: &metav1.LabelSelector{}, PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}},
 	}
-	w.write("b", crdt.KindPolicy, "shop/from-b", policyValue(t, spec, 1))
+	w.write("b", crdt.KindPolicy, "shop/from-b", modeltest.PolicyValue(t, spec, 1))
 	require.Len(t, w.outputs.Desired(), 1)
 	return w
 }
@@ -76,7 +77,7 @@ func TestLostOriginPoliciesKeepEnforcing(t *testing.T) {
 	require.Empty(t, fromB(w), "b's pod IP is gone: the kept policy only narrows")
 	require.NotContains(t, w.mirror.Inventory().Clusters(), "b")
 	require.Equal(t, map[string][]string{"b": {"shop/from-b"}}, w.mirror.LostPolicies())
-	require.Equal(t, w.fromScratchWithLost(), names(desired), "incremental equals a rebuild with the kept policies restored")
+	require.Equal(t, w.fromScratchWithLost(), modeltest.NPNames(desired), "incremental equals a rebuild with the kept policies restored")
 
 	keys := w.mirror.ReleaseLost("b")
 	require.Equal(t, []string{"b/shop/from-b"}, keys)
@@ -107,7 +108,7 @@ func TestLostOriginBack(t *testing.T) {
 	w.writers["b"] = nb
 	w.labelled("b")
 	spec := apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}, PodSelector: metav1.LabelSelector{}}
-	b, err := crdt.EncodeValue(policyValue(t, spec, 2))
+	b, err := crdt.EncodeValue(modeltest.PolicyValue(t, spec, 2))
 	require.NoError(t, err)
 	d, _, err := nb.Write(crdt.KindPolicy, "shop/from-b", b, false, 0)
 	require.NoError(t, err)
@@ -145,7 +146,7 @@ func TestRestoreLost(t *testing.T) {
 	keys, errs := m.RestoreLost("b", r.UpTo, append(kept, crdt.Entry{Key: crdt.Key{Origin: "b", Kind: crdt.KindPod, Name: "shop/x"}}))
 	require.Len(t, errs, 1, "a non-policy entry in the record is reported")
 	require.Equal(t, []string{"b/shop/from-b"}, keys)
-	require.Equal(t, names(w.outputs.Desired()), names(enforce.Translate("a", m.Inventory())))
+	require.Equal(t, modeltest.NPNames(w.outputs.Desired()), modeltest.NPNames(enforce.Translate("a", m.Inventory())))
 }
 
 // fromScratchWithLost rebuilds from the observer and restores the kept
@@ -163,5 +164,5 @@ func (w *world) fromScratchWithLost() []string {
 			require.NoError(w.t, m.inv.SetPolicy(p))
 		}
 	}
-	return names(enforce.Translate("a", m.Inventory()))
+	return modeltest.NPNames(enforce.Translate("a", m.Inventory()))
 }

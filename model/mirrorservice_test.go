@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"math/rand"
 	"strings"
 	"testing"
@@ -72,8 +73,8 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 					To:    []apiv1.MultiClusterNetworkPolicyPeer{peer}}},
 			}
 		}
-		w.write("a", crdt.KindPolicy, "shop/egress", policyValue(t, spec("x"), 1))
-		w.write("a", crdt.KindPolicy, "shop/svcpeer", policyValue(t, svcSpec("db", true), 1))
+		w.write("a", crdt.KindPolicy, "shop/egress", modeltest.PolicyValue(t, spec("x"), 1))
+		w.write("a", crdt.KindPolicy, "shop/svcpeer", modeltest.PolicyValue(t, svcSpec("db", true), 1))
 		for step := 0; step < 120; step++ {
 			c := clusters[rng.Intn(3)]
 			if c == "a" && rng.Intn(3) > 0 {
@@ -108,13 +109,13 @@ func TestIncrementalMatchesFullTranslationWithServices(t *testing.T) {
 					Ports:      []crdt.ServicePort{{Name: "sql", Port: 15432, TargetPortName: "sql"}}})
 			default:
 				if rng.Intn(2) == 0 {
-					w.write("a", crdt.KindPolicy, "shop/egress", policyValue(t, spec([]string{"x", "y"}[rng.Intn(2)]), int64(step)))
+					w.write("a", crdt.KindPolicy, "shop/egress", modeltest.PolicyValue(t, spec([]string{"x", "y"}[rng.Intn(2)]), int64(step)))
 				} else {
-					w.write("a", crdt.KindPolicy, "shop/svcpeer", policyValue(t, svcSpec([]string{"db", "db2"}[rng.Intn(2)], rng.Intn(2) == 0), int64(step)))
+					w.write("a", crdt.KindPolicy, "shop/svcpeer", modeltest.PolicyValue(t, svcSpec([]string{"db", "db2"}[rng.Intn(2)], rng.Intn(2) == 0), int64(step)))
 				}
 			}
-			want := names(w.fromScratch("a"))
-			require.Equal(t, want, names(w.outputs.Desired()), "seed %d step %d", seed, step)
+			want := modeltest.NPNames(w.fromScratch("a"))
+			require.Equal(t, want, modeltest.NPNames(w.outputs.Desired()), "seed %d step %d", seed, step)
 			if strings.Contains(strings.Join(want, ""), "10.97.0.") || strings.Contains(strings.Join(want, ""), "10.98.0.") {
 				rendered++
 			}
