@@ -47,8 +47,9 @@ import (
 // with its store deleted) and restart, a full disk (RLIMIT_FSIZE) for a
 // daemon, kube-apiserver restarts, and with COASTGUARD_NEMESIS_OLD_REV a
 // daemon replaced by one built at that commit and back (a rollback and an
-// upgrade), and Services exported and unexported. Not injected: clock skew
-// (docs/RELIABILITY.md says why, and what a skewed clock could affect).
+// upgrade), Services exported and unexported, and a daemon's shared wall
+// clock skewed 30 s to 2 h (--fault-clock-offset, on the same store; the
+// host's clock is never touched; docs/RELIABILITY.md, "Clock skew").
 //
 // Checker:
 //   - leaks: a connection from a never-web slot to a db succeeded while the
