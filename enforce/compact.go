@@ -25,7 +25,7 @@ import (
 //   - podAux: a pod's container ports, addresses after the first and
 //     Globalnet egress IPs, interned by content.
 //   - addresses are parsed once into netip.Addr / netip.Prefix; the first
-//     is stored inline in the 64-byte podEntry.
+//     is stored inline in the 48-byte podEntry (TestPodEntrySize).
 //   - the cluster and namespace names live once, in the namespaceState the
 //     pod points to.
 //

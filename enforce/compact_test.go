@@ -1,6 +1,8 @@
 package enforce
 
 import (
+	"unsafe"
+
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -123,4 +125,13 @@ func TestIndexFollowsPolicies(t *testing.T) {
 	require.Empty(t, podsFirst.indexKeys)
 	mustSet(t, podsFirst, pol(t, "eu-1", "shop", "p", spec))
 	require.Equal(t, want, toYAML(t, Translate("eu-1", podsFirst)))
+}
+
+// TestPodEntrySize keeps a pod's inline part at four words and the 16-byte
+// address (48 bytes on 64-bit platforms): the heap-per-entry budget
+// (docs/PERFORMANCE.md) counts on it, and a new field belongs in the
+// interned podAux.
+func TestPodEntrySize(t *testing.T) {
+	word := unsafe.Sizeof(uintptr(0))
+	require.Equal(t, 4*word+16, unsafe.Sizeof(podEntry{}))
 }
