@@ -3,12 +3,15 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
 
 // The fail-open explanation shows the daemon lines inside the window
@@ -31,4 +34,29 @@ func TestNemesisLogWindow(t *testing.T) {
 	got = logWindow(p, at.Add(time.Second), at.Add(3*time.Second), 2)
 	require.Equal(t, "(1 earlier lines left out)", got[0])
 	require.Contains(t, got[2], `"msg":"c"`)
+}
+
+// A failed run's report prints the daemon lines around each fail-open
+// moment and returns: it once took n.mu and then called
+// logFailOpenWindows, which takes it again, so the first run with a
+// fail-open moment hung until go test's timeout (seed 30006).
+func TestNemesisFinishReportsFailOpen(t *testing.T) {
+	dir := t.TempDir()
+	at := time.Now()
+	p := filepath.Join(dir, "coastguardd-cluster1-0.log")
+	line := `{"time":"` + at.Add(-time.Second).UTC().Format(time.RFC3339Nano) + `","level":"INFO","msg":"just before"}` + "\n"
+	require.NoError(t, os.WriteFile(p, []byte(line), 0o644))
+	const seed = 1<<64 - 1 // not a seed any real run uses: its files are removed below
+	n := &nemesis{t: t, start: at.Add(-time.Minute), nps: map[string]npState{},
+		daemons:    map[string][]*harness.Daemon{"cluster1": {{Process: &harness.Process{LogPath: p}}}},
+		failOpenAt: []failOpenEvent{{clusters: []string{"cluster1"}, at: at}}}
+	done := make(chan struct{})
+	go func() { defer close(done); n.finish(seed, time.Second, true) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("finish did not return: n.mu taken twice")
+	}
+	require.NoError(t, os.Remove(repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", uint64(seed)))))
+	require.NoError(t, os.Remove(repoPath(".cache", fmt.Sprintf("nemesis-settle-%d.json", uint64(seed)))))
 }

@@ -92,7 +92,9 @@ func quantile(v []float64, q float64) float64 {
 // writeSettles saves the run's measurements (called from the test's cleanup
 // with n.mu held).
 func (n *nemesis) writeSettles(seed uint64, dur time.Duration) (string, error) {
+	n.mu.Lock()
 	b, err := json.MarshalIndent(settleFile{Seed: seed, Duration: dur.String(), Faults: n.faults, Settles: n.settles}, "", " ")
+	n.mu.Unlock()
 	if err != nil {
 		return "", err
 	}

@@ -177,23 +177,7 @@ func TestNemesis(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), dur+10*time.Minute)
 	defer cancel()
 	n := newNemesis(t, seed)
-	t.Cleanup(func() {
-		n.mu.Lock()
-		defer n.mu.Unlock()
-		hist := strings.Join(n.history, "\n") + "\n"
-		if t.Failed() {
-			t.Logf("nemesis history (seed %d):\n%s", seed, hist)
-			n.logFailOpenWindows()
-		}
-		// every run's history, for explained leaks and later reading
-		path := repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", seed))
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil && os.WriteFile(path, []byte(hist), 0o644) == nil {
-			t.Logf("nemesis history (seed %d): %s", seed, path)
-		}
-		if p, err := n.writeSettles(seed, dur); err == nil {
-			t.Logf("nemesis convergence per fault (seed %d): %s", seed, p)
-		}
-	})
+	t.Cleanup(func() { n.finish(seed, dur, t.Failed()) })
 	n.setup(ctx)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -208,6 +192,28 @@ func TestNemesis(t *testing.T) {
 	wg.Wait()
 	n.heal(ctx)
 	n.check(ctx)
+}
+
+// finish reports a run: on failure the history and the daemon logs around
+// each fail-open moment, and always the history and the convergence per
+// fault as files under .cache. It takes n.mu only to copy what it prints
+// (logFailOpenWindows and writeSettles take it themselves).
+func (n *nemesis) finish(seed uint64, dur time.Duration, failed bool) {
+	n.mu.Lock()
+	hist := strings.Join(n.history, "\n") + "\n"
+	n.mu.Unlock()
+	if failed {
+		n.t.Logf("nemesis history (seed %d):\n%s", seed, hist)
+		n.logFailOpenWindows()
+	}
+	// every run's history, for explained leaks and later reading
+	path := repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", seed))
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err == nil && os.WriteFile(path, []byte(hist), 0o644) == nil {
+		n.t.Logf("nemesis history (seed %d): %s", seed, path)
+	}
+	if p, err := n.writeSettles(seed, dur); err == nil {
+		n.t.Logf("nemesis convergence per fault (seed %d): %s", seed, p)
+	}
 }
 
 func newNemesis(t *testing.T, seed uint64) *nemesis {
