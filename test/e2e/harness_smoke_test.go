@@ -265,6 +265,16 @@ spec:
 		require.NoError(t, err)
 		assert.Equal(t, 2, strings.Count(log, "=== harness: starting coastguardd/cluster2-0"), "one log across restarts:\n%s", log)
 
+		// The first daemon started with no peer to seed from; restarted, it
+		// dials every other daemon, as a deployed one dials the clusterset
+		// DNS name (without this it stayed alone until a peer's periodic
+		// push/pull found it: RELIABILITY.md, finding 9).
+		assert.NotContains(t, strings.Join(a0.Args, " "), "--seeds=", "a0 was started first")
+		require.NoError(t, a0.Kill())
+		require.NoError(t, a0.Restart())
+		require.NoError(t, a0.WaitReady(ctx, 20*time.Second))
+		assert.Contains(t, a0.Args, "--seeds="+strings.Join([]string{a1.GossipAddr, b.GossipAddr, c.GossipAddr}, ","))
+
 		m, err := b.Metrics(ctx)
 		require.NoError(t, err)
 		v, ok := harness.MetricValue(m, "probe_pings_received_total", map[string]string{"proto": "tcp"})

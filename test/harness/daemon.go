@@ -73,6 +73,13 @@ type Daemon struct {
 	// (/debug/state, /admin/*).
 	AdminAddr string
 	DataDir   string
+	// seedsFromEnv: started with the default seeds (Options.Seeds nil), so
+	// a restart passes the gossip addresses of the Env's other daemons, as
+	// the clusterset DNS name a deployed daemon dials resolves to its
+	// peers whenever it starts. Without it the first daemon of an Env,
+	// started with no peer, knew none after a restart and was found only
+	// by a peer's periodic push/pull (RELIABILITY.md, finding 9).
+	seedsFromEnv bool
 }
 
 // StartDaemon starts a daemon for cluster c with the flags of
@@ -148,6 +155,7 @@ func (e *Env) StartDaemon(c *Cluster, opts DaemonOptions) (*Daemon, error) {
 		seeds := opts.Seeds
 		if seeds == nil {
 			seeds = peers
+			d.seedsFromEnv = true
 		}
 		args = []string{
 			"run",
@@ -266,10 +274,26 @@ func (d *Daemon) Stop() error { return d.Process.Stop(15 * time.Second) }
 // Restart starts the stopped or killed daemon again with the same flags,
 // data directory and gossip address.
 func (d *Daemon) Restart() error {
+	if d.seedsFromEnv {
+		d.setArg("--seeds=", strings.Join(d.Cluster.env.peerAddrs(d), ","))
+	}
 	if err := d.Process.Restart(); err != nil {
 		return err
 	}
 	return d.Cluster.env.saveState()
+}
+
+// peerAddrs returns the gossip addresses of every daemon of the Env but d,
+// running or not (a DNS answer may be stale too; dialling a stopped one
+// just fails).
+func (e *Env) peerAddrs(d *Daemon) []string {
+	var out []string
+	for _, o := range e.Daemons() {
+		if o != d && o.GossipAddr != d.GossipAddr {
+			out = append(out, o.GossipAddr)
+		}
+	}
+	return out
 }
 
 func (d *Daemon) get(ctx context.Context, path string) (int, []byte, error) {

@@ -340,3 +340,21 @@ func TestFreePortOutsideEphemeralRangeAndUnique(t *testing.T) {
 		require.Less(t, p, 32768, "inside Linux's default ephemeral range")
 	}
 }
+
+// setArg replaces a flag for the next start, appends a missing one and
+// removes one given no value (a restarted daemon gets the Env's current
+// peers as --seeds).
+func TestProcessSetArg(t *testing.T) {
+	p := testProc(t, `echo "$@"; exit 0`)
+	p.spec.args = []string{"-c", `echo "args: $*"`, "sh", "--seeds=a", "--x=1"}
+	p.setArg("--seeds=", "b,c")
+	assert.Equal(t, []string{"-c", `echo "args: $*"`, "sh", "--x=1", "--seeds=b,c"}, p.Args)
+	require.Eventually(t, func() bool { return !p.Running() }, 5*time.Second, 20*time.Millisecond)
+	require.NoError(t, p.Restart())
+	require.Eventually(t, func() bool {
+		s, _ := p.TailLog(5)
+		return strings.Contains(s, "args: --x=1 --seeds=b,c")
+	}, 5*time.Second, 20*time.Millisecond, "the restart uses the new argument")
+	p.setArg("--seeds=", "")
+	assert.Equal(t, []string{"-c", `echo "args: $*"`, "sh", "--x=1"}, p.Args)
+}

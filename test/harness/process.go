@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -198,6 +199,18 @@ func (p *Process) Kill() error {
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("harness: %s (pid %d) did not die 30s after SIGKILL", p.Name, p.Pid())
 	}
+}
+
+// setArg replaces the argument that starts with prefix by prefix+value,
+// or appends it; value "" removes it. It applies from the next start.
+func (p *Process) setArg(prefix, value string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	args := slices.DeleteFunc(slices.Clone(p.spec.args), func(a string) bool { return strings.HasPrefix(a, prefix) })
+	if value != "" {
+		args = append(args, prefix+value)
+	}
+	p.spec.args, p.Args = args, args
 }
 
 // Restart starts the process again with the same command line. The process
