@@ -20,6 +20,10 @@ import (
 type lostOrigins struct {
 	mu   sync.Mutex
 	recs map[string]store.LostOrigin
+	// seals is, per remote origin, the highest retirement the delta path
+	// has handled (Apply), so that the deltas that keep carrying it after a
+	// takeover cost no digest.
+	seals map[string]crdt.Version
 }
 
 // lostGuard is the replica as gossip sees it: a retirement decided by
@@ -38,6 +42,57 @@ type lostGuard struct {
 // policies (fail open), and would look like a decommission (the origin left
 // with no entry). Its MCNPs are kept like a lost cluster's until the origin
 // replaces or deletes each of them; it never counts as a decommission.
+
+// Apply implements the delta path of gossip.Replica. A delta carries its
+// origin's retirement too (crdt.Delta.Retired), and crdt applies it before
+// the entries, so a takeover's seal that reaches this replica inside a
+// delta, ahead of the re-published entries, must keep the MCNPs it removes
+// exactly as ApplyRetire does (RELIABILITY.md, finding 7: the generated
+// policy left two clusters for 80-480 ms while the re-published MCNP was
+// on its way).
+func (g lostGuard) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
+	d := g.d
+	var seals []crdt.Retire
+	for _, dl := range deltas {
+		if dl.Origin == d.opts.ClusterID || dl.Retired == 0 || !isEpochSeal(dl.Retired) {
+			continue
+		}
+		d.lost.mu.Lock()
+		handled := d.lost.seals[dl.Origin] >= dl.Retired
+		d.lost.mu.Unlock()
+		if !handled {
+			seals = append(seals, crdt.Retire{Origin: dl.Origin, UpTo: dl.Retired, Sig: dl.RetiredSig})
+		}
+	}
+	var created []string
+	if len(seals) > 0 {
+		dg := g.Digest()
+		for _, r := range seals {
+			if dg[r.Origin].Retired < r.UpTo && d.noteLost(r, true) {
+				created = append(created, r.Origin)
+			}
+		}
+	}
+	ch, err := g.Replica.Apply(deltas...)
+	if err != nil && len(ch) == 0 {
+		for _, o := range created { // refused: nothing was sealed here
+			d.dropLost(o, "")
+		}
+		return ch, err
+	}
+	if len(seals) > 0 {
+		dg := g.Digest()
+		d.lost.mu.Lock()
+		if d.lost.seals == nil {
+			d.lost.seals = map[string]crdt.Version{}
+		}
+		for _, r := range seals {
+			d.lost.seals[r.Origin] = max(d.lost.seals[r.Origin], dg[r.Origin].Retired)
+		}
+		d.lost.mu.Unlock()
+	}
+	return ch, err
+}
 
 // ApplyRetire implements the retirement path of gossip.Replica.
 func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {

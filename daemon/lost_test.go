@@ -164,3 +164,49 @@ func TestLostGuardSealBeforeRepublish(t *testing.T) {
 	require.True(t, d.hasPolicy("deny"))
 	require.False(t, isEpochSeal(crdt.MakeVersion(3, 17)), "a decommission retires up to a real head")
 }
+
+// The same seal inside a delta (crdt applies a delta's Retired before its
+// entries): a new leader's seal reached this replica in a delta that did
+// not carry the re-published MCNP yet (nemesis seed 30006, finding 7: the
+// generated policy left two clusters for a few hundred ms). The sealed MCNP
+// stays enforced until the re-published version replaces it.
+func TestLostGuardSealInDeltaBeforeRepublish(t *testing.T) {
+	d, b, spec := lostDaemonWithDeny(t)
+	g := lostGuard{Replica: d.rep, d: d}
+	require.NoError(t, b.SetEpoch(2))
+	again, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
+	require.NoError(t, err)
+	seal, _, err := b.SealEpochsBelow(2)
+	require.NoError(t, err)
+	require.True(t, isEpochSeal(seal.UpTo))
+	// what a peer that already holds the re-published entry sends on: the
+	// origin's progress from there, with its retirement and no entry
+	dg := d.rep.Digest()
+	od := dg["b"]
+	od.Max = again.To
+	dg["b"] = od
+	var carrier []crdt.Delta
+	for _, dl := range b.DeltaSince(dg, 0) {
+		if dl.Origin == "b" {
+			require.Empty(t, dl.Entries, "the carrier holds no entry")
+			require.Equal(t, seal.UpTo, dl.Retired)
+			carrier = append(carrier, dl)
+		}
+	}
+	require.NotEmpty(t, carrier)
+	_, err = g.Apply(carrier...)
+	require.NoError(t, err)
+	require.Equal(t, seal.UpTo, d.rep.Digest()["b"].Retired, "the seal was applied")
+	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick)
+	require.True(t, d.hasPolicy("deny"), "the sealed MCNP stays enforced until re-published")
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("sealed")))
+
+	_, err = g.Apply(carrier...) // the same retirement again: handled, nothing new
+	require.NoError(t, err)
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("sealed")))
+
+	_, err = g.Apply(again) // the re-published version arrives
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.kept()) == 0 }, timeout, tick, "replaced by the origin: no longer kept")
+	require.True(t, d.hasPolicy("deny"))
+}
