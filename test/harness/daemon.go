@@ -272,7 +272,8 @@ func (e *Env) Seeds(except ...*Cluster) []string {
 func (d *Daemon) Stop() error { return d.Process.Stop(15 * time.Second) }
 
 // Restart starts the stopped or killed daemon again with the same flags,
-// data directory and gossip address.
+// data directory and gossip address; a daemon started with the default
+// seeds gets the Env's other daemons as --seeds (seedsFromEnv).
 func (d *Daemon) Restart() error {
 	if d.seedsFromEnv {
 		d.setArg("--seeds=", strings.Join(d.Cluster.env.peerAddrs(d), ","))
