@@ -74,7 +74,7 @@ type Daemon struct {
 	AdminAddr string
 	DataDir   string
 	// seedsFromEnv: started with the default seeds (Options.Seeds nil), so
-	// a restart passes the gossip addresses of the Env's other daemons, as
+	// a restart passes the gossip addresses of the Env's running daemons, as
 	// the clusterset DNS name a deployed daemon dials resolves to its
 	// peers whenever it starts. Without it the first daemon of an Env,
 	// started with no peer, knew none after a restart and was found only
@@ -273,28 +273,15 @@ func (d *Daemon) Stop() error { return d.Process.Stop(15 * time.Second) }
 
 // Restart starts the stopped or killed daemon again with the same flags,
 // data directory and gossip address; a daemon started with the default
-// seeds gets the Env's other daemons as --seeds (seedsFromEnv).
+// seeds gets the Env's running daemons as --seeds (seedsFromEnv).
 func (d *Daemon) Restart() error {
 	if d.seedsFromEnv {
-		d.setArg("--seeds=", strings.Join(d.Cluster.env.peerAddrs(d), ","))
+		d.setArg("--seeds=", strings.Join(d.Cluster.env.Seeds(), ",")) // d is stopped: not among them
 	}
 	if err := d.Process.Restart(); err != nil {
 		return err
 	}
 	return d.Cluster.env.saveState()
-}
-
-// peerAddrs returns the gossip addresses of every daemon of the Env but d,
-// running or not (a DNS answer may be stale too; dialling a stopped one
-// just fails).
-func (e *Env) peerAddrs(d *Daemon) []string {
-	var out []string
-	for _, o := range e.Daemons() {
-		if o != d && o.GossipAddr != d.GossipAddr {
-			out = append(out, o.GossipAddr)
-		}
-	}
-	return out
 }
 
 func (d *Daemon) get(ctx context.Context, path string) (int, []byte, error) {

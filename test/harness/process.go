@@ -311,17 +311,8 @@ func pidAlive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	// Field 3 is the state; it follows the ")" that closes the command name.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return true
-	}
-	return s[i+2] != 'Z' && s[i+2] != 'X'
+	_, state, ok := procGroup(pid)
+	return ok && state != 'Z' && state != 'X'
 }
 
 // groupAlive reports whether any live process is left in process group pgid.
