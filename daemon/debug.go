@@ -25,9 +25,10 @@ type State struct {
 	// MCNPs are the live MultiClusterNetworkPolicies replicated here,
 	// origin/ns/name (deleted ones are gone from this list).
 	MCNPs []string `json:"mcnps"`
-	// Unproven counts, per origin, the Service and MCNP entries held above its proven
-	// watermark (received out of order, or in a stream whose origin-signed
-	// state mark this replica did not reproduce).
+	// Unproven counts, per other origin, the Service and MCNP entries held
+	// above its proven watermark (received out of order, or in a stream
+	// whose origin-signed state mark this replica did not reproduce); the
+	// own cluster's entries are never held.
 	Unproven map[string]int `json:"unproven,omitempty"`
 }
 
@@ -40,7 +41,7 @@ func (d *Daemon) DebugState() any {
 		for o, od := range dg {
 			s.Origins[o] = od.Max.String()
 		}
-		s.Services, s.MCNPs, s.Unproven = d.liveEntries(dg)
+		s.Services, s.MCNPs, s.Unproven = liveEntries(d.opts.ClusterID, dg, d.rep.View)
 	}
 	if d.node != nil {
 		s.Members = d.node.Members()
@@ -58,13 +59,17 @@ func (d *Daemon) DebugState() any {
 }
 
 // liveEntries lists the live Services and MCNPs of every origin, and the
-// entries each origin has above its proven watermark.
-func (d *Daemon) liveEntries(dg crdt.Digest) (services, mcnps []string, unproven map[string]int) {
-	d.rep.View(func(st *crdt.State) {
+// entries each other origin has above its proven watermark, counted as
+// the daemon treats them: an MCNP (live or deleted) frozen by the applier
+// (unprovenPolicies) and a live Service held from the mirror
+// (inventoryHold). The own cluster's entries are never unproven.
+func liveEntries(self string, dg crdt.Digest, view func(func(*crdt.State))) (services, mcnps []string, unproven map[string]int) {
+	view(func(st *crdt.State) {
 		for o, od := range dg {
+			held := o != self && !allProven(od)
 			for _, k := range []crdt.Kind{crdt.KindService, crdt.KindPolicy} {
 				st.Range(o, k, func(e crdt.Entry) bool {
-					if e.Version > od.Max {
+					if held && e.Version > od.Max && (k == crdt.KindPolicy || !e.Deleted) {
 						if unproven == nil {
 							unproven = map[string]int{}
 						}

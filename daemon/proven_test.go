@@ -64,3 +64,34 @@ func TestOwnPoliciesNeverUnproven(t *testing.T) {
 	require.Equal(t, map[string]struct{}{"c1/shop/c": {}}, unprovenPolicies("c3", standby.Digest(), view),
 		"the same entries are unproven for another cluster")
 }
+
+// /debug/state's unproven count is what the daemon holds: the own
+// cluster's entries above its watermark are not counted (they are never
+// frozen), another origin's are, and a fully proven origin has none.
+func TestDebugUnprovenExcludesOwnOrigin(t *testing.T) {
+	w := crdt.NewState("c1")
+	require.NoError(t, w.SetEpoch(1))
+	var ds []crdt.Delta
+	for i, name := range []string{"shop/a", "shop/b", "shop/c"} {
+		d, _, err := w.Write(crdt.KindPolicy, name, []byte{0x80}, false, int64(i+1))
+		require.NoError(t, err)
+		ds = append(ds, d)
+	}
+	standby := crdt.NewState("c1")
+	view := func(fn func(*crdt.State)) { fn(standby) }
+	for _, d := range []crdt.Delta{ds[0], ds[2]} { // ds[1] missing
+		_, err := standby.Apply(d)
+		require.NoError(t, err)
+	}
+	_, mcnps, unproven := liveEntries("c1", standby.Digest(), view)
+	require.Equal(t, []string{"c1/shop/a", "c1/shop/c"}, mcnps)
+	require.Empty(t, unproven, "own entries are never held")
+	_, _, unproven = liveEntries("c3", standby.Digest(), view)
+	require.Equal(t, map[string]int{"c1": 1}, unproven, "another cluster holds the entry above the gap")
+	for _, d := range []crdt.Delta{ds[1], ds[2]} { // anti-entropy re-sends what lies above the new watermark
+		_, err := standby.Apply(d)
+		require.NoError(t, err)
+	}
+	_, _, unproven = liveEntries("c3", standby.Digest(), view)
+	require.Empty(t, unproven, "the gap filled: proven")
+}
