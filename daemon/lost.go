@@ -20,10 +20,10 @@ import (
 type lostOrigins struct {
 	mu   sync.Mutex
 	recs map[string]store.LostOrigin
-	// seals is, per remote origin, the highest retirement the delta path
-	// has handled (Apply), so that the deltas that keep carrying it after a
-	// takeover cost no digest.
-	seals map[string]crdt.Version
+	// handled is, per remote origin, the highest retirement the delta
+	// path has handled (Apply), so that the deltas that keep carrying it
+	// (after a takeover, a decommission or a loss) cost no digest.
+	handled map[string]crdt.Version
 }
 
 // lostGuard is the replica as gossip sees it: a retirement decided by
@@ -44,76 +44,102 @@ type lostGuard struct {
 // replaces or deletes each of them; it never counts as a decommission.
 
 // Apply implements the delta path of gossip.Replica. A delta carries its
-// origin's retirement too (crdt.Delta.Retired), and crdt applies it before
-// the entries, so a takeover's seal that reaches this replica inside a
-// delta, ahead of the re-published entries, must keep the MCNPs it removes
-// exactly as ApplyRetire does (RELIABILITY.md, finding 7: the generated
-// policy left two clusters for 80-480 ms while the re-published MCNP was
-// on its way).
+// origin's retirement too (crdt.Delta.Retired, with its signature when the
+// origin signed it), and crdt applies it before the entries, so a
+// retirement that reaches this replica only inside a delta is handled
+// exactly as ApplyRetire handles the same record: a takeover's seal keeps
+// the MCNPs it removes until they are re-published (RELIABILITY.md,
+// finding 7), an unsigned retirement relayed by a peer (the cluster is
+// lost) keeps them until released, and a decommission releases them and
+// forgets the cluster's pin.
 func (g lostGuard) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	d := g.d
-	var seals []crdt.Retire
-	for _, dl := range deltas {
-		if dl.Origin == d.opts.ClusterID || dl.Retired == 0 || !isEpochSeal(dl.Retired) {
-			continue
-		}
-		d.lost.mu.Lock()
-		handled := d.lost.seals[dl.Origin] >= dl.Retired
-		d.lost.mu.Unlock()
-		if !handled {
-			seals = append(seals, crdt.Retire{Origin: dl.Origin, UpTo: dl.Retired, Sig: dl.RetiredSig})
-		}
-	}
-	var created []string
-	if len(seals) > 0 {
-		dg := g.Digest()
-		for _, r := range seals {
-			if dg[r.Origin].Retired < r.UpTo && d.noteLost(r, true) {
-				created = append(created, r.Origin)
-			}
-		}
+	rets := d.deltaRetirements(deltas)
+	created := make([]bool, len(rets))
+	for i, r := range rets {
+		created[i] = d.beforeRetire(r)
 	}
 	ch, err := g.Replica.Apply(deltas...)
-	if err != nil && len(ch) == 0 {
-		for _, o := range created { // refused: nothing was sealed here
-			d.dropLost(o, "")
-		}
-		return ch, err
-	}
-	if len(seals) > 0 {
+	if len(rets) > 0 {
 		dg := g.Digest()
-		d.lost.mu.Lock()
-		if d.lost.seals == nil {
-			d.lost.seals = map[string]crdt.Version{}
+		for i, r := range rets {
+			d.afterRetire(r, dg[r.Origin].Retired >= r.UpTo, created[i])
 		}
-		for _, r := range seals {
-			d.lost.seals[r.Origin] = max(d.lost.seals[r.Origin], dg[r.Origin].Retired)
-		}
-		d.lost.mu.Unlock()
 	}
 	return ch, err
 }
 
+// deltaRetirements returns the remote retirements that deltas would
+// advance here, as the records ApplyRetire would get.
+func (d *Daemon) deltaRetirements(deltas []crdt.Delta) []crdt.Retire {
+	var rets []crdt.Retire
+	d.lost.mu.Lock()
+	for _, dl := range deltas {
+		if dl.Origin != d.opts.ClusterID && dl.Retired != 0 && d.lost.handled[dl.Origin] < dl.Retired {
+			rets = append(rets, crdt.Retire{Origin: dl.Origin, UpTo: dl.Retired, Sig: dl.RetiredSig})
+		}
+	}
+	d.lost.mu.Unlock()
+	if len(rets) == 0 {
+		return nil
+	}
+	dg := d.rep.Digest()
+	news := rets[:0]
+	for _, r := range rets {
+		if dg[r.Origin].Retired < r.UpTo {
+			news = append(news, r)
+		}
+	}
+	return news
+}
+
 // ApplyRetire implements the retirement path of gossip.Replica.
 func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
-	d := g.d
-	remote := r.Origin != d.opts.ClusterID
-	seal := remote && r.Sig != nil && isEpochSeal(r.UpTo)
-	created := false
-	if remote && ((r.Sig == nil && !d.opts.ReleaseLostOrigins) || seal) {
-		created = d.noteLost(r, seal)
-	}
+	created := g.d.beforeRetire(r)
 	ch, err := g.Replica.ApplyRetire(r)
-	switch {
-	case err != nil && len(ch) == 0:
-		if created { // refused: nothing was lost (an earlier loss stays kept)
+	g.d.afterRetire(r, g.Digest()[r.Origin].Retired >= r.UpTo, created)
+	return ch, err
+}
+
+// beforeRetire records a remote origin's live MCNPs as kept before r
+// removes them, when r is a takeover's seal (told by its shape: it ends
+// exactly at an epoch's end, signed or, in an unsigned mesh, not) or a loss
+// (unsigned: decided by membership, unless lost origins are released at
+// once), and reports whether it created a new record.
+func (d *Daemon) beforeRetire(r crdt.Retire) bool {
+	remote := r.Origin != d.opts.ClusterID
+	seal := remote && isEpochSeal(r.UpTo)
+	if remote && ((r.Sig == nil && !d.opts.ReleaseLostOrigins) || seal) {
+		return d.noteLost(r, seal)
+	}
+	return false
+}
+
+// afterRetire finishes r once the replica has decided on it: a refused
+// retirement drops the record beforeRetire created (an earlier loss stays
+// kept); a signed retirement that is no seal and leaves the origin with no
+// live entry is its decommission: its kept MCNPs are released and its pin
+// is forgotten.
+func (d *Daemon) afterRetire(r crdt.Retire, applied, created bool) {
+	if !applied {
+		if created {
 			d.dropLost(r.Origin, "")
 		}
-	case remote && r.Sig != nil && !seal && d.originEmpty(r.Origin):
+		return
+	}
+	remote := r.Origin != d.opts.ClusterID
+	if remote {
+		d.lost.mu.Lock()
+		if d.lost.handled == nil {
+			d.lost.handled = map[string]crdt.Version{}
+		}
+		d.lost.handled[r.Origin] = max(d.lost.handled[r.Origin], r.UpTo)
+		d.lost.mu.Unlock()
+	}
+	if remote && r.Sig != nil && !isEpochSeal(r.UpTo) && d.originEmpty(r.Origin) {
 		d.dropLost(r.Origin, "decommissioned")
 		go d.forgetPins(r.Origin) // API calls: not on gossip's apply path
 	}
-	return ch, err
 }
 
 // isEpochSeal reports whether a retirement ends exactly at the end of an

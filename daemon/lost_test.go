@@ -210,3 +210,76 @@ func TestLostGuardSealInDeltaBeforeRepublish(t *testing.T) {
 	require.Eventually(t, func() bool { return len(d.kept()) == 0 }, timeout, tick, "replaced by the origin: no longer kept")
 	require.True(t, d.hasPolicy("deny"))
 }
+
+// carrierFrom returns what peer sends d for origin b: its deltas of b since
+// d's digest (the retirement they carry included).
+func carrierFrom(t *testing.T, d *Daemon, peer *crdt.State) []crdt.Delta {
+	t.Helper()
+	var out []crdt.Delta
+	for _, dl := range peer.DeltaSince(d.rep.Digest(), 0) {
+		if dl.Origin == "b" {
+			out = append(out, dl)
+		}
+	}
+	require.NotEmpty(t, out)
+	return out
+}
+
+// A loss relayed inside a delta: a peer retired b by membership (unsigned)
+// and its anti-entropy carries that retirement here before this daemon's
+// own membership view retires b. b's MCNP stays enforced as a lost
+// cluster's, as when the retirement arrives on its own; before, the delta
+// path only handled seals and the MCNP's generated policies went (fail
+// open, for good: this daemon's own retirement then found nothing to keep).
+func TestLostGuardLossInDelta(t *testing.T) {
+	d, b, _ := lostDaemonWithDeny(t)
+	peer := crdt.NewState("x")
+	for _, dl := range b.DeltaSince(peer.Digest(), 0) {
+		_, err := peer.Apply(dl)
+		require.NoError(t, err)
+	}
+	_, err := peer.ApplyRetire(crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max}) // membership: unsigned
+	require.NoError(t, err)
+	carrier := carrierFrom(t, d, peer)
+	require.Nil(t, carrier[0].RetiredSig)
+
+	_, err = lostGuard{Replica: d.rep, d: d}.Apply(carrier...)
+	require.NoError(t, err)
+	require.Equal(t, b.Digest()["b"].Max, d.rep.Digest()["b"].Retired, "the retirement was applied")
+	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick)
+	require.True(t, d.hasPolicy("deny"), "the lost cluster's MCNP stays enforced")
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("lost")))
+}
+
+// A decommission that reaches this daemon only inside a delta (it missed
+// the retire message) is handled as the message is: b's MCNP, kept after
+// its takeover's seal, is released, and counted as decommissioned. Before,
+// the delta path skipped it: the MCNP stayed kept and b's pin stayed, so a
+// rejoin under the same ID with a new key was refused until `pins delete`.
+func TestLostGuardDecommissionInDelta(t *testing.T) {
+	d, b, _ := lostDaemonWithDeny(t)
+	g := lostGuard{Replica: d.rep, d: d}
+	require.NoError(t, b.SetEpoch(2))
+	seal, _, err := b.SealEpochsBelow(2)
+	require.NoError(t, err)
+	seal.Sig = []byte("signed") // unverified here: the replica has no verifier
+	_, err = g.ApplyRetire(seal)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick, "sealed: kept")
+
+	// b's leader decommissions before re-publishing shop/deny
+	_, _, err = b.Write(crdt.KindPod, "shop/web", []byte{0x80}, false, 0)
+	require.NoError(t, err)
+	_, err = b.ApplyRetire(crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max})
+	require.NoError(t, err)
+	carrier := carrierFrom(t, d, b)
+	for i := range carrier {
+		carrier[i].RetiredSig = []byte("signed") // what a signed origin's delta carries
+	}
+	_, err = g.Apply(carrier...)
+	require.NoError(t, err)
+	require.Equal(t, b.Digest()["b"].Max, d.rep.Digest()["b"].Retired, "the decommission was applied")
+	require.Eventually(t, func() bool { return len(d.kept()) == 0 }, timeout, tick, "released by the decommission")
+	require.False(t, d.hasPolicy("deny"))
+	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("decommissioned")))
+}
