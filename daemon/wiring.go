@@ -116,6 +116,7 @@ func (d *Daemon) startGossip() error {
 			return err
 		}
 	}
+	gcfg.KnownPeers = d.knownPeers()
 	gossip.ConfigureReplica(&gcfg, rep, lim)
 	d.node, err = gossip.New(gcfg, lostGuard{Replica: rep, d: d})
 	if err != nil {
@@ -213,6 +214,7 @@ func (d *Daemon) startLoops(ctx context.Context, cancel context.CancelFunc, k ku
 	goRun(func() { d.releaseLoop(ctx) })                  // release annotations of lost clusters (lost.go)
 	goRun(func() { d.pinLoop(ctx) })                      // this cluster's shared key pins (pins.go)
 	goRun(func() { d.provenLoop(ctx) })                   // MCNPs not yet proven by their origin's mark (proven.go)
+	goRun(func() { d.peerLoop(ctx) })                     // the gossip addresses a restart dials with the seeds (peers.go)
 	if o.Submariner != nil {
 		d.startSubmariner(ctx)
 	}

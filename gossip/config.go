@@ -113,6 +113,13 @@ type Config struct {
 	// Seeds are host or host:port; DNS names are re-resolved on every
 	// join/rejoin attempt. The default port is the bind port.
 	Seeds []string
+	// KnownPeers are gossip addresses ("ip:port") of members a previous
+	// run saw alive (the daemon remembers them in its store). They are
+	// dialled with the seeds at start and, while no other member is alive,
+	// on every rejoin round, so a restarted node whose seeds do not resolve
+	// (DNS or Lighthouse down) still finds the mesh. A stale address costs
+	// one failed dial: it joins nothing without the gossip key.
+	KnownPeers []string
 
 	// Signer, when set, signs this node's membership metadata and its
 	// cluster's heartbeats. The Replica signs the own cluster's entries

@@ -234,6 +234,9 @@ func (n *Node) rejoinCandidates() []string {
 			cand = append(cand, a)
 		}
 	}
+	if len(aliveAddrs) == 1 { // alone: the seeds may not resolve
+		cand = append(cand, n.knownPeers(aliveAddrs)...)
+	}
 	if dialDeadMembers(len(aliveAddrs), rand.Float64()) {
 		cand = append(cand, n.members.rejoinAddrs(aliveAddrs)...)
 	}
@@ -250,6 +253,18 @@ func (n *Node) rejoinCandidates() []string {
 		uniq = uniq[:8]
 	}
 	return uniq
+}
+
+// knownPeers returns the remembered addresses (Config.KnownPeers) that
+// are neither this node nor in skip.
+func (n *Node) knownPeers(skip map[string]bool) []string {
+	var out []string
+	for _, a := range n.cfg.KnownPeers {
+		if a != n.Addr() && !skip[a] {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // resolveSeeds turns Seeds into "ip:port" strings, resolving DNS names now.

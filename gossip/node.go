@@ -271,8 +271,8 @@ func (n *Node) start() {
 	go n.every(maintenanceEvery(n.cfg.ReconnectTimeout), n.maintain)
 	go n.every(retireEvery(n.cfg.ReconnectTimeout), n.retirer.round)
 	go n.rejoinLoop()
-	if len(n.cfg.Seeds) > 0 {
-		if _, err := n.joinAddrs(n.resolveSeeds()); err != nil {
+	if addrs := append(n.resolveSeeds(), n.knownPeers(nil)...); len(addrs) > 0 {
+		if _, err := n.joinAddrs(addrs); err != nil {
 			n.log.Warn("initial join failed; will retry", "err", err)
 		}
 	}

@@ -159,9 +159,12 @@ func TestScenarioPartition(t *testing.T) {
 }
 
 // TestScenarioCrash: B's daemon is SIGKILLed while A churns pods, and
-// restarted on the same data dir. Its state loads from bbolt; no generated
-// NetworkPolicy anywhere is deleted or loses an ipBlock of an unchanged pod;
-// it catches up with what changed while it was down (remote and local).
+// restarted on the same data dir with a seed that does not resolve (DNS or
+// Lighthouse down). Its state loads from bbolt; it finds the mesh through
+// the gossip peers it remembered there (RELIABILITY.md, finding 9); no
+// generated NetworkPolicy anywhere is deleted or loses an ipBlock of an
+// unchanged pod; it catches up with what changed while it was down (remote
+// and local).
 func TestScenarioCrash(t *testing.T) {
 	env, _, ds := startMesh(t, 3, meshOpts{})
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -193,7 +196,12 @@ func TestScenarioCrash(t *testing.T) {
 	stopChurn := startGrowthChurn(ctx, a, web)
 
 	time.Sleep(2 * time.Second)
+	err = harness.Eventually(ctx, 30*time.Second, 200*time.Millisecond, func(context.Context) (bool, error) {
+		return lastLogLine(t, ds[1].LogPath, "gossip peers remembered for a restart") != nil, nil
+	})
+	require.NoError(t, err, "B remembered its gossip peers")
 	require.NoError(t, ds[1].Kill())
+	ds[1].SetSeeds("coastguard-seed.invalid")
 	down := time.Now()
 	// while B's daemon is down: a local change in B, more churn in A
 	runPod(t, ctx, b, "web-b2", "10.2.0.2", web)
@@ -201,6 +209,9 @@ func TestScenarioCrash(t *testing.T) {
 	require.NoError(t, ds[1].Restart())
 	require.NoError(t, ds[1].WaitReady(ctx, 60*time.Second))
 	ready := time.Since(down)
+	started := lastLogLine(t, ds[1].LogPath, "gossip started")
+	require.NotNil(t, started)
+	require.Greater(t, started["members"], 1.0, "the restart joined the mesh at once through the remembered peers: %v", started)
 	// the killed process still holds the Lease: the restarted one (a new
 	// identity) leads once it expires
 	err = harness.Eventually(ctx, 60*time.Second, 100*time.Millisecond, func(ctx context.Context) (bool, error) {

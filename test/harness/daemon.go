@@ -271,6 +271,13 @@ func (e *Env) Seeds(except ...*Cluster) []string {
 // Stop sends SIGTERM and waits up to 15s before SIGKILL.
 func (d *Daemon) Stop() error { return d.Process.Stop(15 * time.Second) }
 
+// SetSeeds gives the next Restart exactly these --seeds (instead of the
+// Env's running daemons, for a daemon started with the default seeds).
+func (d *Daemon) SetSeeds(seeds ...string) {
+	d.seedsFromEnv = false
+	d.setArg("--seeds=", strings.Join(seeds, ","))
+}
+
 // Restart starts the stopped or killed daemon again with the same flags,
 // data directory and gossip address; a daemon started with the default
 // seeds gets the Env's running daemons as --seeds (seedsFromEnv).
