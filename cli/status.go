@@ -135,8 +135,34 @@ func (o *Options) status(ctx context.Context) (*Status, error) {
 	if len(ms) == 0 && len(st.Problems) == 0 {
 		return nil, errors.New("no kubeconfig context reaches a coastguard install; pass --kubeconfig or --contexts")
 	}
-	own := map[string]v1.CoastguardCluster{} // each cluster's own object
-	views := map[string][]v1.CoastguardCluster{}
+	views, own := st.listViews(ctx, ms)
+	versions := map[string][]string{}
+	for _, m := range ms {
+		if ccs, ok := views[m.ID]; ok {
+			st.addView(m, ms, ccs, own, versions)
+		}
+	}
+	st.Problems = append(st.Problems, keyMismatches(views)...)
+	if len(versions) > 1 {
+		for ver, cs := range versions {
+			sort.Strings(cs)
+			st.VersionSkew = append(st.VersionSkew, ver+": "+strings.Join(cs, ","))
+		}
+		sort.Strings(st.VersionSkew)
+	}
+	for _, m := range ms {
+		st.addPolicies(ctx, m)
+	}
+	st.Healthy = len(st.Problems) == 0
+	return st, nil
+}
+
+// listViews lists every member's CoastguardClusters (its view of the set)
+// and collects each cluster's own object (Status.Local); a member whose
+// list fails is a problem.
+func (st *Status) listViews(ctx context.Context, ms []*member) (views map[string][]v1.CoastguardCluster, own map[string]v1.CoastguardCluster) {
+	own = map[string]v1.CoastguardCluster{}
+	views = map[string][]v1.CoastguardCluster{}
 	for _, m := range ms {
 		ccs, err := listClusters(ctx, m)
 		if err != nil {
@@ -151,108 +177,119 @@ func (o *Options) status(ctx context.Context) (*Status, error) {
 			}
 		}
 	}
-	versions := map[string][]string{}
-	for _, m := range ms {
-		ccs, ok := views[m.ID]
-		if !ok {
-			continue
+	return views, own
+}
+
+// addView adds member m's view of the set (ccs) with its problems, and the
+// software version each cluster reports of itself.
+func (st *Status) addView(m *member, ms []*member, ccs []v1.CoastguardCluster, own map[string]v1.CoastguardCluster, versions map[string][]string) {
+	v := View{Context: m.Context, Cluster: m.ID}
+	seen := map[string]bool{}
+	for _, c := range ccs {
+		seen[c.Name] = true
+		r := clusterRow(c, own)
+		if r.OriginLost {
+			st.Problems = append(st.Problems, fmt.Sprintf("%s keeps enforcing MCNPs of lost cluster %s: %s", m.ID, c.Name, r.OriginLostMessage))
 		}
-		v := View{Context: m.Context, Cluster: m.ID}
-		seen := map[string]bool{}
-		for _, c := range ccs {
-			seen[c.Name] = true
-			r := ClusterRow{Cluster: c.Name, Members: c.Status.AliveMembers, Leader: c.Status.Leader, Version: c.Status.Version,
-				SoftwareVersion: c.Status.SoftwareVersion, Lag: "unknown",
-				Alive:    meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionAlive),
-				Stale:    meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionStale),
-				Retired:  meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionRetired),
-				SanityOK: !meta.IsStatusConditionFalse(c.Status.Conditions, v1.ClusterConditionSanityOK)}
-			if sc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionSanityOK); sc != nil && sc.Status == "False" {
-				r.SanityMessage = sc.Message
-			}
-			if lc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionOriginLost); lc != nil && lc.Status == metav1.ConditionTrue {
-				r.OriginLost, r.OriginLostMessage = true, lc.Message
-				st.Problems = append(st.Problems, fmt.Sprintf("%s keeps enforcing MCNPs of lost cluster %s: %s", m.ID, c.Name, lc.Message))
-			}
-			if c.Status.LastSeen != nil {
-				r.LastSeen = c.Status.LastSeen.UTC().Format(time.RFC3339)
-			}
-			if o, ok := own[c.Name]; ok {
-				switch {
-				case o.Status.Epoch == c.Status.Epoch:
-					r.Lag = fmt.Sprint(max(o.Status.Sequence-c.Status.Sequence, 0))
-				case o.Status.Epoch > c.Status.Epoch:
-					r.Lag = "epoch behind"
-				default:
-					r.Lag = "0"
-				}
-			}
-			if c.Status.Local && c.Status.SoftwareVersion != "" {
-				versions[c.Status.SoftwareVersion] = append(versions[c.Status.SoftwareVersion], c.Name)
-			}
-			if !r.Retired && (!r.Alive || r.Stale) {
-				st.Problems = append(st.Problems, fmt.Sprintf("%s sees %s not alive", m.ID, c.Name))
-			}
-			if !r.Retired && r.Alive && r.Leader == "" {
-				st.Problems = append(st.Problems, fmt.Sprintf("%s sees no leader for %s", m.ID, c.Name))
-			}
-			if r.Lag != "0" && r.Lag != "unknown" {
-				st.Problems = append(st.Problems, fmt.Sprintf("%s is behind %s (lag %s)", m.ID, c.Name, r.Lag))
-			}
-			if !r.SanityOK {
-				st.Problems = append(st.Problems, fmt.Sprintf("%s reports a sanity problem for %s: %s", m.ID, c.Name, r.SanityMessage))
-			}
-			v.Clusters = append(v.Clusters, r)
+		if c.Status.Local && c.Status.SoftwareVersion != "" {
+			versions[c.Status.SoftwareVersion] = append(versions[c.Status.SoftwareVersion], c.Name)
 		}
-		for _, other := range ms {
-			if !seen[other.ID] {
-				st.Problems = append(st.Problems, fmt.Sprintf("%s does not know %s yet", m.ID, other.ID))
-			}
-		}
-		st.Views = append(st.Views, v)
+		st.Problems = append(st.Problems, rowProblems(m.ID, r)...)
+		v.Clusters = append(v.Clusters, r)
 	}
-	st.Problems = append(st.Problems, keyMismatches(views)...)
-	if len(versions) > 1 {
-		for ver, cs := range versions {
-			sort.Strings(cs)
-			st.VersionSkew = append(st.VersionSkew, ver+": "+strings.Join(cs, ","))
-		}
-		sort.Strings(st.VersionSkew)
-	}
-	for _, m := range ms {
-		mc, err := listMCNPs(ctx, m)
-		if err != nil {
-			st.Problems = append(st.Problems, fmt.Sprintf("%s: cannot list MCNPs: %v", m.ID, err))
-			continue
-		}
-		for _, p := range mc {
-			row := PolicyRow{Policy: m.ID + "/" + p.Namespace + "/" + p.Name, Enforced: p.Status.EnforcedSummary, Clusters: map[string]string{}}
-			if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); c != nil {
-				row.Ready = c.Status == "True" && p.Status.ObservedGeneration == p.Generation
-				row.Message = c.Message
-			}
-			for _, c := range p.Status.Clusters {
-				s := "applied"
-				switch {
-				case c.Error != "":
-					s = "error: " + c.Error
-				case c.ObservedGeneration < p.Generation:
-					s = "pending"
-				case strings.HasPrefix(c.Degraded, kube.ReasonNamespaceMissing):
-					s = "namespace missing (not enforced)"
-				case c.Degraded != "":
-					s = "degraded: " + c.Degraded
-				}
-				row.Clusters[c.Cluster] = s
-			}
-			if !row.Ready {
-				st.Problems = append(st.Problems, fmt.Sprintf("MCNP %s not Ready (%s)", row.Policy, row.Enforced))
-			}
-			st.Policies = append(st.Policies, row)
+	for _, other := range ms {
+		if !seen[other.ID] {
+			st.Problems = append(st.Problems, fmt.Sprintf("%s does not know %s yet", m.ID, other.ID))
 		}
 	}
-	st.Healthy = len(st.Problems) == 0
-	return st, nil
+	st.Views = append(st.Views, v)
+}
+
+// clusterRow is one cluster as a member sees it; the lag compares its
+// version with the cluster's own object.
+func clusterRow(c v1.CoastguardCluster, own map[string]v1.CoastguardCluster) ClusterRow {
+	r := ClusterRow{Cluster: c.Name, Members: c.Status.AliveMembers, Leader: c.Status.Leader, Version: c.Status.Version,
+		SoftwareVersion: c.Status.SoftwareVersion, Lag: "unknown",
+		Alive:    meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionAlive),
+		Stale:    meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionStale),
+		Retired:  meta.IsStatusConditionTrue(c.Status.Conditions, v1.ClusterConditionRetired),
+		SanityOK: !meta.IsStatusConditionFalse(c.Status.Conditions, v1.ClusterConditionSanityOK)}
+	if sc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionSanityOK); sc != nil && sc.Status == "False" {
+		r.SanityMessage = sc.Message
+	}
+	if lc := meta.FindStatusCondition(c.Status.Conditions, v1.ClusterConditionOriginLost); lc != nil && lc.Status == metav1.ConditionTrue {
+		r.OriginLost, r.OriginLostMessage = true, lc.Message
+	}
+	if c.Status.LastSeen != nil {
+		r.LastSeen = c.Status.LastSeen.UTC().Format(time.RFC3339)
+	}
+	if o, ok := own[c.Name]; ok {
+		switch {
+		case o.Status.Epoch == c.Status.Epoch:
+			r.Lag = fmt.Sprint(max(o.Status.Sequence-c.Status.Sequence, 0))
+		case o.Status.Epoch > c.Status.Epoch:
+			r.Lag = "epoch behind"
+		default:
+			r.Lag = "0"
+		}
+	}
+	return r
+}
+
+// rowProblems are the problems member id's row r shows.
+func rowProblems(id string, r ClusterRow) []string {
+	var ps []string
+	if !r.Retired && (!r.Alive || r.Stale) {
+		ps = append(ps, fmt.Sprintf("%s sees %s not alive", id, r.Cluster))
+	}
+	if !r.Retired && r.Alive && r.Leader == "" {
+		ps = append(ps, fmt.Sprintf("%s sees no leader for %s", id, r.Cluster))
+	}
+	if r.Lag != "0" && r.Lag != "unknown" {
+		ps = append(ps, fmt.Sprintf("%s is behind %s (lag %s)", id, r.Cluster, r.Lag))
+	}
+	if !r.SanityOK {
+		ps = append(ps, fmt.Sprintf("%s reports a sanity problem for %s: %s", id, r.Cluster, r.SanityMessage))
+	}
+	return ps
+}
+
+// addPolicies adds member m's MCNPs, each with its per-cluster state.
+func (st *Status) addPolicies(ctx context.Context, m *member) {
+	mc, err := listMCNPs(ctx, m)
+	if err != nil {
+		st.Problems = append(st.Problems, fmt.Sprintf("%s: cannot list MCNPs: %v", m.ID, err))
+		return
+	}
+	for _, p := range mc {
+		row := PolicyRow{Policy: m.ID + "/" + p.Namespace + "/" + p.Name, Enforced: p.Status.EnforcedSummary, Clusters: map[string]string{}}
+		if c := meta.FindStatusCondition(p.Status.Conditions, v1.ConditionReady); c != nil {
+			row.Ready = c.Status == "True" && p.Status.ObservedGeneration == p.Generation
+			row.Message = c.Message
+		}
+		for _, c := range p.Status.Clusters {
+			row.Clusters[c.Cluster] = clusterPolicyState(c, p.Generation)
+		}
+		if !row.Ready {
+			st.Problems = append(st.Problems, fmt.Sprintf("MCNP %s not Ready (%s)", row.Policy, row.Enforced))
+		}
+		st.Policies = append(st.Policies, row)
+	}
+}
+
+// clusterPolicyState is one enforcing cluster's state of an MCNP.
+func clusterPolicyState(c v1.ClusterEnforcementStatus, generation int64) string {
+	switch {
+	case c.Error != "":
+		return "error: " + c.Error
+	case c.ObservedGeneration < generation:
+		return "pending"
+	case strings.HasPrefix(c.Degraded, kube.ReasonNamespaceMissing):
+		return "namespace missing (not enforced)"
+	case c.Degraded != "":
+		return "degraded: " + c.Degraded
+	}
+	return "applied"
 }
 
 func yn(b bool) string {

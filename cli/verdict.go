@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -110,41 +111,7 @@ every ready backend for the source's pod IP on the port that backend serves. The
 flow is ALLOWED only if every backend admits it (PARTIAL when some do).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			src, err := ParseEndpoint(from)
-			if err != nil {
-				return err
-			}
-			tgt, err := ParseTarget(to)
-			if err != nil {
-				return err
-			}
-			dst := tgt.Endpoint
-			pn, proto, err := ParsePort(port)
-			if err != nil {
-				return err
-			}
-			ctx := cmd.Context()
-			ms, err := o.connect(ctx)
-			if err != nil {
-				return err
-			}
-			for _, e := range []*Endpoint{&src, &dst} {
-				m, err := o.find(ms, e.Cluster)
-				if err != nil {
-					return err
-				}
-				e.Cluster = m.ID
-			}
-			l, err := o.load(ctx, ms)
-			if err != nil {
-				return err
-			}
-			var v *Verdict
-			if tgt.Service {
-				v, err = verdictService(l, src, dst, pn, proto)
-			} else {
-				v, err = verdict(l, src, dst, pn, proto)
-			}
+			v, err := o.runVerdict(cmd.Context(), from, to, port)
 			if err != nil {
 				return err
 			}
@@ -162,6 +129,43 @@ flow is ALLOWED only if every backend admits it (PARTIAL when some do).`,
 		_ = cmd.MarkFlagRequired(f)
 	}
 	return cmd
+}
+
+// runVerdict parses verdict's flags, connects to the clusters the two ends
+// name and evaluates the flow (to a pod, or to a Service's ClusterIP).
+func (o *Options) runVerdict(ctx context.Context, from, to, port string) (*Verdict, error) {
+	src, err := ParseEndpoint(from)
+	if err != nil {
+		return nil, err
+	}
+	tgt, err := ParseTarget(to)
+	if err != nil {
+		return nil, err
+	}
+	dst := tgt.Endpoint
+	pn, proto, err := ParsePort(port)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := o.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range []*Endpoint{&src, &dst} {
+		m, err := o.find(ms, e.Cluster)
+		if err != nil {
+			return nil, err
+		}
+		e.Cluster = m.ID
+	}
+	l, err := o.load(ctx, ms)
+	if err != nil {
+		return nil, err
+	}
+	if tgt.Service {
+		return verdictService(l, src, dst, pn, proto)
+	}
+	return verdict(l, src, dst, pn, proto)
 }
 
 // verdictExit is verdict's answer as an exit code: ExitDenied for a denied

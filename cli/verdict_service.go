@@ -191,7 +191,41 @@ func verdictService(l *live, src Endpoint, dst Endpoint, port int, proto corev1.
 	if err != nil {
 		return nil, err
 	}
-	var sport *corev1.ServicePort
+	id := dst.Cluster + "/" + dst.Namespace + "/service/" + dst.Pod
+	sport, err := servicePortOf(svc, id, port, proto)
+	if err != nil {
+		return nil, err
+	}
+	backends, excluded := l.serviceBackends(dst.Cluster, svc, sport)
+	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil, headlessError(src, dst, id, backends, proto)
+	}
+	cip, ok := clusterIPFor(svc, sp.Status.PodIP)
+	if !ok {
+		return nil, fmt.Errorf("%s has no ClusterIP of the address family of %s (%s)", id, src, sp.Status.PodIP)
+	}
+	st := serviceTarget(svc, sport, dst, cip, port, proto)
+	v := &Verdict{From: src.String(), To: id, Port: st.Port, Service: st, Excluded: excluded}
+	f := serviceFlow{l: l, src: src, dst: dst, sp: sp, proto: proto, same: src.Cluster == dst.Cluster}
+	if err := f.sides(v, cip, port, len(backends) > 0); err != nil {
+		return nil, err
+	}
+	nIn, err := f.backends(v, backends)
+	if err != nil {
+		return nil, err
+	}
+	f.conclude(v, id, cip, len(backends), nIn)
+	if !f.same && !v.Egress.Allowed && len(backends) > 0 {
+		v.Notes = l.egressNotes(src, sp, dst, backends, proto)
+	}
+	if !f.same {
+		v.Notes = append(v.Notes, globalnetNotes(l.inv.Networks(), src.Cluster, dst.Cluster)...)
+	}
+	return v, nil
+}
+
+// servicePortOf is svc's port number/proto, or an error listing its ports.
+func servicePortOf(svc *corev1.Service, id string, port int, proto corev1.Protocol) (*corev1.ServicePort, error) {
 	var ports []string
 	for i := range svc.Spec.Ports {
 		p := &svc.Spec.Ports[i]
@@ -199,78 +233,83 @@ func verdictService(l *live, src Endpoint, dst Endpoint, port int, proto corev1.
 		if pr == "" {
 			pr = corev1.ProtocolTCP
 		}
+		if int(p.Port) == port && pr == proto {
+			return p, nil
+		}
 		ports = append(ports, fmt.Sprintf("%d/%s", p.Port, pr))
-		if int(p.Port) == port && pr == proto && sport == nil {
-			sport = p
-		}
 	}
-	id := dst.Cluster + "/" + dst.Namespace + "/service/" + dst.Pod
-	if sport == nil {
-		return nil, fmt.Errorf("%s has no port %d/%s (its ports: %s)", id, port, proto, strings.Join(ports, ", "))
+	return nil, fmt.Errorf("%s has no port %d/%s (its ports: %s)", id, port, proto, strings.Join(ports, ", "))
+}
+
+// headlessError explains that a headless Service has no verdict of its
+// own, and gives the per-backend commands to ask instead.
+func headlessError(src, dst Endpoint, id string, backends []backend, proto corev1.Protocol) error {
+	var hints []string
+	for _, b := range backends {
+		hints = append(hints, fmt.Sprintf("  kubectl coastguard verdict --from %s --to %s/%s/%s --port %d/%s",
+			src, dst.Cluster, b.pod.Namespace, b.pod.Name, b.port, proto))
 	}
-	backends, excluded := l.serviceBackends(dst.Cluster, svc, sport)
-	if svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		var hints []string
-		for _, b := range backends {
-			hints = append(hints, fmt.Sprintf("  kubectl coastguard verdict --from %s --to %s/%s/%s --port %d/%s",
-				src, dst.Cluster, b.pod.Namespace, b.pod.Name, b.port, proto))
-		}
-		if len(hints) == 0 {
-			hints = []string{"  (it has no ready backend serving that port)"}
-		}
-		return nil, fmt.Errorf("%s is headless: it has no ClusterIP, Lighthouse answers its backends' pod IPs and clients connect to those; ask per backend:\n%s",
-			id, strings.Join(hints, "\n"))
+	if len(hints) == 0 {
+		hints = []string{"  (it has no ready backend serving that port)"}
 	}
-	cip, ok := clusterIPFor(svc, sp.Status.PodIP)
-	if !ok {
-		return nil, fmt.Errorf("%s has no ClusterIP of the address family of %s (%s)", id, src, sp.Status.PodIP)
-	}
-	same := src.Cluster == dst.Cluster
+	return fmt.Errorf("%s is headless: it has no ClusterIP, Lighthouse answers its backends' pod IPs and clients connect to those; ask per backend:\n%s",
+		id, strings.Join(hints, "\n"))
+}
+
+// serviceTarget describes the Service port a verdict is about.
+func serviceTarget(svc *corev1.Service, sport *corev1.ServicePort, dst Endpoint, cip string, port int, proto corev1.Protocol) *ServiceTarget {
 	st := &ServiceTarget{Cluster: dst.Cluster, Namespace: dst.Namespace, Name: dst.Pod, ClusterIP: cip,
 		Port: fmt.Sprintf("%d/%s", port, proto), TargetPort: sport.TargetPort.String(),
 		Selector: labels.SelectorFromSet(svc.Spec.Selector).String()}
 	if sport.TargetPort.Type == intstr.Int && sport.TargetPort.IntVal == 0 {
 		st.TargetPort = fmt.Sprint(sport.Port)
 	}
-	v := &Verdict{From: src.String(), To: id, Port: st.Port, Service: st, Excluded: excluded}
+	return st
+}
 
-	srcPeer := l.trafficPeer(src.Cluster, sp, true)
-	if !same {
-		eg := &matcher.Traffic{Source: srcPeer, Destination: &matcher.TrafficPeer{IP: cip}, ResolvedPort: port, Protocol: proto}
-		if v.Egress, err = l.side(src.Cluster, eg, false); err != nil {
-			return nil, err
+// serviceFlow is one pod-to-Service flow being evaluated.
+type serviceFlow struct {
+	l        *live
+	src, dst Endpoint
+	sp       *corev1.Pod
+	proto    corev1.Protocol
+	same     bool // the source is in the exporting cluster
+}
+
+// sides sets the verdict's egress and ingress before the backends: in
+// another cluster the source's egress to the ClusterIP; in the same
+// cluster both are decided per backend.
+func (f *serviceFlow) sides(v *Verdict, cip string, port int, anyBackend bool) error {
+	if !f.same {
+		eg := &matcher.Traffic{Source: f.l.trafficPeer(f.src.Cluster, f.sp, true), Destination: &matcher.TrafficPeer{IP: cip},
+			ResolvedPort: port, Protocol: f.proto}
+		var err error
+		if v.Egress, err = f.l.side(f.src.Cluster, eg, false); err != nil {
+			return err
 		}
 		v.Egress.PeerAs = "ip " + cip // the ClusterIP
 	}
-	v.Ingress = Side{Cluster: dst.Cluster, PeerAs: "ip " + sp.Status.PodIP, Allowed: len(backends) > 0}
-	if same {
+	v.Ingress = Side{Cluster: f.dst.Cluster, PeerAs: "ip " + f.sp.Status.PodIP, Allowed: anyBackend}
+	if f.same {
 		v.Ingress.PeerAs = "pod"
-		v.Egress = Side{Cluster: src.Cluster, PeerAs: "pod (per backend: kube-proxy translates the ClusterIP first)", Allowed: len(backends) > 0}
+		v.Egress = Side{Cluster: f.src.Cluster, PeerAs: "pod (per backend: kube-proxy translates the ClusterIP first)", Allowed: anyBackend}
 	}
+	return nil
+}
+
+// backends evaluates every backend (its ingress, and in the same cluster
+// the source's egress to it), folds them into the verdict's sides, and
+// returns how many admit the flow on ingress.
+func (f *serviceFlow) backends(v *Verdict, backends []backend) (int, error) {
 	nIn := 0
 	for _, b := range backends {
-		bv := BackendVerdict{Pod: dst.Cluster + "/" + b.pod.Namespace + "/" + b.pod.Name, IP: b.pod.Status.PodIP,
-			Port: fmt.Sprintf("%d/%s", b.port, proto)}
-		in := &matcher.Traffic{Source: l.trafficPeer(src.Cluster, sp, same), Destination: l.trafficPeer(dst.Cluster, b.pod, true),
-			ResolvedPort: b.port, ResolvedPortName: b.portName, Protocol: proto}
-		if bv.Ingress, err = l.side(dst.Cluster, in, true); err != nil {
-			return nil, err
+		bv, err := f.backend(b)
+		if err != nil {
+			return 0, err
 		}
-		if !same {
-			bv.Ingress.PeerAs = "ip " + sp.Status.PodIP
-		}
-		bv.Allowed = bv.Ingress.Allowed
-		if same {
-			eg := &matcher.Traffic{Source: srcPeer, Destination: l.trafficPeer(dst.Cluster, b.pod, true),
-				ResolvedPort: b.port, ResolvedPortName: b.portName, Protocol: proto}
-			es, err := l.side(src.Cluster, eg, false)
-			if err != nil {
-				return nil, err
-			}
-			bv.Egress = &es
-			bv.Allowed = bv.Allowed && es.Allowed
-			v.Egress.Allowed = v.Egress.Allowed && es.Allowed
-			v.Egress.Isolated = v.Egress.Isolated || es.Isolated
+		if bv.Egress != nil {
+			v.Egress.Allowed = v.Egress.Allowed && bv.Egress.Allowed
+			v.Egress.Isolated = v.Egress.Isolated || bv.Egress.Isolated
 		}
 		if bv.Ingress.Allowed {
 			nIn++
@@ -279,23 +318,56 @@ func verdictService(l *live, src Endpoint, dst Endpoint, port int, proto corev1.
 		v.Ingress.Allowed = v.Ingress.Allowed && bv.Ingress.Allowed
 		v.Backends = append(v.Backends, bv)
 	}
+	return nIn, nil
+}
+
+// backend is the verdict of one backend.
+func (f *serviceFlow) backend(b backend) (BackendVerdict, error) {
+	bv := BackendVerdict{Pod: f.dst.Cluster + "/" + b.pod.Namespace + "/" + b.pod.Name, IP: b.pod.Status.PodIP,
+		Port: fmt.Sprintf("%d/%s", b.port, f.proto)}
+	in := &matcher.Traffic{Source: f.l.trafficPeer(f.src.Cluster, f.sp, f.same), Destination: f.l.trafficPeer(f.dst.Cluster, b.pod, true),
+		ResolvedPort: b.port, ResolvedPortName: b.portName, Protocol: f.proto}
+	var err error
+	if bv.Ingress, err = f.l.side(f.dst.Cluster, in, true); err != nil {
+		return bv, err
+	}
+	if !f.same {
+		bv.Ingress.PeerAs = "ip " + f.sp.Status.PodIP
+	}
+	bv.Allowed = bv.Ingress.Allowed
+	if f.same {
+		eg := &matcher.Traffic{Source: f.l.trafficPeer(f.src.Cluster, f.sp, true), Destination: f.l.trafficPeer(f.dst.Cluster, b.pod, true),
+			ResolvedPort: b.port, ResolvedPortName: b.portName, Protocol: f.proto}
+		es, err := f.l.side(f.src.Cluster, eg, false)
+		if err != nil {
+			return bv, err
+		}
+		bv.Egress = &es
+		bv.Allowed = bv.Allowed && es.Allowed
+	}
+	return bv, nil
+}
+
+// conclude sets the verdict's result and reason from its sides and
+// backends (nIn of n backends admit the flow on ingress).
+func (f *serviceFlow) conclude(v *Verdict, id, cip string, n, nIn int) {
 	nOK := 0
 	for _, b := range v.Backends {
 		if b.Allowed {
 			nOK++
 		}
 	}
-	v.Allowed = len(backends) > 0 && nOK == len(backends) && v.Egress.Allowed
+	v.Allowed = n > 0 && nOK == n && v.Egress.Allowed
 	switch {
-	case len(backends) == 0:
-		v.Reason = fmt.Sprintf("%s has no ready backend serving %s (selector %s): nothing answers the ClusterIP", id, st.Port, st.Selector)
+	case n == 0:
+		v.Reason = fmt.Sprintf("%s has no ready backend serving %s (selector %s): nothing answers the ClusterIP", id, v.Service.Port, v.Service.Selector)
 	case v.Allowed:
-	case same && nOK > 0:
-		v.Reason = fmt.Sprintf("%d of %d backends admit the flow (egress and ingress): kube-proxy may pick any of them", nOK, len(backends))
-	case !same && !v.Egress.Allowed:
-		v.Reason = fmt.Sprintf("the egress of %s denies the ClusterIP %s on %s", src, cip, st.Port)
+	case f.same && nOK > 0:
+		v.Reason = fmt.Sprintf("%d of %d backends admit the flow (egress and ingress): kube-proxy may pick any of them", nOK, n)
+	case !f.same && !v.Egress.Allowed:
+		v.Reason = fmt.Sprintf("the egress of %s denies the ClusterIP %s on %s", f.src, cip, v.Service.Port)
 	case nIn > 0:
-		v.Reason = fmt.Sprintf("%d of %d backends admit the flow: kube-proxy in %s may pick any of them", nIn, len(backends), dst.Cluster)
+		v.Reason = fmt.Sprintf("%d of %d backends admit the flow: kube-proxy in %s may pick any of them", nIn, n, f.dst.Cluster)
 	default:
 		v.Reason = "no backend admits the flow"
 	}
@@ -303,23 +375,23 @@ func verdictService(l *live, src Endpoint, dst Endpoint, port int, proto corev1.
 	switch {
 	case v.Allowed:
 		v.Result = ResultAllowed
-	case len(backends) > 0 && v.Egress.Allowed && nOK > 0 || same && nOK > 0:
+	case n > 0 && v.Egress.Allowed && nOK > 0 || f.same && nOK > 0:
 		v.Result = ResultPartial
 	}
-	if !same && !v.Egress.Allowed && len(backends) > 0 {
-		v.Notes = l.egressNotes(src, sp, dst, backends, proto)
-	}
-	if !same {
-		nets := l.inv.Networks()
-		for _, c := range []string{src.Cluster, dst.Cluster} {
-			if g := nets[c].GlobalCIDRs; len(g) > 0 {
-				v.Notes = append(v.Notes, fmt.Sprintf("cluster %s uses Globalnet (global CIDR %s): there the client dials the Service's "+
-					"global ingress IP and is seen by a global egress IP, which this verdict does not model (it evaluates the ClusterIP and pod IPs)",
-					c, g[0]))
-			}
+}
+
+// globalnetNotes warns, for each of the clusters that uses Globalnet,
+// that the verdict evaluates ClusterIPs and pod IPs, not global IPs.
+func globalnetNotes(nets map[string]enforce.ClusterNetworks, clusters ...string) []string {
+	var notes []string
+	for _, c := range clusters {
+		if g := nets[c].GlobalCIDRs; len(g) > 0 {
+			notes = append(notes, fmt.Sprintf("cluster %s uses Globalnet (global CIDR %s): there the client dials the Service's "+
+				"global ingress IP and is seen by a global egress IP, which this verdict does not model (it evaluates the ClusterIP and pod IPs)",
+				c, g[0]))
 		}
 	}
-	return v, nil
+	return notes
 }
 
 type backend struct {
