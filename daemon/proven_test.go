@@ -40,11 +40,9 @@ func TestUnprovenPolicies(t *testing.T) {
 	require.Empty(t, unprovenPolicies("c2", r.Digest(), view), "the gap filled: proven")
 }
 
-// The own cluster's MCNPs are never frozen as unproven (nemesis seed 29206:
-// a standby that received its own cluster's entries out of order became
-// leader with its own watermark behind its entries, and its own MCNP's
-// generated policy kept a deleted pod's IP admitted).
-func TestOwnPoliciesNeverUnproven(t *testing.T) {
+// ownWrites are three MCNP writes of c1 (shop/a, shop/b, shop/c).
+func ownWrites(t *testing.T) []crdt.Delta {
+	t.Helper()
 	w := crdt.NewState("c1")
 	require.NoError(t, w.SetEpoch(1))
 	var ds []crdt.Delta
@@ -53,6 +51,15 @@ func TestOwnPoliciesNeverUnproven(t *testing.T) {
 		require.NoError(t, err)
 		ds = append(ds, d)
 	}
+	return ds
+}
+
+// The own cluster's MCNPs are never frozen as unproven (nemesis seed 29206:
+// a standby that received its own cluster's entries out of order became
+// leader with its own watermark behind its entries, and its own MCNP's
+// generated policy kept a deleted pod's IP admitted).
+func TestOwnPoliciesNeverUnproven(t *testing.T) {
+	ds := ownWrites(t)
 	standby := crdt.NewState("c1") // the same cluster's other daemon
 	view := func(fn func(*crdt.State)) { fn(standby) }
 	for _, d := range []crdt.Delta{ds[0], ds[2]} { // ds[1] missing
@@ -69,14 +76,7 @@ func TestOwnPoliciesNeverUnproven(t *testing.T) {
 // cluster's entries above its watermark are not counted (they are never
 // frozen), another origin's are, and a fully proven origin has none.
 func TestDebugUnprovenExcludesOwnOrigin(t *testing.T) {
-	w := crdt.NewState("c1")
-	require.NoError(t, w.SetEpoch(1))
-	var ds []crdt.Delta
-	for i, name := range []string{"shop/a", "shop/b", "shop/c"} {
-		d, _, err := w.Write(crdt.KindPolicy, name, []byte{0x80}, false, int64(i+1))
-		require.NoError(t, err)
-		ds = append(ds, d)
-	}
+	ds := ownWrites(t)
 	standby := crdt.NewState("c1")
 	view := func(fn func(*crdt.State)) { fn(standby) }
 	for _, d := range []crdt.Delta{ds[0], ds[2]} { // ds[1] missing
