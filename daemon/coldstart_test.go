@@ -26,7 +26,7 @@ func requireSameMirror(t *testing.T, want, got *model.Mirror) {
 	require.Equal(t, want.Inventory().Policies(), got.Inventory().Policies())
 	require.Equal(t, want.LostPolicies(), got.LostPolicies())
 	for _, r := range want.Inventory().Policies() {
-		require.Equal(t, want.Reports(model.PolicyKey(r)), got.Reports(model.PolicyKey(r)))
+		require.Equal(t, want.Reports(r), got.Reports(r))
 	}
 	require.Equal(t, modeltest.NPNames(enforce.Translate("a", want.Inventory())), modeltest.NPNames(enforce.Translate("a", got.Inventory())))
 }

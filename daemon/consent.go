@@ -11,7 +11,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
-	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // LoadConsent reads and validates a consent file (enforce.ParseConsent).
@@ -34,26 +33,25 @@ func (d *Daemon) consentEventLoop(ctx context.Context, rec record.EventRecorder)
 	if d.opts.Consent == nil {
 		return
 	}
-	seen := map[string]bool{}
+	seen := map[enforce.PolicyRef]bool{}
 	every(ctx, SanityInterval, func(time.Time) {
 		d.mu.Lock()
 		refused := d.outputs.Refused()
 		d.mu.Unlock()
-		for k := range seen {
-			if _, ok := refused[k]; !ok {
-				delete(seen, k)
+		for ref := range seen {
+			if _, ok := refused[ref]; !ok {
+				delete(seen, ref)
 			}
 		}
 		if !d.leader.Load() {
 			return
 		}
-		for k, why := range refused {
-			if seen[k] {
+		for ref, why := range refused {
+			if seen[ref] {
 				continue
 			}
-			seen[k] = true
-			ref, _ := model.ParsePolicyKey(k)
-			d.log.Warn("MCNP of another cluster not admitted here", "policy", k, "remote_cluster", ref.Origin, "why", why)
+			seen[ref] = true
+			d.log.Warn("MCNP of another cluster not admitted here", "policy", ref.String(), "remote_cluster", ref.Origin, "why", why)
 			ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ref.Namespace}}
 			ns.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"}
 			rec.Eventf(ns, corev1.EventTypeWarning, EventNotAdmitted, "MCNP %s/%s of cluster %s is not enforced here: %s", ref.Namespace, ref.Name, ref.Origin, why)

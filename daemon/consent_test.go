@@ -49,7 +49,7 @@ func platformInApps() *enforce.Consent {
 
 func (w *world) result(key string) enforce.Result {
 	w.t.Helper()
-	r, ok := w.outputs.Result(key)
+	r, ok := w.outputs.Result(pref(key))
 	require.True(w.t, ok, key)
 	return r
 }
@@ -70,7 +70,7 @@ func TestConsentRules(t *testing.T) {
 	require.Contains(t, r.DegradedDetails[0], "no consent rule of this cluster admits MCNPs of cluster c")
 	require.NotEmpty(t, w.result("a/ops/own").NetworkPolicies, "the cluster's own MCNPs are never subject to consent")
 	require.Equal(t, 1, w.outputs.NotAdmitted())
-	require.Contains(t, w.outputs.Refused(), "c/shop/from-c")
+	require.Contains(t, w.outputs.Refused(), pref("c/shop/from-c"))
 }
 
 // A cluster's own claims: c says team=platform. Without trust in claims

@@ -47,9 +47,9 @@ type Daemon struct {
 	w       *writer
 	reports *reporter // the enforcer's report publisher
 	enf     *enforcer
-	enforce *kube.Debouncer[string] // fires enf
+	enforce *kube.Debouncer[enforce.PolicyRef] // fires enf
 	st      *statusLoop
-	stat    *kube.Debouncer[string] // fires st
+	stat    *kube.Debouncer[enforce.PolicyRef] // fires st
 	dec     *decommissioner
 
 	stop context.CancelFunc

@@ -9,13 +9,17 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/model"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
-const allPolicies = "*"
+// allPolicies is the enforcer's debouncer key for "recompute every
+// policy": the zero PolicyRef, which names no policy (an origin is a
+// non-empty cluster ID). It sorts first in a batch.
+var allPolicies = enforce.PolicyRef{}
 
 // desiredApplier is what the enforcer needs of the NetworkPolicy applier.
 type desiredApplier interface {
+	// Failures is by origin annotation (policyFailures reads it).
 	Failures() map[string]string
 	SetDesired(desired []networkingv1.NetworkPolicy) error
 }
@@ -25,7 +29,7 @@ type reportPublisher interface {
 	Publish(reports []reportWrite, all bool)
 }
 
-// enforcer is the enforcement loop, fired by a debouncer over policy keys
+// enforcer is the enforcement loop, fired by a debouncer over policies
 // (allPolicies = everything): it recomputes the affected policies from the
 // view and, when leading, hands the generated NetworkPolicies to the
 // applier and the reports to the reporter. A standby computes too, so its
@@ -55,6 +59,31 @@ type enforceRound struct {
 	refused   int // not admitted by this cluster's consent
 }
 
+// policyFailures is the applier's failures (by origin annotation, the
+// Kubernetes boundary) by policy. An annotation that is no policy reference
+// (a hand-edited live object) names no policy to report on: it is logged
+// and left out.
+func policyFailures(byOrigin map[string]string, log *slog.Logger) map[enforce.PolicyRef]string {
+	out := make(map[enforce.PolicyRef]string, len(byOrigin))
+	for origin, why := range byOrigin {
+		ref, ok := enforce.ParsePolicyRef(origin)
+		if !ok {
+			log.Warn("applier failure under an origin annotation that is no policy; not reported", "origin", origin, "why", why)
+			continue
+		}
+		out[ref] = why
+	}
+	return out
+}
+
+// markFailed is the applier's OnFailure: the policy of an origin annotation
+// whose failures changed is re-enforced (its report carries them).
+func (d *Daemon) markFailed(origin string) {
+	if ref, ok := enforce.ParsePolicyRef(origin); ok {
+		d.enforce.Mark(ref)
+	}
+}
+
 // NoteStamp records the newest origin stamp of a change (enforcement lag).
 func (e *enforcer) NoteStamp(newest int64) {
 	for newest > 0 {
@@ -70,12 +99,12 @@ func (e *enforcer) NoteStamp(newest int64) {
 func (e *enforcer) releaseHoldAfterNextRun() { e.gateOpened.Store(true) }
 
 // Fire recomputes the affected policies and applies the result.
-func (e *enforcer) Fire(_ context.Context, keys []string) {
+func (e *enforcer) Fire(_ context.Context, keys []enforce.PolicyRef) {
 	release := e.gateOpened.Swap(false) // read before computing: this run's view is new enough
 	start := time.Now()
 	stamp := e.maxStamp.Swap(0)
 	e.lastRun.Store(start.UnixNano())
-	r := e.compute(keys, e.applier.Failures())
+	r := e.compute(keys, policyFailures(e.applier.Failures(), e.log))
 	if e.roles.decommissioned.Load() {
 		r.desired = nil
 	}
@@ -104,7 +133,7 @@ func (e *enforcer) Fire(_ context.Context, keys []string) {
 
 // compute recomputes under the view lock: the desired NetworkPolicies and
 // the reports of the changed policies (of every policy on a full run).
-func (e *enforcer) compute(keys []string, failures map[string]string) enforceRound {
+func (e *enforcer) compute(keys []enforce.PolicyRef, failures map[enforce.PolicyRef]string) enforceRound {
 	var r enforceRound
 	for _, k := range keys {
 		if k == allPolicies {
@@ -119,19 +148,15 @@ func (e *enforcer) compute(keys []string, failures map[string]string) enforceRou
 	changed = appendMissing(changed, failChanged)
 	r.desired = v.outputs.Desired()
 	if r.all {
-		changed = nil
-		for _, ref := range v.mirror.Inventory().Policies() {
-			changed = append(changed, model.PolicyKey(ref))
-		}
+		changed = v.mirror.Inventory().Policies() // read only
 	}
-	for _, k := range changed {
-		res, ok := v.outputs.Result(k)
+	for _, ref := range changed {
+		res, ok := v.outputs.Result(ref)
 		if ok && res.Selected {
-			ref, _ := model.ParsePolicyKey(k)
 			p, _ := v.mirror.Inventory().Policy(ref)
-			r.reports = append(r.reports, reportWrite{k, v.outputs.Report(res, p.Generation), true})
+			r.reports = append(r.reports, reportWrite{ref, v.outputs.Report(ref, res, p.Generation), true})
 		} else {
-			r.reports = append(r.reports, reportWrite{k, crdt.ReportValue{}, false})
+			r.reports = append(r.reports, reportWrite{ref, crdt.ReportValue{}, false})
 		}
 	}
 	r.npolicies = v.outputs.Len()

@@ -12,6 +12,7 @@ import (
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 type fakeDesired struct {
@@ -55,24 +56,24 @@ func TestEnforcerLeaderStandbyDecommissioned(t *testing.T) {
 	e.NoteStamp(5)
 	e.NoteStamp(3)
 	require.Equal(t, int64(5), e.maxStamp.Load(), "the newest stamp wins")
-	e.Fire(t.Context(), []string{allPolicies})
+	e.Fire(t.Context(), []enforce.PolicyRef{allPolicies})
 	require.Zero(t, ap.calls, "a standby does not apply")
 	require.Zero(t, sink.calls, "a standby does not report")
 	require.NotZero(t, lastRun.Load())
 	require.Zero(t, e.maxStamp.Load())
 
 	r.leader.Store(true)
-	e.Fire(t.Context(), []string{allPolicies})
+	e.Fire(t.Context(), []enforce.PolicyRef{allPolicies})
 	require.Equal(t, 1, ap.calls)
 	require.NotEmpty(t, ap.desired)
 	require.True(t, sink.all, "a full run reconciles every report")
 	require.Len(t, sink.reports, 1)
-	require.Equal(t, "a/shop/db", sink.reports[0].key)
+	require.Equal(t, "a/shop/db", sink.reports[0].ref.String())
 	require.True(t, sink.reports[0].ok)
 	require.Equal(t, int64(3), sink.reports[0].val.ObservedGeneration)
 
 	r.decommissioned.Store(true)
-	e.Fire(t.Context(), []string{"a/shop/db"})
+	e.Fire(t.Context(), prefs("a/shop/db"))
 	require.Equal(t, 2, ap.calls)
 	require.Empty(t, ap.desired, "a decommissioned cluster removes what it generated")
 	require.False(t, sink.all)

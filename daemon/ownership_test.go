@@ -92,10 +92,10 @@ func TestPodIPAttackThroughMirror(t *testing.T) {
 			require.NotContains(t, got, bad)
 		}
 		require.Equal(t, modeltest.NPNames(w.fromScratch(self)), modeltest.NPNames(w.outputs.Desired()))
-		res, ok := w.outputs.Result("eu-1/shop/db")
+		res, ok := w.outputs.Result(pref("eu-1/shop/db"))
 		require.True(t, ok)
 		require.Equal(t, enforce.ReasonPodIPReserved, res.Degraded)
-		require.Contains(t, w.outputs.Report(res, 1).Degraded, "PodIPReservedAddress: eu-2")
+		require.Contains(t, w.outputs.Report(pref("eu-1/shop/db"), res, 1).Degraded, "PodIPReservedAddress: eu-2")
 	}
 }
 
@@ -105,9 +105,9 @@ func TestPodIPAttackThroughMirror(t *testing.T) {
 func TestUnknownCIDRsDegradeAndNameTheCluster(t *testing.T) {
 	w := attackWorld(t, "eu-1", brokerClusters[:2])
 	require.ElementsMatch(t, []string{"10.2.1.10/32"}, ingressCIDRs(w))
-	res, _ := w.outputs.Result("eu-1/shop/db")
+	res, _ := w.outputs.Result(pref("eu-1/shop/db"))
 	require.Equal(t, enforce.ReasonPodCIDRsUnknown, res.Degraded)
-	rep := w.outputs.Report(res, 1)
+	rep := w.outputs.Report(pref("eu-1/shop/db"), res, 1)
 	st := kube.Aggregate(kube.AggregateInput{Generation: 1, Enforcing: []string{"eu-1"},
 		Reports: map[string]crdt.ReportValue{"eu-1": rep}, Now: time.Unix(0, 0)})
 	var deg *metav1.Condition

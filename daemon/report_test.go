@@ -29,21 +29,21 @@ func TestReportCarriesFailuresAndPartialView(t *testing.T) {
 	o := model.NewOutputs("eu-1")
 	ref := enforce.PolicyRef{Origin: "eu-2", Namespace: "shop", Name: "p"}
 	res := oneBlockResult(ref)
-	assert.Equal(t, "", o.Report(res, 3).Degraded)
+	assert.Equal(t, "", o.Report(ref, res, 3).Degraded)
 
 	require.True(t, o.SetGateDegraded(ReasonPartialView))
 	assert.False(t, o.SetGateDegraded(ReasonPartialView))
-	assert.Equal(t, ReasonPartialView, o.Report(res, 3).Degraded)
+	assert.Equal(t, ReasonPartialView, o.Report(ref, res, 3).Degraded)
 	own := res
 	own.Degraded = enforce.ReasonGlobalnetCoarseIdentity
-	assert.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.Report(own, 3).Degraded, "a policy's own reason wins")
+	assert.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.Report(ref, own, 3).Degraded, "a policy's own reason wins")
 
-	changed := o.SetFailures(map[string]string{"eu-2/shop/p": "apply NetworkPolicy shop/x: forbidden"})
-	assert.Equal(t, []string{"eu-2/shop/p"}, changed)
-	v := o.Report(res, 3)
+	changed := o.SetFailures(map[enforce.PolicyRef]string{ref: "apply NetworkPolicy shop/x: forbidden"})
+	assert.Equal(t, []enforce.PolicyRef{ref}, changed)
+	v := o.Report(ref, res, 3)
 	assert.Equal(t, "not applied: apply NetworkPolicy shop/x: forbidden", v.Error)
 	assert.Empty(t, v.Degraded)
-	assert.Equal(t, []string{"eu-2/shop/p"}, o.SetFailures(nil), "cleared")
+	assert.Equal(t, []enforce.PolicyRef{ref}, o.SetFailures(nil), "cleared")
 	require.True(t, o.SetGateDegraded(""))
-	assert.Equal(t, model.NewOutputs("eu-1").Report(res, 3), o.Report(res, 3), "back to the plain report")
+	assert.Equal(t, model.NewOutputs("eu-1").Report(ref, res, 3), o.Report(ref, res, 3), "back to the plain report")
 }

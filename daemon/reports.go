@@ -6,12 +6,13 @@ import (
 	"log/slog"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
 // reportWrite is one report to publish (ok) or tombstone (!ok).
 type reportWrite struct {
-	key string
+	ref enforce.PolicyRef
 	val crdt.ReportValue
 	ok  bool
 }
@@ -19,9 +20,10 @@ type reportWrite struct {
 // ownReports is what the reporter reads of the replica: this cluster's
 // own report entries.
 type ownReports interface {
-	// Report returns the own report entry on a policy key.
+	// Report returns the own report entry of a name (a policy reference in
+	// its wire form, enforce.PolicyRef.String).
 	Report(key string) (crdt.Entry, bool)
-	// Live lists the policy keys of the own live (not tombstoned) reports.
+	// Live lists the names of the own live (not tombstoned) reports.
 	Live() []string
 }
 
@@ -45,14 +47,15 @@ func newReporter(st ownReports, write func(crdt.Kind, string, []byte, bool) erro
 func (r *reporter) Publish(reports []reportWrite, all bool) {
 	if !all {
 		for _, w := range reports {
-			r.writeReport(w.key, w.val, w.ok)
+			r.writeReport(w.ref.String(), w.val, w.ok)
 		}
 		return
 	}
-	want := map[string]bool{}
+	want := map[string]bool{} // by report entry name (the wire form)
 	for _, w := range reports {
-		want[w.key] = w.ok
-		r.writeReport(w.key, w.val, w.ok)
+		name := w.ref.String()
+		want[name] = w.ok
+		r.writeReport(name, w.val, w.ok)
 	}
 	for _, k := range r.store.Live() {
 		if !want[k] {

@@ -51,28 +51,28 @@ func TestReporterReconciles(t *testing.T) {
 	rep := func(gen int64) crdt.ReportValue { return crdt.ReportValue{ObservedGeneration: gen} }
 
 	// incremental: writes and tombstones only the given keys
-	r.Publish([]reportWrite{{"a/ns/p1", rep(1), true}, {"a/ns/p2", rep(1), true}, {"a/ns/p3", rep(1), true}}, false)
+	r.Publish([]reportWrite{{pref("a/ns/p1"), rep(1), true}, {pref("a/ns/p2"), rep(1), true}, {pref("a/ns/p3"), rep(1), true}}, false)
 	require.Equal(t, []string{"a/ns/p1", "a/ns/p2", "a/ns/p3"}, st.writes)
 
 	// same content again: no write
 	st.writes = nil
-	r.Publish([]reportWrite{{"a/ns/p1", rep(1), true}}, false)
+	r.Publish([]reportWrite{{pref("a/ns/p1"), rep(1), true}}, false)
 	require.Empty(t, st.writes)
 
 	// full reconciliation: p1 changed, p2 no longer selects us, p3 vanished
-	r.Publish([]reportWrite{{"a/ns/p1", rep(2), true}, {"a/ns/p2", crdt.ReportValue{}, false}}, true)
+	r.Publish([]reportWrite{{pref("a/ns/p1"), rep(2), true}, {pref("a/ns/p2"), crdt.ReportValue{}, false}}, true)
 	require.Equal(t, []string{"a/ns/p1", "-a/ns/p2", "-a/ns/p3"}, st.writes)
 	require.Equal(t, []string{"a/ns/p1"}, st.Live())
 
 	// tombstoning what is already gone writes nothing
 	st.writes = nil
-	r.Publish([]reportWrite{{"a/ns/p1", rep(2), true}}, true)
-	r.Publish([]reportWrite{{"a/ns/p9", crdt.ReportValue{}, false}}, false)
+	r.Publish([]reportWrite{{pref("a/ns/p1"), rep(2), true}}, true)
+	r.Publish([]reportWrite{{pref("a/ns/p9"), crdt.ReportValue{}, false}}, false)
 	require.Empty(t, st.writes)
 
 	// a standby (or a decommissioned cluster) writes no reports
 	active = false
-	r.Publish([]reportWrite{{"a/ns/p4", rep(1), true}}, true)
+	r.Publish([]reportWrite{{pref("a/ns/p4"), rep(1), true}}, true)
 	require.Empty(t, st.writes)
 	require.Equal(t, []string{"a/ns/p1"}, st.Live())
 }

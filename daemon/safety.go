@@ -274,11 +274,11 @@ func (d *Daemon) gateLoop(ctx context.Context) {
 }
 
 // appendMissing appends the elements of add not in list.
-func appendMissing(list, add []string) []string {
+func appendMissing[K comparable](list, add []K) []K {
 	if len(add) == 0 {
 		return list
 	}
-	seen := make(map[string]bool, len(list))
+	seen := make(map[K]bool, len(list))
 	for _, k := range list {
 		seen[k] = true
 	}

@@ -49,12 +49,12 @@ func TestOutputsSetDegraded(t *testing.T) {
 	ok := enforce.Result{Selected: true}
 	coarse := enforce.Result{Selected: true, Degraded: enforce.ReasonGlobalnetCoarseIdentity}
 	failed := enforce.Result{Selected: true, Error: "bad"}
-	require.Equal(t, "", o.Report(ok, 1).Degraded)
+	require.Equal(t, "", o.Report(enforce.PolicyRef{}, ok, 1).Degraded)
 	require.True(t, o.SetSetDegraded(ReasonDuplicateClusterID))
 	require.False(t, o.SetSetDegraded(ReasonDuplicateClusterID))
-	require.Equal(t, ReasonDuplicateClusterID, o.Report(ok, 1).Degraded)
-	require.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.Report(coarse, 1).Degraded, "the policy's own reason wins")
-	require.Equal(t, "", o.Report(failed, 1).Degraded, "failed is not degraded")
+	require.Equal(t, ReasonDuplicateClusterID, o.Report(enforce.PolicyRef{}, ok, 1).Degraded)
+	require.Equal(t, enforce.ReasonGlobalnetCoarseIdentity, o.Report(enforce.PolicyRef{}, coarse, 1).Degraded, "the policy's own reason wins")
+	require.Equal(t, "", o.Report(enforce.PolicyRef{}, failed, 1).Degraded, "failed is not degraded")
 	require.True(t, o.SetSetDegraded(""))
-	require.Equal(t, "", o.Report(ok, 1).Degraded)
+	require.Equal(t, "", o.Report(enforce.PolicyRef{}, ok, 1).Degraded)
 }

@@ -12,7 +12,6 @@ import (
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
-	"github.com/coastguard-mcnp/coastguard/model"
 )
 
 // statusStore reads and writes MCNP status (kube.StatusWriter).
@@ -22,7 +21,7 @@ type statusStore interface {
 }
 
 // statusLoop aggregates the replicated reports on this cluster's own MCNPs
-// into their status, fired by a debouncer over policy keys. Only the
+// into their status, fired by a debouncer over policies. Only the
 // leader of a cluster still in the set writes status; a failed update is
 // marked again (level-triggered retry).
 type statusLoop struct {
@@ -30,7 +29,7 @@ type statusLoop struct {
 	view  *view
 	roles *roles
 	store statusStore // set before the debouncer runs
-	mark  func(keys ...string)
+	mark  func(keys ...enforce.PolicyRef)
 	m     *metrics
 	log   *slog.Logger
 }
@@ -38,10 +37,10 @@ type statusLoop struct {
 // MarkAll marks every own policy (at the start of a leadership term).
 func (s *statusLoop) MarkAll() {
 	s.view.mu.Lock()
-	var keys []string
+	var keys []enforce.PolicyRef
 	for _, r := range s.view.mirror.Inventory().Policies() {
 		if r.Origin == s.self {
-			keys = append(keys, model.PolicyKey(r))
+			keys = append(keys, r)
 		}
 	}
 	s.view.mu.Unlock()
@@ -51,7 +50,7 @@ func (s *statusLoop) MarkAll() {
 }
 
 // Fire updates the status of the given policies.
-func (s *statusLoop) Fire(ctx context.Context, keys []string) {
+func (s *statusLoop) Fire(ctx context.Context, keys []enforce.PolicyRef) {
 	if !s.roles.acting() {
 		return
 	}
@@ -70,16 +69,15 @@ func (s *statusLoop) Fire(ctx context.Context, keys []string) {
 }
 
 // aggregate computes the status of one own policy from its reports; !ok
-// when the key is not an own policy, or the policy is unknown here.
-func (s *statusLoop) aggregate(k string) (st v1.MultiClusterNetworkPolicyStatus, ns, name string, ok bool) {
-	ref, ok := model.ParsePolicyKey(k)
-	if !ok || ref.Origin != s.self {
+// when ref is not an own policy, or the policy is unknown here.
+func (s *statusLoop) aggregate(ref enforce.PolicyRef) (st v1.MultiClusterNetworkPolicyStatus, ns, name string, ok bool) {
+	if ref.Origin != s.self {
 		return st, "", "", false
 	}
 	s.view.mu.Lock()
 	inv := s.view.mirror.Inventory()
 	p, exists := inv.Policy(ref)
-	reports := s.view.mirror.Reports(k)
+	reports := s.view.mirror.Reports(ref)
 	// the clusterSelector evaluated by the translator's own code, so
 	// status cannot disagree with what is enforced
 	enforcing, err := enforce.EnforcingClusters(inv, ref)

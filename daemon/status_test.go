@@ -13,6 +13,7 @@ import (
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 type fakeStatusStore struct {
@@ -51,29 +52,29 @@ func TestStatusLoopAggregatesReports(t *testing.T) {
 	m, err := newMetrics(prometheus.NewRegistry())
 	require.NoError(t, err)
 	var r roles
-	var marked []string
+	var marked []enforce.PolicyRef
 	store := &fakeStatusStore{updates: map[string]apiv1.MultiClusterNetworkPolicyStatus{}}
 	s := &statusLoop{self: "a", view: &view{mirror: w.mirror, outputs: w.outputs}, roles: &r, store: store,
-		mark: func(k ...string) { marked = append(marked, k...) }, m: m, log: discard}
+		mark: func(k ...enforce.PolicyRef) { marked = append(marked, k...) }, m: m, log: discard}
 
 	s.MarkAll()
-	require.Equal(t, []string{"a/shop/db"}, marked, "only own policies")
-	s.Fire(t.Context(), []string{"a/shop/db"})
+	require.Equal(t, prefs("a/shop/db"), marked, "only own policies")
+	s.Fire(t.Context(), prefs("a/shop/db"))
 	require.Empty(t, store.updates, "a standby writes no status")
 
 	r.leader.Store(true)
-	s.Fire(t.Context(), []string{"a/shop/db", "b/shop/other", "a/gone/x"})
+	s.Fire(t.Context(), prefs("a/shop/db", "b/shop/other", "a/gone/x"))
 	require.Len(t, store.updates, 1)
 	require.Equal(t, "1/2", store.updates["shop/db"].EnforcedSummary, "b has not observed generation 2 yet")
 
 	w.write("b", crdt.KindReport, "a/shop/db", &crdt.ReportValue{ObservedGeneration: 2})
-	s.Fire(t.Context(), []string{"a/shop/db"})
+	s.Fire(t.Context(), prefs("a/shop/db"))
 	require.Equal(t, "2/2", store.updates["shop/db"].EnforcedSummary)
 
 	marked = nil
 	store.fail = errors.New("conflict")
-	s.Fire(t.Context(), []string{"a/shop/db"})
-	require.Equal(t, []string{"a/shop/db"}, marked, "a failed update is retried")
+	s.Fire(t.Context(), prefs("a/shop/db"))
+	require.Equal(t, prefs("a/shop/db"), marked, "a failed update is retried")
 }
 
 // The status counts exactly the clusters the translator enforces the
@@ -91,11 +92,11 @@ func TestStatusEnforcingSetIsTheTranslators(t *testing.T) {
 	r.leader.Store(true)
 	store := &fakeStatusStore{updates: map[string]apiv1.MultiClusterNetworkPolicyStatus{}}
 	s := &statusLoop{self: "a", view: &view{mirror: w.mirror, outputs: w.outputs}, roles: &r, store: store,
-		mark: func(...string) {}, m: m, log: discard}
-	s.Fire(t.Context(), []string{"a/shop/db"})
+		mark: func(...enforce.PolicyRef) {}, m: m, log: discard}
+	s.Fire(t.Context(), prefs("a/shop/db"))
 	require.Equal(t, "1/1", store.updates["shop/db"].EnforcedSummary, "b (region=us) is not selected")
 
 	w.write("b", crdt.KindCluster, "", &crdt.ClusterValue{Labels: map[string]string{"region": "eu"}})
-	s.Fire(t.Context(), []string{"a/shop/db"})
+	s.Fire(t.Context(), prefs("a/shop/db"))
 	require.Equal(t, "1/2", store.updates["shop/db"].EnforcedSummary, "b now selected, has not reported")
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/kube"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -55,9 +56,9 @@ func (d *Daemon) openState() (*store.Replica, error) {
 func (d *Daemon) wireLoops() {
 	o := d.opts
 	d.enf = &enforcer{view: &d.view, roles: &d.roles, m: d.m, log: d.log, lastRun: &d.lastEnforce}
-	d.enforce = kube.NewDebouncer(o.Debounce, o.MaxDelay, nil, d.enf.Fire)
+	d.enforce = kube.NewDebouncerFunc(o.Debounce, o.MaxDelay, nil, enforce.PolicyRef.Compare, d.enf.Fire)
 	d.st = &statusLoop{self: o.ClusterID, view: &d.view, roles: &d.roles, m: d.m, log: d.log}
-	d.stat = kube.NewDebouncer(2*o.Debounce, 4*o.MaxDelay, nil, d.st.Fire)
+	d.stat = kube.NewDebouncerFunc(2*o.Debounce, 4*o.MaxDelay, nil, enforce.PolicyRef.Compare, d.st.Fire)
 	d.st.mark = d.stat.Mark
 	d.rep.Subscribe(d.onChanges)
 }
@@ -154,7 +155,7 @@ func (d *Daemon) wireKube(cancel context.CancelFunc) (kubeParts, error) {
 	var err error
 	d.applier, err = kube.NewApplier(o.Client, k.factory.Networking().V1().NetworkPolicies(),
 		kube.ApplierOptions{Registerer: o.Registry, Logger: d.log, Recorder: k.recorder,
-			OnFailure: func(origin string) { d.enforce.Mark(origin) }})
+			OnFailure: d.markFailed})
 	if err == nil {
 		d.enf.applier = d.applier
 		d.enf.releaseHold = func() {

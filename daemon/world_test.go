@@ -92,3 +92,21 @@ func (w *world) fromScratch(self string) []networkingv1.NetworkPolicy {
 	require.Empty(w.t, m.Load(w.observer))
 	return enforce.Translate(self, m.Inventory())
 }
+
+// pref is the policy reference written "origin/namespace/name".
+func pref(s string) enforce.PolicyRef {
+	r, ok := enforce.ParsePolicyRef(s)
+	if !ok {
+		panic("not a policy reference: " + s)
+	}
+	return r
+}
+
+// prefs is pref of each.
+func prefs(ss ...string) []enforce.PolicyRef {
+	out := make([]enforce.PolicyRef, len(ss))
+	for i, s := range ss {
+		out[i] = pref(s)
+	}
+	return out
+}

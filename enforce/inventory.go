@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -101,7 +102,21 @@ type PolicyRef struct {
 	Name      string
 }
 
+// String is the reference's wire and API form "origin/namespace/name": the
+// name of its report entries (crdt), the AnnotationOrigin of its generated
+// objects, and log output. Inside the program a reference stays typed.
 func (r PolicyRef) String() string { return r.Origin + "/" + r.Namespace + "/" + r.Name }
+
+// ParsePolicyRef is the inverse of String, for the boundaries where a
+// reference arrives as text (a report entry's name, an AnnotationOrigin).
+// It refuses text without two slashes (the name is the rest).
+func ParsePolicyRef(s string) (PolicyRef, bool) {
+	p := strings.SplitN(s, "/", 3)
+	if len(p) != 3 {
+		return PolicyRef{}, false
+	}
+	return PolicyRef{Origin: p[0], Namespace: p[1], Name: p[2]}, true
+}
 
 // Compare orders refs by origin, namespace, name.
 func (r PolicyRef) Compare(o PolicyRef) int {

@@ -22,10 +22,11 @@ import (
 //
 // Mark arms the timer itself, under the lock, so the timer always reflects
 // every mark made so far; that keeps the behaviour exact under a fake clock.
-type Debouncer[K cmp.Ordered] struct {
+type Debouncer[K comparable] struct {
 	quiet, maxDelay time.Duration
 	clock           clock.Clock
 	fire            func(ctx context.Context, keys []K)
+	compare         func(a, b K) int // orders a fired batch
 
 	mu        sync.Mutex
 	dirty     map[K]struct{}
@@ -38,9 +39,15 @@ type Debouncer[K cmp.Ordered] struct {
 	kick chan struct{}
 }
 
-// NewDebouncer returns a debouncer. quiet <= 0 becomes 1ms; maxDelay < quiet
-// is raised to quiet. clk may be nil (the real clock).
+// NewDebouncer returns a debouncer over ordered keys. quiet <= 0 becomes
+// 1ms; maxDelay < quiet is raised to quiet. clk may be nil (the real clock).
 func NewDebouncer[K cmp.Ordered](quiet, maxDelay time.Duration, clk clock.Clock, fire func(ctx context.Context, keys []K)) *Debouncer[K] {
+	return NewDebouncerFunc(quiet, maxDelay, clk, cmp.Compare[K], fire)
+}
+
+// NewDebouncerFunc is NewDebouncer for keys ordered by compare (a batch is
+// fired sorted by it), e.g. a struct key.
+func NewDebouncerFunc[K comparable](quiet, maxDelay time.Duration, clk clock.Clock, compare func(a, b K) int, fire func(ctx context.Context, keys []K)) *Debouncer[K] {
 	if quiet <= 0 {
 		quiet = time.Millisecond
 	}
@@ -53,7 +60,7 @@ func NewDebouncer[K cmp.Ordered](quiet, maxDelay time.Duration, clk clock.Clock,
 	t := clk.NewTimer(time.Hour)
 	t.Stop()
 	return &Debouncer[K]{
-		quiet: quiet, maxDelay: maxDelay, clock: clk, fire: fire,
+		quiet: quiet, maxDelay: maxDelay, clock: clk, fire: fire, compare: compare,
 		dirty: make(map[K]struct{}),
 		timer: t,
 		kick:  make(chan struct{}, 1),
@@ -143,7 +150,7 @@ func (d *Debouncer[K]) takeIfDue() []K {
 	for k := range d.dirty {
 		keys = append(keys, k)
 	}
-	slices.Sort(keys)
+	slices.SortFunc(keys, d.compare)
 	clear(d.dirty)
 	d.leading = false
 	return keys

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,57 +20,56 @@ type Outputs struct {
 	setDegraded string
 	// gateDegraded is ReasonPartialView while the empty-view gate is closed.
 	gateDegraded string
-	// failures are the applier's per-policy problems (by policy key).
-	failures map[string]string
+	// failures are the applier's per-policy problems.
+	failures map[enforce.PolicyRef]string
 	adm      enforce.Admission
-	results  map[string]enforce.Result
-	gens     map[string]int64 // policy generation each result was computed for
+	results  map[enforce.PolicyRef]enforce.Result
+	gens     map[enforce.PolicyRef]int64 // policy generation each result was computed for
 }
 
 // NewOutputs returns empty outputs for the enforcing cluster self.
 func NewOutputs(self string) *Outputs {
-	return &Outputs{self: self, results: map[string]enforce.Result{}, gens: map[string]int64{}}
+	return &Outputs{self: self, results: map[enforce.PolicyRef]enforce.Result{}, gens: map[enforce.PolicyRef]int64{}}
 }
 
 // Recompute evaluates the given policies (all of them when all is set)
-// against the inventory and returns the keys whose report changed. A new
-// policy generation changes the report even when the counts stay the same
-// (an edited port), so that the origin's status can observe it.
-func (o *Outputs) Recompute(inv *enforce.Inventory, keys []string, all bool) []string {
+// against the inventory and returns the policies whose report changed. A
+// new policy generation changes the report even when the counts stay the
+// same (an edited port), so that the origin's status can observe it. The
+// zero PolicyRef (no policy has an empty origin) is skipped.
+func (o *Outputs) Recompute(inv *enforce.Inventory, refs []enforce.PolicyRef, all bool) []enforce.PolicyRef {
 	if all {
-		keys = keys[:0:0]
-		seen := map[string]bool{}
+		refs = refs[:0:0]
+		seen := map[enforce.PolicyRef]bool{}
 		for _, r := range inv.Policies() {
-			k := PolicyKey(r)
-			keys = append(keys, k)
-			seen[k] = true
+			refs = append(refs, r)
+			seen[r] = true
 		}
-		for k := range o.results {
-			if !seen[k] {
-				keys = append(keys, k)
+		for r := range o.results {
+			if !seen[r] {
+				refs = append(refs, r)
 			}
 		}
-		sort.Strings(keys)
+		slices.SortFunc(refs, enforce.PolicyRef.Compare)
 	}
-	var changed []string
-	for _, k := range keys {
-		ref, ok := ParsePolicyKey(k)
-		if !ok {
+	var changed []enforce.PolicyRef
+	for _, ref := range refs {
+		if ref == (enforce.PolicyRef{}) {
 			continue
 		}
-		old, had := o.results[k]
-		oldGen := o.gens[k]
+		old, had := o.results[ref]
+		oldGen := o.gens[ref]
 		res := o.Admit(inv, ref)
 		p, exists := inv.Policy(ref)
 		if !exists {
-			delete(o.results, k)
-			delete(o.gens, k)
+			delete(o.results, ref)
+			delete(o.gens, ref)
 		} else {
-			o.results[k] = res
-			o.gens[k] = p.Generation
+			o.results[ref] = res
+			o.gens[ref] = p.Generation
 		}
-		if !had || o.Report(old, oldGen) != o.Report(res, p.Generation) {
-			changed = append(changed, k)
+		if !had || o.Report(ref, old, oldGen) != o.Report(ref, res, p.Generation) {
+			changed = append(changed, ref)
 		}
 	}
 	return changed
@@ -98,8 +98,8 @@ func (o *Outputs) Desired() []networkingv1.NetworkPolicy {
 }
 
 // Result returns the latest result of a policy.
-func (o *Outputs) Result(key string) (enforce.Result, bool) {
-	r, ok := o.results[key]
+func (o *Outputs) Result(ref enforce.PolicyRef) (enforce.Result, bool) {
+	r, ok := o.results[ref]
 	return r, ok
 }
 
@@ -130,12 +130,13 @@ func degradedText(r enforce.Result) string {
 }
 
 // Report is the report the enforcing cluster publishes for a result of a
-// policy generation: reportOf plus the applier's failure for this policy, the
-// empty-view gate and the cluster-set problem, if any.
-func (o *Outputs) Report(r enforce.Result, generation int64) crdt.ReportValue {
+// generation of policy ref: reportOf plus the applier's failure for this
+// policy (when it generates objects), the empty-view gate and the
+// cluster-set problem, if any.
+func (o *Outputs) Report(ref enforce.PolicyRef, r enforce.Result, generation int64) crdt.ReportValue {
 	v := reportOf(r, generation)
-	if v.Error == "" {
-		if f := o.failures[policyKeyOf(r)]; f != "" {
+	if v.Error == "" && len(r.NetworkPolicies) > 0 {
+		if f := o.failures[ref]; f != "" {
 			v.Error = "not applied: " + f
 		}
 	}
@@ -148,15 +149,6 @@ func (o *Outputs) Report(r enforce.Result, generation int64) crdt.ReportValue {
 	return v
 }
 
-// policyKeyOf is the policy key of a result's generated objects (their
-// origin annotation), "" when it generates none.
-func policyKeyOf(r enforce.Result) string {
-	if len(r.NetworkPolicies) == 0 {
-		return ""
-	}
-	return r.NetworkPolicies[0].Annotations[enforce.AnnotationOrigin]
-}
-
 // SetGuards sets the guard rails applied to every result from now on.
 func (o *Outputs) SetGuards(g enforce.Guards) { o.adm.Guards = g }
 
@@ -167,10 +159,10 @@ func (o *Outputs) SetConsent(c *enforce.Consent) { o.adm.Consent = c }
 // NotAdmitted counts the policies this cluster's consent refuses.
 func (o *Outputs) NotAdmitted() int { return len(o.Refused()) }
 
-// Refused returns the policies this cluster's consent refuses (key ->
+// Refused returns the policies this cluster's consent refuses (policy ->
 // why).
-func (o *Outputs) Refused() map[string]string {
-	out := map[string]string{}
+func (o *Outputs) Refused() map[enforce.PolicyRef]string {
+	out := map[enforce.PolicyRef]string{}
 	for k, r := range o.results {
 		if r.Degraded == enforce.ReasonNotAdmitted {
 			out[k] = strings.Join(r.DegradedDetails, "; ")
@@ -189,10 +181,10 @@ func (o *Outputs) SetGateDegraded(reason string) bool {
 	return true
 }
 
-// SetFailures replaces the applier's per-policy failures (policy key ->
-// why) and returns the keys whose failure changed.
-func (o *Outputs) SetFailures(f map[string]string) []string {
-	var changed []string
+// SetFailures replaces the applier's per-policy failures (policy -> why)
+// and returns the policies whose failure changed.
+func (o *Outputs) SetFailures(f map[enforce.PolicyRef]string) []enforce.PolicyRef {
+	var changed []enforce.PolicyRef
 	for k, v := range f {
 		if o.failures[k] != v {
 			changed = append(changed, k)
@@ -204,7 +196,7 @@ func (o *Outputs) SetFailures(f map[string]string) []string {
 		}
 	}
 	o.failures = f
-	sort.Strings(changed)
+	slices.SortFunc(changed, enforce.PolicyRef.Compare)
 	return changed
 }
 

@@ -11,6 +11,7 @@ import (
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // An MCNP edit that leaves the report's counts unchanged (a new port) must
@@ -35,12 +36,12 @@ func TestRecomputeReportsGenerationChange(t *testing.T) {
 		}
 	}
 	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, spec(5432), 1))
-	key := "a/shop/db"
+	key := enforce.PolicyRef{Origin: "a", Namespace: "shop", Name: "db"}
 	before, ok := w.outputs.Result(key)
 	require.True(t, ok)
 	require.Len(t, before.NetworkPolicies, 1)
 
-	apply := func(v any) []string {
+	apply := func(v any) []enforce.PolicyRef {
 		b, err := crdt.EncodeValue(v)
 		require.NoError(t, err)
 		d, _, err := w.writers["a"].Write(crdt.KindPolicy, "shop/db", b, false, 0)
@@ -51,7 +52,7 @@ func TestRecomputeReportsGenerationChange(t *testing.T) {
 		return w.outputs.Recompute(w.mirror.Inventory(), res.Affected, res.All)
 	}
 	changed := apply(modeltest.PolicyValue(t, spec(5433), 2))
-	require.Equal(t, []string{key}, changed, "new generation, same counts: the report must be rewritten")
+	require.Equal(t, []enforce.PolicyRef{key}, changed, "new generation, same counts: the report must be rewritten")
 	after, _ := w.outputs.Result(key)
 	require.Equal(t, reportOf(before, 1).NetworkPolicies, reportOf(after, 2).NetworkPolicies)
 	require.Equal(t, int32(5433), after.NetworkPolicies[0].Spec.Ingress[0].Ports[0].Port.IntVal)

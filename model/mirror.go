@@ -9,7 +9,7 @@ package model
 import (
 	"encoding/json"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -27,9 +27,9 @@ import (
 type Mirror struct {
 	self     string
 	inv      *enforce.Inventory
-	clusters map[string]map[string]string           // origin -> labels as published
-	counts   map[string]int                         // origin -> live entries mirrored
-	reports  map[string]map[string]crdt.ReportValue // policy key -> enforcing cluster -> report
+	clusters map[string]map[string]string                      // origin -> labels as published
+	counts   map[string]int                                    // origin -> live entries mirrored
+	reports  map[enforce.PolicyRef]map[string]crdt.ReportValue // policy -> enforcing cluster -> report
 	// validOrigin caches the origins found to be DNS-1123 labels (a regexp
 	// per change was a measurable share of a join's mirror work).
 	validOrigin map[string]bool
@@ -57,7 +57,7 @@ func NewMirror(self string) *Mirror {
 		inv:      enforce.NewInventory(),
 		clusters: map[string]map[string]string{},
 		counts:   map[string]int{},
-		reports:  map[string]map[string]crdt.ReportValue{},
+		reports:  map[enforce.PolicyRef]map[string]crdt.ReportValue{},
 		lost:     map[string]*lostOrigin{},
 
 		validOrigin: map[string]bool{},
@@ -84,29 +84,17 @@ func (m *Mirror) SetNetworks(n enforce.Networks) bool {
 // Inventory returns the mirrored inventory (not a copy).
 func (m *Mirror) Inventory() *enforce.Inventory { return m.inv }
 
-// PolicyKey is the debouncer key of a policy: "origin/namespace/name".
-func PolicyKey(r enforce.PolicyRef) string { return r.String() }
-
-// ParsePolicyKey is the inverse of PolicyKey.
-func ParsePolicyKey(k string) (enforce.PolicyRef, bool) {
-	p := strings.SplitN(k, "/", 3)
-	if len(p) != 3 {
-		return enforce.PolicyRef{}, false
-	}
-	return enforce.PolicyRef{Origin: p[0], Namespace: p[1], Name: p[2]}, true
-}
-
 // Load rebuilds the mirror from every entry of a state (start-up); see
 // load (mirrorload.go).
 func (m *Mirror) Load(st *crdt.State) []error { return m.load(st) }
 
 // Result is what one batch of changes means for the enforcer.
 type Result struct {
-	// Affected policies (keys) whose translation for self may have changed.
-	Affected []string
+	// Affected policies whose translation for self may have changed, sorted.
+	Affected []enforce.PolicyRef
 	// StatusDirty lists policies originated by self whose status inputs
-	// (reports, spec, the cluster set) changed.
-	StatusDirty []string
+	// (reports, spec, the cluster set) changed, sorted.
+	StatusDirty []enforce.PolicyRef
 	// All is set when every policy must be recomputed.
 	All bool
 	// LostChanged lists lost origins whose kept policies changed (replaced
@@ -119,8 +107,8 @@ type Result struct {
 // Apply folds a batch of committed changes into the inventory.
 func (m *Mirror) Apply(changes []crdt.Change) Result {
 	var res Result
-	affected := map[string]bool{}
-	status := map[string]bool{}
+	affected := map[enforce.PolicyRef]bool{}
+	status := map[enforce.PolicyRef]bool{}
 	for _, ch := range changes {
 		ech, err := m.apply(ch)
 		if err != nil {
@@ -130,8 +118,8 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 		}
 		kind := mirrorKinds[ch.Key.Kind] // known: apply succeeded
 		if kind.status != nil {
-			if pk := kind.status(m, ch.Key); pk != "" {
-				status[pk] = true
+			if ref, ok := kind.status(m, ch.Key); ok {
+				status[ref] = true
 			}
 		}
 		res.All = res.All || kind.all
@@ -139,7 +127,7 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 			continue
 		}
 		for _, r := range enforce.Affected(m.self, m.inv, *ech) {
-			affected[PolicyKey(r)] = true
+			affected[r] = true
 		}
 	}
 	// origins whose last entry went away (retired) disappear entirely
@@ -160,22 +148,22 @@ func (m *Mirror) Apply(changes []crdt.Change) Result {
 		// cluster set or labels changed: every own policy's enforcing set may change
 		for _, r := range m.inv.Policies() {
 			if r.Origin == m.self {
-				status[PolicyKey(r)] = true
+				status[r] = true
 			}
 		}
 	}
-	res.Affected = sortedKeys(affected)
-	res.StatusDirty = sortedKeys(status)
+	res.Affected = sortedRefs(affected)
+	res.StatusDirty = sortedRefs(status)
 	res.LostChanged = m.takeLostChanged()
 	return res
 }
 
-func sortedKeys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
+func sortedRefs(m map[enforce.PolicyRef]bool) []enforce.PolicyRef {
+	out := make([]enforce.PolicyRef, 0, len(m))
 	for k := range m {
 		out = append(out, k)
 	}
-	sort.Strings(out)
+	slices.SortFunc(out, enforce.PolicyRef.Compare)
 	return out
 }
 
@@ -192,12 +180,10 @@ func policyRef(k crdt.Key) (enforce.PolicyRef, bool) {
 	return enforce.PolicyRef{Origin: k.Origin, Namespace: ns, Name: n}, ok
 }
 
-// reportPolicyKey maps a report entry name "<policyOrigin>/<ns>/<name>" to the policy key.
-func reportPolicyKey(name string) (string, bool) {
-	if _, ok := ParsePolicyKey(name); !ok {
-		return "", false
-	}
-	return name, true
+// reportPolicy maps a report entry's name "<policyOrigin>/<ns>/<name>" (its
+// wire form) to the policy it reports on; !ok for a malformed name.
+func reportPolicy(name string) (enforce.PolicyRef, bool) {
+	return enforce.ParsePolicyRef(name)
 }
 
 func live(e *crdt.Entry) bool { return e != nil && !e.Deleted }
@@ -390,7 +376,7 @@ func (m *Mirror) applyService(ch crdt.Change, isLive bool) (*enforce.Change, err
 // applyReport mirrors a report entry (kept for status; the enforcer does not care).
 func (m *Mirror) applyReport(ch crdt.Change, isLive bool) (*enforce.Change, error) {
 	k := ch.Key
-	pk, ok := reportPolicyKey(k.Name)
+	pk, ok := reportPolicy(k.Name)
 	if !ok {
 		return nil, fmt.Errorf("%s: report name is not origin/namespace/name", k)
 	}
@@ -422,9 +408,9 @@ func withNameLabel(l map[string]string, name string) map[string]string {
 }
 
 // Reports returns the enforcement reports on a policy, by enforcing cluster.
-func (m *Mirror) Reports(policyKey string) map[string]crdt.ReportValue {
-	out := make(map[string]crdt.ReportValue, len(m.reports[policyKey]))
-	for c, r := range m.reports[policyKey] {
+func (m *Mirror) Reports(ref enforce.PolicyRef) map[string]crdt.ReportValue {
+	out := make(map[string]crdt.ReportValue, len(m.reports[ref]))
+	for c, r := range m.reports[ref] {
 		out[c] = r
 	}
 	return out

@@ -179,7 +179,8 @@ func TestReportsAndStatusDirty(t *testing.T) {
 	w := newWorld(t, "a", "a", "b")
 	w.write("a", crdt.KindPolicy, "shop/p", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{}, 3))
 	w.write("b", crdt.KindReport, "a/shop/p", &crdt.ReportValue{ObservedGeneration: 3, NetworkPolicies: 1})
-	rep := w.mirror.Reports("a/shop/p")
+	ref := enforce.PolicyRef{Origin: "a", Namespace: "shop", Name: "p"}
+	rep := w.mirror.Reports(ref)
 	require.Equal(t, int64(3), rep["b"].ObservedGeneration)
 
 	d, _, err := w.writers["b"].Write(crdt.KindReport, "a/shop/p", nil, true, 0)
@@ -187,8 +188,8 @@ func TestReportsAndStatusDirty(t *testing.T) {
 	changes, err := w.observer.Apply(d)
 	require.NoError(t, err)
 	res := w.mirror.Apply(changes)
-	require.Equal(t, []string{"a/shop/p"}, res.StatusDirty)
-	require.Empty(t, w.mirror.Reports("a/shop/p"))
+	require.Equal(t, []enforce.PolicyRef{ref}, res.StatusDirty)
+	require.Empty(t, w.mirror.Reports(ref))
 }
 
 func TestUndecodableEntryIsSkipped(t *testing.T) {
@@ -197,6 +198,19 @@ func TestUndecodableEntryIsSkipped(t *testing.T) {
 	res := m.Apply([]crdt.Change{{Key: e.Key, New: &e}})
 	require.Len(t, res.Errors, 1)
 	require.Equal(t, 1, m.DecodeErrors)
+}
+
+// A report entry's name is the one place a policy reference arrives as
+// text: a name that is not origin/namespace/name is skipped and counted,
+// and marks no policy's status.
+func TestMalformedReportNameIsSkipped(t *testing.T) {
+	m := NewMirror("a")
+	e := crdt.Entry{Key: crdt.Key{Origin: "b", Kind: crdt.KindReport, Name: "a/shop"}, Version: 1}
+	res := m.Apply([]crdt.Change{{Key: e.Key, New: &e}})
+	require.Len(t, res.Errors, 1)
+	require.Contains(t, res.Errors[0].Error(), "report name is not origin/namespace/name")
+	require.Equal(t, 1, m.DecodeErrors)
+	require.Empty(t, res.StatusDirty)
 }
 
 // Entries of an origin that is not a DNS-1123 label (possible only from a

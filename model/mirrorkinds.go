@@ -1,8 +1,6 @@
 package model
 
 import (
-	"strings"
-
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 )
@@ -14,9 +12,9 @@ type mirrorKind struct {
 	// what changed for the enforcer (nil when nothing it translates did).
 	// isLive tells whether ch.New is a live value.
 	decode func(m *Mirror, ch crdt.Change, isLive bool) (*enforce.Change, error)
-	// status, when set, returns the key of the own policy whose status
-	// inputs a change of this entry touches ("" for none).
-	status func(m *Mirror, k crdt.Key) string
+	// status, when set, returns the own policy whose status inputs a
+	// change of this entry touches (!ok for none).
+	status func(m *Mirror, k crdt.Key) (enforce.PolicyRef, bool)
 	// all: a change may alter every policy's enforcing set (the cluster
 	// set or its labels).
 	all bool
@@ -35,17 +33,13 @@ var mirrorKinds = map[crdt.Kind]mirrorKind{
 }
 
 // ownPolicyStatus: an own policy's spec is a status input.
-func ownPolicyStatus(m *Mirror, k crdt.Key) string {
-	if ref, _ := policyRef(k); ref.Origin == m.self {
-		return PolicyKey(ref)
-	}
-	return ""
+func ownPolicyStatus(m *Mirror, k crdt.Key) (enforce.PolicyRef, bool) {
+	ref, _ := policyRef(k)
+	return ref, ref.Origin == m.self
 }
 
 // reportStatus: a report on an own policy is a status input.
-func reportStatus(m *Mirror, k crdt.Key) string {
-	if pk, ok := reportPolicyKey(k.Name); ok && strings.HasPrefix(pk, m.self+"/") {
-		return pk
-	}
-	return ""
+func reportStatus(m *Mirror, k crdt.Key) (enforce.PolicyRef, bool) {
+	ref, ok := reportPolicy(k.Name)
+	return ref, ok && ref.Origin == m.self
 }

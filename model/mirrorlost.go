@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
@@ -58,10 +59,10 @@ func (m *Mirror) keepLost(k crdt.Key, ch crdt.Change) bool {
 
 // RestoreLost puts a lost origin's kept policies (from the store) back into
 // the inventory at start-up, except those the replica holds live again, and
-// returns the keys of the policies restored.
-func (m *Mirror) RestoreLost(origin string, upTo crdt.Version, entries []crdt.Entry) ([]string, []error) {
+// returns the policies restored.
+func (m *Mirror) RestoreLost(origin string, upTo crdt.Version, entries []crdt.Entry) ([]enforce.PolicyRef, []error) {
 	m.MarkLost(origin, upTo)
-	var keys []string
+	var keys []enforce.PolicyRef
 	var errs []error
 	for i := range entries {
 		e := entries[i]
@@ -82,29 +83,29 @@ func (m *Mirror) RestoreLost(origin string, upTo crdt.Version, entries []crdt.En
 			continue
 		}
 		m.lost[origin].kept[e.Name] = true
-		keys = append(keys, PolicyKey(ref))
+		keys = append(keys, ref)
 	}
 	return keys, errs
 }
 
 // ReleaseLost stops keeping a lost origin's policies: those still kept are
-// removed, and their keys returned (to re-enforce).
-func (m *Mirror) ReleaseLost(origin string) []string {
+// removed, and returned (sorted, to re-enforce).
+func (m *Mirror) ReleaseLost(origin string) []enforce.PolicyRef {
 	l, ok := m.lost[origin]
 	if !ok {
 		return nil
 	}
 	delete(m.lost, origin)
-	keys := make([]string, 0, len(l.kept))
+	keys := make([]enforce.PolicyRef, 0, len(l.kept))
 	for name := range l.kept {
 		ref, ok := lostRef(origin, name)
 		if !ok {
 			continue
 		}
 		m.inv.RemovePolicy(ref)
-		keys = append(keys, PolicyKey(ref))
+		keys = append(keys, ref)
 	}
-	sort.Strings(keys)
+	slices.SortFunc(keys, enforce.PolicyRef.Compare)
 	return keys
 }
 

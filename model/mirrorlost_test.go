@@ -80,7 +80,7 @@ func TestLostOriginPoliciesKeepEnforcing(t *testing.T) {
 	require.Equal(t, w.fromScratchWithLost(), modeltest.NPNames(desired), "incremental equals a rebuild with the kept policies restored")
 
 	keys := w.mirror.ReleaseLost("b")
-	require.Equal(t, []string{"b/shop/from-b"}, keys)
+	require.Equal(t, []enforce.PolicyRef{{Origin: "b", Namespace: "shop", Name: "from-b"}}, keys)
 	w.outputs.Recompute(w.mirror.Inventory(), keys, false)
 	require.Empty(t, w.outputs.Desired(), "released: the policy is gone")
 	require.Empty(t, w.mirror.LostPolicies())
@@ -145,7 +145,7 @@ func TestRestoreLost(t *testing.T) {
 	require.Empty(t, m.Load(w.observer))
 	keys, errs := m.RestoreLost("b", r.UpTo, append(kept, crdt.Entry{Key: crdt.Key{Origin: "b", Kind: crdt.KindPod, Name: "shop/x"}}))
 	require.Len(t, errs, 1, "a non-policy entry in the record is reported")
-	require.Equal(t, []string{"b/shop/from-b"}, keys)
+	require.Equal(t, []enforce.PolicyRef{{Origin: "b", Namespace: "shop", Name: "from-b"}}, keys)
 	require.Equal(t, modeltest.NPNames(w.outputs.Desired()), modeltest.NPNames(enforce.Translate("a", m.Inventory())))
 }
 

@@ -168,7 +168,7 @@ func admitted(c string, inv *enforce.Inventory, adm enforce.Admission, log io.Wr
 	outs.Recompute(inv, nil, true)
 	var nps []networkingv1.NetworkPolicy
 	for _, ref := range inv.Policies() {
-		res, _ := outs.Result(model.PolicyKey(ref))
+		res, _ := outs.Result(ref)
 		if res.SkippedNoNamespace {
 			logf(log, "%s: MultiClusterNetworkPolicy %s skipped: no namespace %q in this cluster\n", c, ref, ref.Namespace)
 		}
