@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -210,8 +211,35 @@ func TestKubectlPlugin(t *testing.T) {
 		text := coastguard("status")
 		t.Logf("kubectl coastguard status:\n%s", text)
 		assert.Contains(t, text, "cluster set healthy")
+		// a newcomer's kubeconfig: the three clusters' own files joined
+		// with colons (issue 31: clashing user names made this hang for 5
+		// minutes, then fail)
+		var files []string
+		for _, c := range env.Clusters {
+			files = append(files, c.Kubeconfig)
+		}
+		joined := exec.CommandContext(ctx, kubectlBin, "coastguard", "status", "-o", "json",
+			"--cluster-cidrs="+strings.Join(env.ClusterCIDRs(), ","))
+		joined.Env = append(os.Environ(), "KUBECONFIG="+strings.Join(files, string(os.PathListSeparator)), "HOME="+pathDir)
+		began := time.Now()
+		jout, err := joined.Output()
+		took := time.Since(began)
+		var js cli.Status
+		require.NoError(t, json.Unmarshal(jout, &js), "%s: %v", jout, err)
+		var ee *exec.ExitError
+		if err != nil && (!errors.As(err, &ee) || ee.ExitCode() != 2) {
+			require.NoError(t, err, "status over KUBECONFIG=a:b:c (exit 2 only says unhealthy)")
+		}
+		require.Len(t, js.Views, 3, "every cluster of the joined kubeconfigs")
+		for _, v := range js.Views {
+			require.Empty(t, v.Error, v.Context)
+			require.Len(t, v.Clusters, 3, "view from %s", v.Cluster)
+		}
+		t.Logf("status over the colon-joined kubeconfigs: %d views in %s (problems of the moment: %v)",
+			len(js.Views), took.Round(time.Millisecond), js.Problems)
+		require.Less(t, took, 30*time.Second, "per-context timeouts: never the old 5-minute hang")
 		// the CRD itself, through plain kubectl
-		out, err := kubectl("", "--context", c2.Name, "get", "coastguardclusters")
+		out, err = kubectl("", "--context", c2.Name, "get", "coastguardclusters")
 		require.NoError(t, err)
 		for _, c := range env.Clusters {
 			assert.Contains(t, out, c.Name)
