@@ -40,7 +40,6 @@ var funcLenPending = map[string]string{
 	"cmd/coastguard-bench/packetsChurn":      "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
 	"cmd/coastguard-bench/packetsLatency":    "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
 	"cmd/coastguard-bench/runBytesBreakdown": "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
-	"cmd/coastguard-bench/runStore":          "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
 	"cmd/coastguard-bench/startE2E":          "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
 	"gossip/sim/RunPropagationSim":           "the gossip simulator's driver: split in a follow-up (issue 31 split the production packages first)",
 	"gossip/sim/cmd/gossipsim/main":          "the gossip simulator's driver: split in a follow-up (issue 31 split the production packages first)",
