@@ -237,24 +237,8 @@ func startE2E(ctx context.Context) (*e2eEnv, error) {
 	if err := env.InstallCRDs(ctx, filepath.Join(root, "deploy", "crds")); err != nil {
 		return nil, err
 	}
-	bin, err := harness.Build("./cmd/coastguardd")
-	if err != nil {
+	if err := e.startDaemons(ctx); err != nil {
 		return nil, err
-	}
-	// Pod-IP ownership: the workload gives cluster A's pods IPs from all of
-	// 10.1.x, 10.50.x and 10.100.x, so A's trusted pod CIDRs say so.
-	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.50.0.0/16", env.Clusters[0].Name+"=10.100.0.0/16") // no overlap with B and C: overlapping trusted ranges are refused
-	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: cidrs})
-		if err != nil {
-			return nil, err
-		}
-		e.daemons = append(e.daemons, d)
-	}
-	for _, d := range e.daemons {
-		if err := d.WaitReady(ctx, 90*time.Second); err != nil {
-			return nil, fmt.Errorf("daemon %s: %w", d.NodeName, err)
-		}
 	}
 	for _, c := range env.Clusters {
 		if err := c.EnsureNamespace(ctx, benchNS, nil); err != nil {
@@ -268,18 +252,53 @@ func startE2E(ctx context.Context) (*e2eEnv, error) {
 	if e.a, err = fastClient(a); err != nil {
 		return nil, err
 	}
-	e.watchB, e.watchC = newNPWatch(env.Clusters[1].Name), newNPWatch(env.Clusters[2].Name)
-	for i, w := range []*npWatch{e.watchB, e.watchC} {
-		cl, err := fastClient(env.Clusters[1+i])
-		if err != nil {
-			return nil, err
-		}
-		if err := w.start(ctx, cl); err != nil {
-			return nil, err
-		}
+	if err := e.watchNetworkPolicies(ctx); err != nil {
+		return nil, err
 	}
 	ok = true
 	return e, nil
+}
+
+// startDaemons builds coastguardd, starts one daemon per cluster and waits
+// until every daemon is ready.
+func (e *e2eEnv) startDaemons(ctx context.Context) error {
+	env := e.env
+	bin, err := harness.Build("./cmd/coastguardd")
+	if err != nil {
+		return err
+	}
+	// Pod-IP ownership: the workload gives cluster A's pods IPs from all of
+	// 10.1.x, 10.50.x and 10.100.x, so A's trusted pod CIDRs say so.
+	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.50.0.0/16", env.Clusters[0].Name+"=10.100.0.0/16") // no overlap with B and C: overlapping trusted ranges are refused
+	for _, c := range env.Clusters {
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: cidrs})
+		if err != nil {
+			return err
+		}
+		e.daemons = append(e.daemons, d)
+	}
+	for _, d := range e.daemons {
+		if err := d.WaitReady(ctx, 90*time.Second); err != nil {
+			return fmt.Errorf("daemon %s: %w", d.NodeName, err)
+		}
+	}
+	return nil
+}
+
+// watchNetworkPolicies starts watching the generated NetworkPolicies of B
+// and C.
+func (e *e2eEnv) watchNetworkPolicies(ctx context.Context) error {
+	e.watchB, e.watchC = newNPWatch(e.env.Clusters[1].Name), newNPWatch(e.env.Clusters[2].Name)
+	for i, w := range []*npWatch{e.watchB, e.watchC} {
+		cl, err := fastClient(e.env.Clusters[1+i])
+		if err != nil {
+			return err
+		}
+		if err := w.start(ctx, cl); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *e2eEnv) close() {

@@ -36,7 +36,6 @@ var funcLenPending = map[string]string{
 	"cli/newVerdictCmd":             "cli/verdict.go was being rewritten on branch cli-runtime (issue 31, CLI behaviour) while the rule was extended: split next",
 	"cli/verdictService":            "cli/verdict_service.go (the verdict engine) was being rewritten on branch cli-runtime (issue 31, CLI behaviour) while the rule was extended: split next",
 	"cmd/coastguard-bench/e2eChurn": "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
-	"cmd/coastguard-bench/startE2E": "a make-bench driver: split in a follow-up (issue 31 split the production packages first)",
 	"gossip/sim/RunPropagationSim":  "the gossip simulator's driver: split in a follow-up (issue 31 split the production packages first)",
 	"gossip/sim/cmd/gossipsim/main": "the gossip simulator's driver: split in a follow-up (issue 31 split the production packages first)",
 }
