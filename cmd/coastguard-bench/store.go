@@ -227,12 +227,7 @@ func (res *storeRuns) serialRun(path string, total int, last bool) error {
 		// with the daemon's enforce mirror of the same entries.
 		res.heapRep = float64(heapAlloc()-before) / float64(total)
 	}
-	m := model.NewMirror("cluster-self")
-	m.SetPipeline(daemon.Overlap) // the daemon's cold start
-	var errs []error
-	t1 := time.Now()
-	r.View(func(st *crdt.State) { errs = m.Load(st) })
-	viewed := time.Since(t1)
+	m, viewed, errs := loadMirror(r)
 	if len(errs) > 0 {
 		_ = r.Close()
 		return fmt.Errorf("mirror load: %v", errs[0])
@@ -247,6 +242,17 @@ func (res *storeRuns) serialRun(path string, total int, last bool) error {
 	}
 	res.cold, res.views, res.serial = append(res.cold, ms(opened)), append(res.views, ms(viewed)), append(res.serial, ms(opened+viewed))
 	return nil
+}
+
+// loadMirror loads an enforce mirror from the open replica as the daemon's
+// cold start does, and returns it, how long the load took and its errors.
+func loadMirror(r *store.Replica) (*model.Mirror, time.Duration, []error) {
+	m := model.NewMirror("cluster-self")
+	m.SetPipeline(daemon.Overlap) // the daemon's cold start
+	var errs []error
+	t0 := time.Now()
+	r.View(func(st *crdt.State) { errs = m.Load(st) })
+	return m, time.Since(t0), errs
 }
 
 // loadStateRun measures what the daemon does: daemon.LoadState, the view
