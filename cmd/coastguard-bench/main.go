@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -218,18 +219,14 @@ func main() {
 
 // config validates the parsed flags into the run's configuration.
 func (f cliFlags) config(logger *slog.Logger) (*config, error) {
-	cfg := &config{out: f.out, quick: f.quick, seed: f.seed, log: logger, simUnsigned: f.simUnsigned}
-	var err error
-	if cfg.only, err = parseSections(f.only); err != nil {
-		return nil, err
+	only, errOnly := parseSections(f.only)
+	simN, errN := parseSimNs(f.simNs)
+	profiles, errProfiles := parseSimProfiles(f.simProfiles)
+	if err := cmp.Or(errOnly, errN, errProfiles); err != nil {
+		return nil, err // the first bad flag, in this order
 	}
-	if cfg.simN, err = parseSimNs(f.simNs); err != nil {
-		return nil, err
-	}
-	if cfg.simProfiles, err = parseSimProfiles(f.simProfiles); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return &config{out: f.out, quick: f.quick, seed: f.seed, log: logger, only: only,
+		simN: simN, simProfiles: profiles, simUnsigned: f.simUnsigned}, nil
 }
 
 // parseSections parses -only into the set of sections to run.
