@@ -92,96 +92,140 @@ func runTraffic(ctx context.Context, cfg *config, rec *recorder) error {
 	return runBytesBreakdown(ctx, cfg, rec, 50, 20)
 }
 
+// runBytesBreakdown runs the traffic section on an instrumented mesh of n
+// clusters with the given number of updates.
 func runBytesBreakdown(ctx context.Context, cfg *config, rec *recorder, n, updates int) error {
 	dir, err := os.MkdirTemp("", "coastguard-bench-bytes-")
 	if err != nil {
 		return err
 	}
 	defer removeScratch(dir)
+	m := &bytesMesh{}
+	defer m.close()
+	for i := 0; i < n; i++ {
+		if err := m.join(dir, fmt.Sprintf("b%02d", i)); err != nil {
+			return err
+		}
+	}
+	if err := m.waitFormed(n); err != nil {
+		return err
+	}
+	sleepUntil(ctx, time.Now().Add(3*time.Second))
+	spacing := 400 * time.Millisecond
+	window := time.Duration(updates) * spacing
+	s0, err := snapshot(m.regs, m.nodes)
+	if err != nil {
+		return err
+	}
+	sleepUntil(ctx, time.Now().Add(window))
+	s1, _ := snapshot(m.regs, m.nodes)
+	idle := s1.minus(s0)
+	payload, err := m.publish(ctx, updates, spacing)
+	if err != nil {
+		return err
+	}
+	s2, _ := snapshot(m.regs, m.nodes)
+	recordBreakdown(rec, n, updates, payload, s2.minus(s1).minus(idle))
+	return nil
+}
+
+// bytesMesh is the traffic section's instrumented mesh: per cluster, a
+// replica, its gossip node (WAN defaults, fault transport over loopback)
+// and the node's metrics registry.
+type bytesMesh struct {
+	reps  []*store.Replica
+	nodes []*gossip.Node
+	regs  []*prometheus.Registry
+}
+
+// join adds cluster cl, its replica stored in dir, seeded with every node
+// already in the mesh.
+func (m *bytesMesh) join(dir, cl string) error {
 	quiet := slog.New(slog.DiscardHandler)
 	key := []byte("0123456789abcdef0123456789abcdef")
-	var reps []*store.Replica
-	var nodes []*gossip.Node
-	var regs []*prometheus.Registry
-	defer func() {
-		for _, nd := range nodes {
-			_ = nd.Shutdown()
-		}
-		for _, r := range reps {
-			_ = r.Close()
-		}
-	}()
-	for i := 0; i < n; i++ {
-		cl := fmt.Sprintf("b%02d", i)
-		rep, err := store.OpenReplica(filepath.Join(dir, cl+".db"), cl, store.Options{Logger: quiet})
-		if err != nil {
-			return err
-		}
-		reps = append(reps, rep)
-		inner, err := gossip.NewLoopbackTransport("127.0.0.1")
-		if err != nil {
-			return err
-		}
-		var seeds []string
-		for _, nd := range nodes {
-			seeds = append(seeds, nd.Addr())
-		}
-		reg := prometheus.NewRegistry()
-		nd, err := gossip.New(gossip.Config{NodeName: cl, ClusterID: cl, BindAddr: "127.0.0.1", EphemeralPort: true,
-			Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: quiet, Registerer: reg,
-			Transport: gossip.NewFaultTransport(inner)}, rep)
-		if err != nil {
-			return err
-		}
-		nodes = append(nodes, nd)
-		regs = append(regs, reg)
+	rep, err := store.OpenReplica(filepath.Join(dir, cl+".db"), cl, store.Options{Logger: quiet})
+	if err != nil {
+		return err
 	}
+	m.reps = append(m.reps, rep)
+	inner, err := gossip.NewLoopbackTransport("127.0.0.1")
+	if err != nil {
+		return err
+	}
+	var seeds []string
+	for _, nd := range m.nodes {
+		seeds = append(seeds, nd.Addr())
+	}
+	reg := prometheus.NewRegistry()
+	nd, err := gossip.New(gossip.Config{NodeName: cl, ClusterID: cl, BindAddr: "127.0.0.1", EphemeralPort: true,
+		Keyring: [][]byte{key}, Profile: gossip.ProfileWAN, Seeds: seeds, Logger: quiet, Registerer: reg,
+		Transport: gossip.NewFaultTransport(inner)}, rep)
+	if err != nil {
+		return err
+	}
+	m.nodes = append(m.nodes, nd)
+	m.regs = append(m.regs, reg)
+	return nil
+}
+
+// close shuts the nodes down, then closes the replicas.
+func (m *bytesMesh) close() {
+	for _, nd := range m.nodes {
+		_ = nd.Shutdown()
+	}
+	for _, r := range m.reps {
+		_ = r.Close()
+	}
+}
+
+// waitFormed waits up to 60s for every node to see n members alive.
+func (m *bytesMesh) waitFormed(n int) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ok := true
-		for _, nd := range nodes {
+		for _, nd := range m.nodes {
 			if nd.NumAlive() != n {
 				ok = false
 			}
 		}
 		if ok {
-			break
+			return nil
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("mesh of %d did not form", n)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	sleepUntil(ctx, time.Now().Add(3*time.Second))
-	spacing := 400 * time.Millisecond
-	window := time.Duration(updates) * spacing
-	s0, err := snapshot(regs, nodes)
-	if err != nil {
-		return err
-	}
-	sleepUntil(ctx, time.Now().Add(window))
-	s1, _ := snapshot(regs, nodes)
-	idle := s1.minus(s0)
+}
+
+// publish writes and publishes updates single-pod updates from the first
+// cluster, spacing apart, and returns the encoded size of one update.
+func (m *bytesMesh) publish(ctx context.Context, updates int, spacing time.Duration) (int, error) {
 	payload := 0
 	for u := 0; u < updates; u++ {
 		v, err := realisticPodValue(u)
 		if err != nil {
-			return err
+			return 0, err
 		}
-		d, err := reps[0].Write(crdt.KindPod, fmt.Sprintf("bench/u-%d", u), v, false)
+		d, err := m.reps[0].Write(crdt.KindPod, fmt.Sprintf("bench/u-%d", u), v, false)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if b, err := crdt.EncodeDelta(d); err == nil {
 			payload = len(b)
 		}
-		if err := nodes[0].Publish(d); err != nil {
-			return err
+		if err := m.nodes[0].Publish(d); err != nil {
+			return 0, err
 		}
 		sleepUntil(ctx, time.Now().Add(spacing))
 	}
-	s2, _ := snapshot(regs, nodes)
-	busy := s2.minus(s1).minus(idle)
+	return payload, nil
+}
+
+// recordBreakdown records the busy traffic (idle subtracted) per update
+// per node: wire and coastguard bytes, packets, messages by type and deltas
+// received by path.
+func recordBreakdown(rec *recorder, n, updates, payload int, busy trafficSnapshot) {
 	div := float64(updates * n)
 	types := make([]string, 0, len(busy.msgs))
 	for t := range busy.msgs {
@@ -205,5 +249,4 @@ func runBytesBreakdown(ctx context.Context, cfg *config, rec *recorder, n, updat
 		"n": n, "updates": updates, "payload_b": payload, "app_b": round(app), "packets": round(pk),
 		"overhead_per_packet_b": round(perPacket), "coastguard_msgs_by_type": msgs, "deltas_received_by_path": paths,
 		"what": "instrumented mesh (store.Replica + gossip.Node, WAN defaults); idle window subtracted"}, "", nil)
-	return nil
 }

@@ -237,24 +237,8 @@ func startE2E(ctx context.Context) (*e2eEnv, error) {
 	if err := env.InstallCRDs(ctx, filepath.Join(root, "deploy", "crds")); err != nil {
 		return nil, err
 	}
-	bin, err := harness.Build("./cmd/coastguardd")
-	if err != nil {
+	if err := e.startDaemons(ctx); err != nil {
 		return nil, err
-	}
-	// Pod-IP ownership: the workload gives cluster A's pods IPs from all of
-	// 10.1.x, 10.50.x and 10.100.x, so A's trusted pod CIDRs say so.
-	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.50.0.0/16", env.Clusters[0].Name+"=10.100.0.0/16") // no overlap with B and C: overlapping trusted ranges are refused
-	for _, c := range env.Clusters {
-		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: cidrs})
-		if err != nil {
-			return nil, err
-		}
-		e.daemons = append(e.daemons, d)
-	}
-	for _, d := range e.daemons {
-		if err := d.WaitReady(ctx, 90*time.Second); err != nil {
-			return nil, fmt.Errorf("daemon %s: %w", d.NodeName, err)
-		}
 	}
 	for _, c := range env.Clusters {
 		if err := c.EnsureNamespace(ctx, benchNS, nil); err != nil {
@@ -268,18 +252,53 @@ func startE2E(ctx context.Context) (*e2eEnv, error) {
 	if e.a, err = fastClient(a); err != nil {
 		return nil, err
 	}
-	e.watchB, e.watchC = newNPWatch(env.Clusters[1].Name), newNPWatch(env.Clusters[2].Name)
-	for i, w := range []*npWatch{e.watchB, e.watchC} {
-		cl, err := fastClient(env.Clusters[1+i])
-		if err != nil {
-			return nil, err
-		}
-		if err := w.start(ctx, cl); err != nil {
-			return nil, err
-		}
+	if err := e.watchNetworkPolicies(ctx); err != nil {
+		return nil, err
 	}
 	ok = true
 	return e, nil
+}
+
+// startDaemons builds coastguardd, starts one daemon per cluster and waits
+// until every daemon is ready.
+func (e *e2eEnv) startDaemons(ctx context.Context) error {
+	env := e.env
+	bin, err := harness.Build("./cmd/coastguardd")
+	if err != nil {
+		return err
+	}
+	// Pod-IP ownership: the workload gives cluster A's pods IPs from all of
+	// 10.1.x, 10.50.x and 10.100.x, so A's trusted pod CIDRs say so.
+	cidrs := append(env.ClusterCIDRs(), env.Clusters[0].Name+"=10.50.0.0/16", env.Clusters[0].Name+"=10.100.0.0/16") // no overlap with B and C: overlapping trusted ranges are refused
+	for _, c := range env.Clusters {
+		d, err := env.StartDaemon(c, harness.DaemonOptions{Binary: bin, ClusterCIDRs: cidrs})
+		if err != nil {
+			return err
+		}
+		e.daemons = append(e.daemons, d)
+	}
+	for _, d := range e.daemons {
+		if err := d.WaitReady(ctx, 90*time.Second); err != nil {
+			return fmt.Errorf("daemon %s: %w", d.NodeName, err)
+		}
+	}
+	return nil
+}
+
+// watchNetworkPolicies starts watching the generated NetworkPolicies of B
+// and C.
+func (e *e2eEnv) watchNetworkPolicies(ctx context.Context) error {
+	e.watchB, e.watchC = newNPWatch(e.env.Clusters[1].Name), newNPWatch(e.env.Clusters[2].Name)
+	for i, w := range []*npWatch{e.watchB, e.watchC} {
+		cl, err := fastClient(e.env.Clusters[1+i])
+		if err != nil {
+			return err
+		}
+		if err := w.start(ctx, cl); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (e *e2eEnv) close() {
@@ -370,12 +389,57 @@ type daemonSample struct {
 // e2eChurn writes pod IP changes in A at a fixed rate and measures how far
 // B and C lag behind, the daemons' queue depths and their memory.
 func e2eChurn(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error {
-	pods, rate, dur := 1000, 500, 60*time.Second
+	c := &churnRun{e: e, pods: 1000, rate: 500, dur: 60 * time.Second, quick: cfg.quick}
 	if cfg.quick {
-		pods, dur = 200, 5*time.Second
+		c.pods, c.dur = 200, 5*time.Second
 	}
-	// Create the churn pods (Running, IPs 10.50.x.y) and wait until B has them.
-	names := make([]string, pods)
+	if err := c.createPods(ctx); err != nil {
+		return err
+	}
+	c.rssStart = daemonRSS(e.daemons)
+
+	// Scrape the daemons every second.
+	scr := &daemonScraper{maxPending: map[string]float64{}, maxQueue: map[string]float64{}}
+	scrapeCtx, stopScrape := context.WithCancel(ctx)
+	var scrapeWG sync.WaitGroup
+	scrapeWG.Add(1)
+	go func() {
+		defer scrapeWG.Done()
+		scr.run(scrapeCtx, e.daemons)
+	}()
+
+	c.write(ctx)
+	endAt := time.Now()
+	catchErr := c.awaitCatchUp(ctx)
+	c.catchUp = time.Since(endAt)
+	stopScrape()
+	scrapeWG.Wait()
+	c.rssEnd = daemonRSS(e.daemons)
+	c.record(rec, scr, catchErr == nil)
+	if catchErr != nil {
+		return fmt.Errorf("B/C did not catch up within 120s after the churn: %w", catchErr)
+	}
+	return nil
+}
+
+// churnRun is the churn's workload and what it measured.
+type churnRun struct {
+	e                 *e2eEnv
+	pods, rate        int
+	dur               time.Duration
+	quick             bool
+	names             []string
+	sent, failed      atomic.Int64
+	lastIP            []string // per pod, the last IP written
+	writeDur, catchUp time.Duration
+	rssStart, rssEnd  map[string]uint64
+}
+
+// createPods creates the churn pods (Running, IPs 10.50.x.y) with 8
+// writers and waits until B has them.
+func (c *churnRun) createPods(ctx context.Context) error {
+	e := c.e
+	c.names = make([]string, c.pods)
 	work := make(chan int)
 	var wg sync.WaitGroup
 	var firstErr atomic.Pointer[error]
@@ -385,10 +449,10 @@ func e2eChurn(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error 
 			defer wg.Done()
 			for i := range work {
 				ip := fmt.Sprintf("10.50.%d.%d", i/250, i%250+2)
-				err := createPod(ctx, e.a, names[i], map[string]string{"app": "web", "churn": "yes"})
+				err := createPod(ctx, e.a, c.names[i], map[string]string{"app": "web", "churn": "yes"})
 				if err == nil {
 					e.watchB.expect(ip, time.Now())
-					err = setPodIP(ctx, e.a, names[i], ip)
+					err = setPodIP(ctx, e.a, c.names[i], ip)
 				}
 				if err != nil {
 					firstErr.CompareAndSwap(nil, &err)
@@ -396,8 +460,8 @@ func e2eChurn(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error 
 			}
 		}()
 	}
-	for i := range names {
-		names[i] = fmt.Sprintf("churn-%04d", i)
+	for i := range c.names {
+		c.names[i] = fmt.Sprintf("churn-%04d", i)
 		work <- i
 	}
 	close(work)
@@ -406,173 +470,180 @@ func e2eChurn(ctx context.Context, cfg *config, rec *recorder, e *e2eEnv) error 
 		return *p
 	}
 	if err := harness.Eventually(ctx, 120*time.Second, 100*time.Millisecond, func(context.Context) (bool, error) {
-		return e.watchB.has(fmt.Sprintf("10.50.%d.%d", (pods-1)/250, (pods-1)%250+2)), nil
+		return e.watchB.has(fmt.Sprintf("10.50.%d.%d", (c.pods-1)/250, (c.pods-1)%250+2)), nil
 	}); err != nil {
 		return fmt.Errorf("churn pods never reached B: %w", err)
 	}
 	time.Sleep(2 * time.Second)
 	e.watchB.take()
 	e.watchC.take()
+	return nil
+}
 
-	rssStart := map[string]uint64{}
-	for _, d := range e.daemons {
-		if r, err := d.RSS(); err == nil {
-			rssStart[d.NodeName] = r
-		}
-	}
-
-	// Scrape the daemons every second.
-	var mu sync.Mutex
-	maxPending := map[string]float64{}
-	maxQueue := map[string]float64{}
-	var series []map[string]daemonSample
-	scrapeCtx, stopScrape := context.WithCancel(ctx)
-	var scrapeWG sync.WaitGroup
-	scrapeWG.Add(1)
-	go func() {
-		defer scrapeWG.Done()
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-scrapeCtx.Done():
-				return
-			case <-t.C:
-			}
-			sample := map[string]daemonSample{}
-			for _, d := range e.daemons {
-				cctx, cancel := context.WithTimeout(scrapeCtx, 2*time.Second)
-				fam, err := d.Metrics(cctx)
-				cancel()
-				if err != nil {
-					continue
-				}
-				p, _ := harness.MetricValue(fam, "coastguard_enforcer_pending", nil)
-				q, _ := harness.MetricValue(fam, "coastguard_gossip_broadcast_queue", nil)
-				sample[d.NodeName] = daemonSample{pending: p, queue: q}
-			}
-			mu.Lock()
-			for n, s := range sample {
-				maxPending[n] = max(maxPending[n], s.pending)
-				maxQueue[n] = max(maxQueue[n], s.queue)
-			}
-			series = append(series, sample)
-			mu.Unlock()
-		}
-	}()
-
-	// Paced writers: change k is due at t0 + k/rate.
-	total := int(dur.Seconds()) * rate
+// write runs 32 paced writers: change k is due at t0 + k/rate. The run is
+// time-boxed: when the apiserver cannot absorb the rate, changes past the
+// window are not sent and the achieved rate says so.
+func (c *churnRun) write(ctx context.Context) {
+	e := c.e
+	total := int(c.dur.Seconds()) * c.rate
 	jobs := make(chan int, 64)
-	var sent, failed atomic.Int64
-	lastIP := make([]string, pods)
+	c.lastIP = make([]string, c.pods)
 	var lastMu sync.Mutex
+	var wg sync.WaitGroup
 	for w := 0; w < 32; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for k := range jobs {
-				i := k % pods
+				i := k % c.pods
 				ip := fmt.Sprintf("10.%d.%d.%d", 100+k/65536, (k/256)%256, k%256)
 				at := time.Now()
 				e.watchB.expect(ip, at)
 				e.watchC.expect(ip, at)
-				if err := setPodIP(ctx, e.a, names[i], ip); err != nil {
-					failed.Add(1)
+				if err := setPodIP(ctx, e.a, c.names[i], ip); err != nil {
+					c.failed.Add(1)
 					continue
 				}
-				sent.Add(1)
+				c.sent.Add(1)
 				lastMu.Lock()
-				lastIP[i] = ip
+				c.lastIP[i] = ip
 				lastMu.Unlock()
 			}
 		}()
 	}
-	// The run is time-boxed: when the apiserver cannot absorb the rate,
-	// changes past the window are not sent and the achieved rate says so.
 	t0 := time.Now()
 	for k := 0; k < total && ctx.Err() == nil; k++ {
-		due := t0.Add(time.Duration(k) * time.Second / time.Duration(rate))
+		due := t0.Add(time.Duration(k) * time.Second / time.Duration(c.rate))
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
 		}
-		if time.Since(t0) > dur {
+		if time.Since(t0) > c.dur {
 			break
 		}
 		select {
 		case jobs <- k:
-		case <-time.After(time.Until(t0.Add(dur))):
+		case <-time.After(time.Until(t0.Add(c.dur))):
 		}
 	}
 	close(jobs)
 	wg.Wait()
-	writeDur := time.Since(t0)
-	endAt := time.Now()
+	c.writeDur = time.Since(t0)
+}
 
-	// Catch-up: every pod's final IP must reach B and C.
+// awaitCatchUp waits up to 120s until every pod's final IP reached B and C.
+func (c *churnRun) awaitCatchUp(ctx context.Context) error {
 	var finals []string
-	for _, ip := range lastIP {
+	for _, ip := range c.lastIP {
 		if ip != "" {
 			finals = append(finals, ip)
 		}
 	}
 	caughtUp := func() bool {
 		for _, ip := range finals {
-			if !e.watchB.has(ip) || !e.watchC.has(ip) {
+			if !c.e.watchB.has(ip) || !c.e.watchC.has(ip) {
 				return false
 			}
 		}
 		return true
 	}
-	catchErr := harness.Eventually(ctx, 120*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) { return caughtUp(), nil })
-	catchUp := time.Since(endAt)
-	stopScrape()
-	scrapeWG.Wait()
-	rssEnd := map[string]uint64{}
-	for _, d := range e.daemons {
-		if r, err := d.RSS(); err == nil {
-			rssEnd[d.NodeName] = r
-		}
-	}
-	latB, supersededB := e.watchB.take()
-	latC, supersededC := e.watchC.take()
+	return harness.Eventually(ctx, 120*time.Second, 50*time.Millisecond, func(context.Context) (bool, error) { return caughtUp(), nil })
+}
+
+// record adds the churn's metrics: achieved rate, lag, catch-up, and per
+// daemon its queue depths and memory.
+func (c *churnRun) record(rec *recorder, scr *daemonScraper, keptUp bool) {
+	latB, supersededB := c.e.watchB.take()
+	latC, supersededC := c.e.watchC.take()
 	sb, sc := sortDurations(latB), sortDurations(latC)
 
-	achieved := float64(sent.Load()) / writeDur.Seconds()
-	mu.Lock()
-	endPending := map[string]float64{}
-	if len(series) > 0 {
-		for n, s := range series[len(series)-1] {
-			endPending[n] = s.pending
-		}
-	}
-	mu.Unlock()
-	nodes := make([]string, 0, len(e.daemons))
-	for _, d := range e.daemons {
-		nodes = append(nodes, d.NodeName)
-	}
-	base := map[string]any{"target_rate_per_s": rate, "duration_s": dur.Seconds(), "pods": pods, "writers": 32,
-		"quick_shorter": cfg.quick}
-	rec.add("churn_500_per_s_achieved_rate", achieved, "changes/s", merge(base, map[string]any{"sent": sent.Load(), "failed": failed.Load(),
+	achieved := float64(c.sent.Load()) / c.writeDur.Seconds()
+	endPending, scrapes := scr.end()
+	base := map[string]any{"target_rate_per_s": c.rate, "duration_s": c.dur.Seconds(), "pods": c.pods, "writers": 32,
+		"quick_shorter": c.quick}
+	rec.add("churn_500_per_s_achieved_rate", achieved, "changes/s", merge(base, map[string]any{"sent": c.sent.Load(), "failed": c.failed.Load(),
 		"what": "pod status patches accepted by A's apiserver per second"}), "", nil)
-	keptUp := catchErr == nil
 	rec.add("churn_500_per_s_lag_p99_ms", percentileMS(sb, 0.99), "ms", merge(base, map[string]any{
 		"lag": "status patch in A -> IP in B's NetworkPolicy", "p50_ms": round(percentileMS(sb, 0.5)), "observed": len(sb),
 		"superseded_before_seen": supersededB, "c_p99_ms": round(percentileMS(sc, 0.99)), "c_superseded": supersededC}), "", nil)
-	rec.add("churn_500_per_s_catch_up_ms", ms(catchUp), "ms", merge(base, map[string]any{
+	rec.add("churn_500_per_s_catch_up_ms", ms(c.catchUp), "ms", merge(base, map[string]any{
 		"what": "end of writes until B and C hold every pod's final IP", "caught_up": keptUp}), "", nil)
-	for _, n := range nodes {
-		rec.add("churn_500_per_s_max_enforcer_pending", maxPending[n], "policies", map[string]any{"daemon": n,
-			"end": endPending[n], "max_broadcast_queue": maxQueue[n], "scrapes": len(series),
+	for _, d := range c.e.daemons {
+		n := d.NodeName
+		rec.add("churn_500_per_s_max_enforcer_pending", scr.maxPending[n], "policies", map[string]any{"daemon": n,
+			"end": endPending[n], "max_broadcast_queue": scr.maxQueue[n], "scrapes": scrapes,
 			"note": "inventory workqueue depth is not exported by coastguardd"}, "", nil)
 	}
-	for _, n := range nodes {
-		rec.add("churn_daemon_rss_start_mib", float64(rssStart[n])/(1<<20), "MiB", map[string]any{"daemon": n}, "", nil)
-		rec.add("churn_daemon_rss_end_mib", float64(rssEnd[n])/(1<<20), "MiB", map[string]any{"daemon": n,
-			"growth_mib": round(float64(int64(rssEnd[n])-int64(rssStart[n])) / (1 << 20))}, "", nil)
+	for _, d := range c.e.daemons {
+		n := d.NodeName
+		rec.add("churn_daemon_rss_start_mib", float64(c.rssStart[n])/(1<<20), "MiB", map[string]any{"daemon": n}, "", nil)
+		rec.add("churn_daemon_rss_end_mib", float64(c.rssEnd[n])/(1<<20), "MiB", map[string]any{"daemon": n,
+			"growth_mib": round(float64(int64(c.rssEnd[n])-int64(c.rssStart[n])) / (1 << 20))}, "", nil)
 	}
-	if catchErr != nil {
-		return fmt.Errorf("B/C did not catch up within 120s after the churn: %w", catchErr)
+}
+
+// daemonRSS is each daemon's resident memory, by node name (a daemon whose
+// RSS cannot be read is left out).
+func daemonRSS(daemons []*harness.Daemon) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, d := range daemons {
+		if r, err := d.RSS(); err == nil {
+			out[d.NodeName] = r
+		}
 	}
-	return nil
+	return out
+}
+
+// daemonScraper samples the daemons' enforcer pending and broadcast queue
+// depths, keeping every sample and the maxima per daemon, under mu.
+type daemonScraper struct {
+	mu         sync.Mutex
+	maxPending map[string]float64
+	maxQueue   map[string]float64
+	series     []map[string]daemonSample
+}
+
+// run scrapes the daemons every second until ctx ends.
+func (s *daemonScraper) run(ctx context.Context, daemons []*harness.Daemon) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		sample := map[string]daemonSample{}
+		for _, d := range daemons {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			fam, err := d.Metrics(cctx)
+			cancel()
+			if err != nil {
+				continue
+			}
+			p, _ := harness.MetricValue(fam, "coastguard_enforcer_pending", nil)
+			q, _ := harness.MetricValue(fam, "coastguard_gossip_broadcast_queue", nil)
+			sample[d.NodeName] = daemonSample{pending: p, queue: q}
+		}
+		s.mu.Lock()
+		for n, smp := range sample {
+			s.maxPending[n] = max(s.maxPending[n], smp.pending)
+			s.maxQueue[n] = max(s.maxQueue[n], smp.queue)
+		}
+		s.series = append(s.series, sample)
+		s.mu.Unlock()
+	}
+}
+
+// end returns the last sample's enforcer pending per daemon and the number
+// of samples.
+func (s *daemonScraper) end() (map[string]float64, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	endPending := map[string]float64{}
+	if len(s.series) > 0 {
+		for n, smp := range s.series[len(s.series)-1] {
+			endPending[n] = smp.pending
+		}
+	}
+	return endPending, len(s.series)
 }

@@ -158,56 +158,33 @@ func runEnforce(ctx context.Context, cfg *config, rec *recorder) error {
 	return nil
 }
 
+// enforceOne measures one inventory shape: full regeneration and one
+// remote pod's change, raw enforce and the daemon's path (model.Mirror and
+// model.Outputs). small selects the small shape's sizes and targets.
 func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale, small bool) error {
 	w, changes, err := newWorkload(sc, cfg.seed)
 	if err != nil {
 		return err
 	}
 	self := origin(0)
-	mirror := model.NewMirror(self)
-	// Pod-IP ownership: cluster c's pods are in 10.c.0.0/16.
-	var cidrs []string
-	for c := 0; c < sc.clusters; c++ {
-		cidrs = append(cidrs, fmt.Sprintf("%s=10.%d.0.0/16", origin(c), c))
-	}
-	nets, err := enforce.ParseClusterCIDRs(cidrs)
+	// changes is dead after this call: the collector may free it.
+	mirror, loadDur, err := enforceMirror(sc, self, changes)
 	if err != nil {
 		return err
 	}
-	mirror.SetNetworks(nets)
-	loadDur := timeIt(func() { mirror.Apply(changes) })
-	changes = nil
 	inv := mirror.Inventory()
-	params := func(extra map[string]any) map[string]any {
-		p := map[string]any{"clusters": sc.clusters, "pods": sc.clusters * sc.pods, "mcnps": sc.policies,
-			"namespaces_per_cluster": sc.ns, "apps": sc.apps, "enforcing": self}
-		for k, v := range extra {
-			p[k] = v
-		}
-		return p
-	}
+	res := enforceResult{sc: sc, self: self, small: small, loadDur: loadDur}
 
 	// Full regeneration: raw enforce.Translate and the daemon's
 	// Outputs.Recompute(all) on fresh outputs. Warm-up once, median of runs.
-	runs := 5
+	res.runs = 5
 	if !small {
-		runs = 3
+		res.runs = 3
 	}
 	if cfg.quick {
-		runs = 3
+		res.runs = 3
 	}
-	var nps int
-	_ = enforce.Translate(self, inv) // warm-up
-	var rawFull, dFull []float64
-	for i := 0; i < runs; i++ {
-		rawFull = append(rawFull, ms(timeIt(func() { nps = len(enforce.Translate(self, inv)) })))
-	}
-	var outs *model.Outputs
-	for i := 0; i < runs; i++ {
-		o := model.NewOutputs(self)
-		dFull = append(dFull, ms(timeIt(func() { o.Recompute(inv, nil, true) })))
-		outs = o
-	}
+	outs := res.full(inv)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
@@ -223,61 +200,133 @@ func enforceOne(ctx context.Context, cfg *config, rec *recorder, sc enforceScale
 	if cfg.quick {
 		n = 30
 	}
-	var rawInc, dInc []time.Duration
-	var affected []int
 	for k := 0; k < n; k++ {
 		chs, err := w.podChange(k)
 		if err != nil {
 			return err
 		}
-		ch := chs[0]
-		var res model.Result
-		d := timeIt(func() {
-			res = mirror.Apply(chs)
-			outs.Recompute(inv, res.Affected, res.All)
-		})
-		if len(res.Errors) > 0 {
-			return fmt.Errorf("mirror: %v", res.Errors)
+		if err := res.incremental(chs, mirror, outs, inv); err != nil {
+			return err
 		}
-		dInc = append(dInc, d)
-		affected = append(affected, len(res.Affected))
-
-		// raw enforce on the same inventory: re-apply the same pod's
-		// previous labels is not needed; Affected is computed for the
-		// change just made (labels before and after).
-		var oldV, newV crdt.PodValue
-		if ch.Old != nil {
-			_ = crdt.DecodeValue(ch.Old.Value, &oldV)
-		}
-		_ = crdt.DecodeValue(ch.New.Value, &newV)
-		ns, _, _ := cutNS(ch.Key.Name)
-		rawInc = append(rawInc, timeIt(func() {
-			refs := enforce.Affected(self, inv, enforce.Change{Kind: enforce.ChangePod, Cluster: ch.Key.Origin, Namespace: ns,
-				Labels: []labels.Labels{labels.Set(oldV.Labels), labels.Set(newV.Labels)}})
-			_ = enforce.EvaluateAll(self, inv, refs)
-		}))
 	}
-	rawIncS, dIncS := sortDurations(rawInc), sortDurations(dInc)
+	res.record(rec)
+	return nil
+}
+
+// enforceMirror builds the enforcing cluster's mirror (pod-IP ownership:
+// cluster c's pods are in 10.c.0.0/16) and applies the workload's changes
+// to it; it returns the mirror and how long the apply took.
+func enforceMirror(sc enforceScale, self string, changes []crdt.Change) (*model.Mirror, time.Duration, error) {
+	mirror := model.NewMirror(self)
+	var cidrs []string
+	for c := 0; c < sc.clusters; c++ {
+		cidrs = append(cidrs, fmt.Sprintf("%s=10.%d.0.0/16", origin(c), c))
+	}
+	nets, err := enforce.ParseClusterCIDRs(cidrs)
+	if err != nil {
+		return nil, 0, err
+	}
+	mirror.SetNetworks(nets)
+	return mirror, timeIt(func() { mirror.Apply(changes) }), nil
+}
+
+// enforceResult is one inventory shape's measurements.
+type enforceResult struct {
+	sc      enforceScale
+	self    string
+	small   bool
+	loadDur time.Duration
+	runs    int
+	nps     int
+	// full regenerations in ms: raw enforce.Translate, daemon Recompute(all)
+	rawFull, dFull []float64
+	// incremental changes: raw enforce, daemon path, affected MCNPs
+	rawInc, dInc []time.Duration
+	affected     []int
+}
+
+// full times res.runs full regenerations of inv, raw and through fresh
+// daemon outputs (after one warm-up), and returns the last outputs.
+func (res *enforceResult) full(inv *enforce.Inventory) *model.Outputs {
+	_ = enforce.Translate(res.self, inv) // warm-up
+	for i := 0; i < res.runs; i++ {
+		res.rawFull = append(res.rawFull, ms(timeIt(func() { res.nps = len(enforce.Translate(res.self, inv)) })))
+	}
+	var outs *model.Outputs
+	for i := 0; i < res.runs; i++ {
+		o := model.NewOutputs(res.self)
+		res.dFull = append(res.dFull, ms(timeIt(func() { o.Recompute(inv, nil, true) })))
+		outs = o
+	}
+	return outs
+}
+
+// incremental times one pod change chs through the daemon's path (mirror
+// and outputs), then raw enforce on the same inventory.
+func (res *enforceResult) incremental(chs []crdt.Change, mirror *model.Mirror, outs *model.Outputs, inv *enforce.Inventory) error {
+	ch := chs[0]
+	var r model.Result
+	d := timeIt(func() {
+		r = mirror.Apply(chs)
+		outs.Recompute(inv, r.Affected, r.All)
+	})
+	if len(r.Errors) > 0 {
+		return fmt.Errorf("mirror: %v", r.Errors)
+	}
+	res.dInc = append(res.dInc, d)
+	res.affected = append(res.affected, len(r.Affected))
+
+	// raw enforce on the same inventory: re-apply the same pod's
+	// previous labels is not needed; Affected is computed for the
+	// change just made (labels before and after).
+	var oldV, newV crdt.PodValue
+	if ch.Old != nil {
+		_ = crdt.DecodeValue(ch.Old.Value, &oldV)
+	}
+	_ = crdt.DecodeValue(ch.New.Value, &newV)
+	ns, _, _ := cutNS(ch.Key.Name)
+	res.rawInc = append(res.rawInc, timeIt(func() {
+		refs := enforce.Affected(res.self, inv, enforce.Change{Kind: enforce.ChangePod, Cluster: ch.Key.Origin, Namespace: ns,
+			Labels: []labels.Labels{labels.Set(oldV.Labels), labels.Set(newV.Labels)}})
+		_ = enforce.EvaluateAll(res.self, inv, refs)
+	}))
+	return nil
+}
+
+// params are the shape's parameters with extra added.
+func (res *enforceResult) params(extra map[string]any) map[string]any {
+	sc := res.sc
+	p := map[string]any{"clusters": sc.clusters, "pods": sc.clusters * sc.pods, "mcnps": sc.policies,
+		"namespaces_per_cluster": sc.ns, "apps": sc.apps, "enforcing": res.self}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+// record adds the shape's enforce metrics.
+func (res *enforceResult) record(rec *recorder) {
+	sc := res.sc
+	rawIncS, dIncS := sortDurations(res.rawInc), sortDurations(res.dInc)
 	avgAff := 0.0
-	for _, a := range affected {
+	for _, a := range res.affected {
 		avgAff += float64(a)
 	}
-	avgAff /= float64(len(affected))
+	avgAff /= float64(len(res.affected))
 
 	fullT, incT := "<= 100", "<= 20"
 	fullOK, incOK := le(100), le(20)
-	if !small {
+	if !res.small {
 		fullT, fullOK = "", nil
 		incT, incOK = "<= 10", le(10)
 	}
-	common := map[string]any{"netpols": nps, "runs": runs, "mirror_load_ms": round(ms(loadDur))}
-	rec.add("enforce_full_ms", median(rawFull), "ms", params(merge(common, map[string]any{"path": "enforce.Translate", "scale": sc.name})), fullT, fullOK)
-	rec.add("enforce_full_daemon_ms", median(dFull), "ms", params(merge(common, map[string]any{"path": "model.Outputs.Recompute(all)", "scale": sc.name})), fullT, fullOK)
-	incParams := map[string]any{"changes": n, "affected_avg": round(avgAff), "stat": "median"}
-	rec.add("enforce_incremental_ms", percentileMS(rawIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "enforce.Affected+EvaluateAll", "p99_ms": round(percentileMS(rawIncS, 0.99)), "scale": sc.name})), incT, incOK)
-	rec.add("enforce_incremental_daemon_ms", percentileMS(dIncS, 0.5), "ms", params(merge(incParams, map[string]any{"path": "model.Mirror.Apply+Outputs.Recompute", "p99_ms": round(percentileMS(dIncS, 0.99)), "scale": sc.name})), incT, incOK)
-	rec.add("enforce_full_over_incremental", median(dFull)/percentileMS(dIncS, 0.5), "ratio", params(map[string]any{"path": "daemon", "scale": sc.name}), "", nil)
-	return nil
+	common := map[string]any{"netpols": res.nps, "runs": res.runs, "mirror_load_ms": round(ms(res.loadDur))}
+	rec.add("enforce_full_ms", median(res.rawFull), "ms", res.params(merge(common, map[string]any{"path": "enforce.Translate", "scale": sc.name})), fullT, fullOK)
+	rec.add("enforce_full_daemon_ms", median(res.dFull), "ms", res.params(merge(common, map[string]any{"path": "model.Outputs.Recompute(all)", "scale": sc.name})), fullT, fullOK)
+	incParams := map[string]any{"changes": len(res.dInc), "affected_avg": round(avgAff), "stat": "median"}
+	rec.add("enforce_incremental_ms", percentileMS(rawIncS, 0.5), "ms", res.params(merge(incParams, map[string]any{"path": "enforce.Affected+EvaluateAll", "p99_ms": round(percentileMS(rawIncS, 0.99)), "scale": sc.name})), incT, incOK)
+	rec.add("enforce_incremental_daemon_ms", percentileMS(dIncS, 0.5), "ms", res.params(merge(incParams, map[string]any{"path": "model.Mirror.Apply+Outputs.Recompute", "p99_ms": round(percentileMS(dIncS, 0.99)), "scale": sc.name})), incT, incOK)
+	rec.add("enforce_full_over_incremental", median(res.dFull)/percentileMS(dIncS, 0.5), "ratio", res.params(map[string]any{"path": "daemon", "scale": sc.name}), "", nil)
 }
 
 func cutNS(name string) (string, string, bool) {

@@ -5,13 +5,9 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/coastguard-mcnp/coastguard/crdt"
-	"github.com/coastguard-mcnp/coastguard/daemon"
-	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -46,12 +42,7 @@ func benchHeap(b *testing.B, rs int) {
 		r, err := store.OpenReplica(path, "", store.Options{Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(b, err)
 		rep := heapAlloc()
-		m := model.NewMirror("cluster-self")
-		m.SetPipeline(daemon.Overlap) // the daemon's cold start
-		var errs []error
-		t0 := time.Now()
-		r.View(func(st *crdt.State) { errs = m.Load(st) })
-		load := time.Since(t0)
+		m, load, errs := loadMirror(r)
 		require.Empty(b, errs)
 		withMirror := heapAlloc()
 		b.ReportMetric(float64(rep-before)/total, "B/entry-replica")

@@ -17,6 +17,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,64 +164,51 @@ func round(v float64) float64 {
 
 func le(limit float64) func(float64) bool { return func(v float64) bool { return v <= limit } }
 
-func main() {
-	out := flag.String("out", "bench", "output directory (results.json, results.md, *.svg)")
-	quick := flag.Bool("quick", false, "small sizes and short durations (~2 min); for CI, asserts nothing")
-	only := flag.String("only", "", "comma list of sections: e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets,services (default all)")
-	seed := flag.Uint64("seed", 20261122, "seed for every generated workload")
-	verbose := flag.Bool("v", false, "debug logging")
-	simNs := flag.String("sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
-	simProfiles := flag.String("sim-profiles", "lan,wan", "timing profiles used with -sim-n")
-	simUnsigned := flag.Bool("sim-unsigned", false, "simulate coastguard members without signing keys (default: signed entries, state marks and membership, as deployed)")
+// cliFlags is the command line as parsed, before validation.
+type cliFlags struct {
+	out, only, simNs, simProfiles string
+	simChild, joinChild           string
+	quick, verbose, simUnsigned   bool
+	seed                          uint64
+}
+
+// parseFlags declares the flags and parses the command line.
+func parseFlags() cliFlags {
+	var f cliFlags
+	flag.StringVar(&f.out, "out", "bench", "output directory (results.json, results.md, *.svg)")
+	flag.BoolVar(&f.quick, "quick", false, "small sizes and short durations (~2 min); for CI, asserts nothing")
+	flag.StringVar(&f.only, "only", "", "comma list of sections: e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets,services (default all)")
+	flag.Uint64Var(&f.seed, "seed", 20261122, "seed for every generated workload")
+	flag.BoolVar(&f.verbose, "v", false, "debug logging")
+	flag.StringVar(&f.simNs, "sim-n", "", "comma list of mesh sizes for the sim section, run with both LAN and WAN timings (default: LAN 10,50,100,300 and WAN 300)")
+	flag.StringVar(&f.simProfiles, "sim-profiles", "lan,wan", "timing profiles used with -sim-n")
+	flag.BoolVar(&f.simUnsigned, "sim-unsigned", false, "simulate coastguard members without signing keys (default: signed entries, state marks and membership, as deployed)")
 	flag.DurationVar(&simTimeoutOverride, "sim-timeout", 0, "deadline of one simulated mesh in the sim section (default 90s + 0.6s*N)")
-	simChild := flag.String("sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
-	joinChild := flag.String("join-child", "", "internal: run the join section's cluster set (JSON options) until stdin closes")
+	flag.StringVar(&f.simChild, "sim-child", "", "internal: run one simulation (JSON options) and print its JSON result")
+	flag.StringVar(&f.joinChild, "join-child", "", "internal: run the join section's cluster set (JSON options) until stdin closes")
 	flag.Parse()
-	if *simChild != "" {
-		os.Exit(simChildMain(*simChild))
+	return f
+}
+
+func main() {
+	f := parseFlags()
+	if f.simChild != "" {
+		os.Exit(simChildMain(f.simChild))
 	}
-	if *joinChild != "" {
-		os.Exit(joinChildMain(*joinChild))
+	if f.joinChild != "" {
+		os.Exit(joinChildMain(f.joinChild))
 	}
 
 	level := slog.LevelInfo
-	if *verbose {
+	if f.verbose {
 		level = slog.LevelDebug
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	slog.SetDefault(logger)
-	cfg := &config{out: *out, quick: *quick, seed: *seed, log: logger, only: map[string]bool{}}
-	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true, "sign": true, "join": true, "packets": true, "services": true}
-	for _, s := range strings.Split(*only, ",") {
-		if s = strings.TrimSpace(s); s != "" {
-			if !known[s] {
-				fmt.Fprintf(os.Stderr, "unknown section %q (want e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets,services)\n", s)
-				os.Exit(2)
-			}
-			cfg.only[s] = true
-		}
-	}
-	cfg.simUnsigned = *simUnsigned
-	for _, f := range strings.Split(*simNs, ",") {
-		if f = strings.TrimSpace(f); f == "" {
-			continue
-		}
-		v, err := strconv.Atoi(f)
-		if err != nil || v < 2 {
-			fmt.Fprintf(os.Stderr, "bad -sim-n entry %q\n", f)
-			os.Exit(2)
-		}
-		cfg.simN = append(cfg.simN, v)
-	}
-	for _, p := range strings.Split(*simProfiles, ",") {
-		switch p = strings.TrimSpace(p); p {
-		case "lan", "wan", "local":
-			cfg.simProfiles = append(cfg.simProfiles, p)
-		case "":
-		default:
-			fmt.Fprintf(os.Stderr, "bad -sim-profiles entry %q (want lan, wan, local)\n", p)
-			os.Exit(2)
-		}
+	cfg, err := f.config(logger)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
 	}
 	if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -229,21 +217,73 @@ func main() {
 	os.Exit(run(cfg))
 }
 
-// run runs the selected sections, writes the report into cfg.out and returns
-// the exit code: 1 if a section failed or the report could not be written.
-func run(cfg *config) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+// config validates the parsed flags into the run's configuration.
+func (f cliFlags) config(logger *slog.Logger) (*config, error) {
+	only, errOnly := parseSections(f.only)
+	simN, errN := parseSimNs(f.simNs)
+	profiles, errProfiles := parseSimProfiles(f.simProfiles)
+	if err := cmp.Or(errOnly, errN, errProfiles); err != nil {
+		return nil, err // the first bad flag, in this order
+	}
+	return &config{out: f.out, quick: f.quick, seed: f.seed, log: logger, only: only,
+		simN: simN, simProfiles: profiles, simUnsigned: f.simUnsigned}, nil
+}
 
-	rep := Report{Started: time.Now().UTC(), Quick: cfg.quick, Seed: cfg.seed, Machine: describeMachine()}
-	rec := &recorder{}
-	fmt.Fprintf(os.Stderr, "coastguard-bench: %s\n", rep.Machine)
-	fmt.Fprintln(os.Stderr, "NOTE: figures come from a shared machine (2 cores shared with other jobs); absolute times are noisy, same-run ratios are the comparable figures.")
+// parseSections parses -only into the set of sections to run.
+func parseSections(only string) (map[string]bool, error) {
+	known := map[string]bool{"traffic": true, "e2e": true, "sim": true, "bytes": true, "heal": true, "enforce": true, "store": true, "reach": true, "sign": true, "join": true, "packets": true, "services": true}
+	out := map[string]bool{}
+	for _, s := range strings.Split(only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !known[s] {
+				return nil, fmt.Errorf("unknown section %q (want e2e,sim,bytes,traffic,heal,enforce,store,reach,sign,join,packets,services)", s)
+			}
+			out[s] = true
+		}
+	}
+	return out, nil
+}
 
-	sections := []struct {
-		name string
-		run  func(context.Context, *config, *recorder) error
-	}{
+// parseSimNs parses -sim-n: mesh sizes of at least 2.
+func parseSimNs(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil || v < 2 {
+			return nil, fmt.Errorf("bad -sim-n entry %q", f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// parseSimProfiles parses -sim-profiles: lan, wan or local.
+func parseSimProfiles(list string) ([]string, error) {
+	var out []string
+	for _, p := range strings.Split(list, ",") {
+		switch p = strings.TrimSpace(p); p {
+		case "lan", "wan", "local":
+			out = append(out, p)
+		case "":
+		default:
+			return nil, fmt.Errorf("bad -sim-profiles entry %q (want lan, wan, local)", p)
+		}
+	}
+	return out, nil
+}
+
+// section is one part of the bench, run when -only selects it.
+type section struct {
+	name string
+	run  func(context.Context, *config, *recorder) error
+}
+
+// sections lists every section in the order they run.
+func sections() []section {
+	return []section{
 		// Cheap, CPU-bound sections first; the real-apiserver section
 		// starts processes and is the most expensive.
 		{"enforce", runEnforce},
@@ -259,7 +299,39 @@ func run(cfg *config) int {
 		{"join", runJoin},         // a new cluster joining a signed set (join.go)
 		{"services", runServices}, // the exported-Service kind's cost (services.go)
 	}
-	for _, s := range sections {
+}
+
+// run runs the selected sections, writes the report into cfg.out and returns
+// the exit code: 1 if a section failed or the report could not be written.
+func run(cfg *config) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	rep := Report{Started: time.Now().UTC(), Quick: cfg.quick, Seed: cfg.seed, Machine: describeMachine()}
+	rec := &recorder{}
+	fmt.Fprintf(os.Stderr, "coastguard-bench: %s\n", rep.Machine)
+	fmt.Fprintln(os.Stderr, "NOTE: figures come from a shared machine (2 cores shared with other jobs); absolute times are noisy, same-run ratios are the comparable figures.")
+
+	rep.Errors = runSections(ctx, cfg, rec)
+	rep.Metrics = rec.metrics
+	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
+
+	if err := writeReport(cfg.out, rep, rec); err != nil {
+		fmt.Fprintln(os.Stderr, "coastguard-bench:", err)
+		return 1
+	}
+	if len(rep.Errors) > 0 {
+		fmt.Fprintf(os.Stderr, "coastguard-bench: %d section(s) failed\n", len(rep.Errors))
+		return 1
+	}
+	return 0
+}
+
+// runSections runs the sections cfg selects in order, until ctx ends, and
+// returns the failures as "section: error".
+func runSections(ctx context.Context, cfg *config, rec *recorder) []string {
+	var failed []string
+	for _, s := range sections() {
 		if !cfg.want(s.name) {
 			continue
 		}
@@ -272,36 +344,31 @@ func run(cfg *config) int {
 		slog.Info("section done", "section", s.name, "took", time.Since(began).Round(time.Millisecond))
 		if err != nil {
 			slog.Error("section failed", "section", s.name, "err", err)
-			rep.Errors = append(rep.Errors, fmt.Sprintf("%s: %v", s.name, err))
+			failed = append(failed, fmt.Sprintf("%s: %v", s.name, err))
 		}
 		runtime.GC()
 	}
-	rep.Metrics = rec.metrics
-	rep.Duration = time.Since(rep.Started).Round(time.Second).String()
+	return failed
+}
 
+// writeReport prints the Markdown table and writes results.json,
+// results.md and the plots into dir.
+func writeReport(dir string, rep Report, rec *recorder) error {
 	table := markdown(rep)
 	fmt.Print(table)
 	var errs []error
 	if b, err := json.MarshalIndent(rep, "", "  "); err != nil {
 		errs = append(errs, err)
-	} else if err := os.WriteFile(filepath.Join(cfg.out, "results.json"), append(b, '\n'), 0o644); err != nil {
+	} else if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
 		errs = append(errs, err)
 	}
-	if err := os.WriteFile(filepath.Join(cfg.out, "results.md"), []byte(table), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(table), 0o644); err != nil {
 		errs = append(errs, err)
 	}
-	if err := writePlots(cfg.out, rec); err != nil {
+	if err := writePlots(dir, rec); err != nil {
 		errs = append(errs, err)
 	}
-	if err := errors.Join(errs...); err != nil {
-		fmt.Fprintln(os.Stderr, "coastguard-bench:", err)
-		return 1
-	}
-	if len(rep.Errors) > 0 {
-		fmt.Fprintf(os.Stderr, "coastguard-bench: %d section(s) failed\n", len(rep.Errors))
-		return 1
-	}
-	return 0
+	return errors.Join(errs...)
 }
 
 // markdown renders the report as a Markdown table.

@@ -256,33 +256,7 @@ func runPackets(ctx context.Context, cfg *config, rec *recorder) error {
 func packetsLatency(ctx context.Context, rec *recorder, p *packetsEnv, n int) error {
 	var allow, deny splitLatency
 	for i := range n {
-		name, ip := fmt.Sprintf("web-%d", i), fmt.Sprintf("10.1.%d.%d", 1+i/200, 10+i%200)
-		p.watch.reset(ip)
-		if _, err := p.a.CreatePod(ctx, benchNS, name, map[string]string{"app": "web"}); err != nil {
-			return err
-		}
-		if _, err := p.a.SetPodStatus(ctx, benchNS, name, ip, corev1.PodRunning); err != nil {
-			return err
-		}
-		t0 := p.dp.AttachedAt(p.a, benchNS, name)
-		tPkt, err := p.until(ctx, name, func(err error) bool { return err == nil })
-		if err != nil {
-			return err
-		}
-		added, _ := p.watch.times(ip)
-		allow.add(t0, added, tPkt)
-
-		t1 := time.Now()
-		if _, err := p.a.Client.CoreV1().Pods(benchNS).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"batch"}}}`), metav1.PatchOptions{}); err != nil {
-			return err
-		}
-		tRef, err := p.until(ctx, name, func(err error) bool { return err != nil })
-		if err != nil {
-			return err
-		}
-		_, removed := p.watch.times(ip)
-		deny.add(t1, removed, tRef)
-		if err := p.a.DeletePod(ctx, benchNS, name); err != nil {
+		if err := packetsAllowDeny(ctx, p, i, &allow, &deny); err != nil {
 			return err
 		}
 	}
@@ -317,11 +291,58 @@ func packetsLatency(ctx context.Context, rec *recorder, p *packetsEnv, n int) er
 	return nil
 }
 
+// packetsAllowDeny measures web pod i of packetsLatency: from Running to
+// its first allowed connection (into allow), then from its label's removal
+// to its first refused one (into deny); it deletes the pod after.
+func packetsAllowDeny(ctx context.Context, p *packetsEnv, i int, allow, deny *splitLatency) error {
+	name, ip := fmt.Sprintf("web-%d", i), fmt.Sprintf("10.1.%d.%d", 1+i/200, 10+i%200)
+	p.watch.reset(ip)
+	if _, err := p.a.CreatePod(ctx, benchNS, name, map[string]string{"app": "web"}); err != nil {
+		return err
+	}
+	if _, err := p.a.SetPodStatus(ctx, benchNS, name, ip, corev1.PodRunning); err != nil {
+		return err
+	}
+	t0 := p.dp.AttachedAt(p.a, benchNS, name)
+	tPkt, err := p.until(ctx, name, func(err error) bool { return err == nil })
+	if err != nil {
+		return err
+	}
+	added, _ := p.watch.times(ip)
+	allow.add(t0, added, tPkt)
+
+	t1 := time.Now()
+	if _, err := p.a.Client.CoreV1().Pods(benchNS).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"batch"}}}`), metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	tRef, err := p.until(ctx, name, func(err error) bool { return err != nil })
+	if err != nil {
+		return err
+	}
+	_, removed := p.watch.times(ip)
+	deny.add(t1, removed, tRef)
+	return p.a.DeletePod(ctx, benchNS, name)
+}
+
 // churnPod is one holder of an IP in cluster A during the churn.
 type churnPod struct {
 	name    string
 	web     bool
 	prevWeb bool // the IP's previous holder was a web pod
+}
+
+// churnSlots is how many IPs of A the churn creates, deletes and re-uses.
+const churnSlots = 16
+
+// churnState is the churn's pods and what the probes saw, under mu.
+type churnState struct {
+	mu          sync.Mutex
+	holders     map[string]*churnPod // ip -> current holder
+	lastWeb     map[string]bool
+	leaks       int
+	probes      int
+	staleAllows int
+	reuseWindow time.Duration
 }
 
 // packetsChurn creates, deletes and re-uses IPs of pods in A for d while
@@ -332,87 +353,96 @@ type churnPod struct {
 // held its IP is the IP-reuse window, reported as its longest duration.
 func packetsChurn(ctx context.Context, cfg *config, rec *recorder, p *packetsEnv, d time.Duration) error {
 	rng := rand.New(rand.NewPCG(cfg.seed, 28))
-	const slots = 16
-	var mu sync.Mutex
-	holders := map[string]*churnPod{} // ip -> current holder
-	lastWeb := map[string]bool{}
-	var leaks, probes, staleAllows int
-	var reuseWindow time.Duration
+	st := &churnState{holders: map[string]*churnPod{}, lastWeb: map[string]bool{}}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				mu.Lock()
-				ip := fmt.Sprintf("10.1.200.%d", 10+(w+4*i)%slots)
-				h := holders[ip]
-				mu.Unlock()
-				if h == nil {
-					time.Sleep(time.Millisecond)
-					continue
-				}
-				started := p.dp.AttachedAt(p.a, benchNS, h.name)
-				err := p.dialDB(ctx, h.name)
-				mu.Lock()
-				probes++
-				if err == nil && !h.web {
-					if h.prevWeb {
-						staleAllows++
-						reuseWindow = max(reuseWindow, time.Since(started))
-					} else {
-						leaks++
-					}
-				}
-				mu.Unlock()
-			}
+			st.probe(ctx, p, w, stop)
 		}()
 	}
-	deadline := time.Now().Add(d)
-	changes := 0
-	var churnErr error
-	for seq := 0; time.Now().Before(deadline) && churnErr == nil; seq++ {
-		ip := fmt.Sprintf("10.1.200.%d", 10+rng.IntN(slots))
-		mu.Lock()
-		h := holders[ip]
-		if h != nil {
-			delete(holders, ip)
-		}
-		mu.Unlock()
-		if h != nil {
-			churnErr = p.a.DeletePod(ctx, benchNS, h.name)
-		} else {
-			h = &churnPod{name: fmt.Sprintf("churn-%d", seq), web: rng.IntN(2) == 0, prevWeb: lastWeb[ip]}
-			labels := map[string]string{"app": "batch"}
-			if h.web {
-				labels["app"] = "web"
-			}
-			if _, err := p.a.RunPod(ctx, benchNS, h.name, ip, labels); err != nil {
-				churnErr = err
-				break
-			}
-			mu.Lock()
-			holders[ip], lastWeb[ip] = h, h.web
-			mu.Unlock()
-		}
-		changes++
-		time.Sleep(time.Duration(50+rng.IntN(150)) * time.Millisecond)
-	}
+	changes, churnErr := st.churn(ctx, p, rng, d)
 	close(stop)
 	wg.Wait()
 	if churnErr != nil {
 		return churnErr
 	}
-	params := map[string]any{"duration_s": d.Seconds(), "changes": changes, "probes": probes, "ip_slots": slots, "stale_allows": staleAllows}
-	rec.add("packets churn leaks", float64(leaks), "connections", params, "= 0", func(v float64) bool { return v == 0 })
-	rec.add("packets churn longest stale allow after IP reuse", ms(reuseWindow), "ms", params, "", nil)
+	params := map[string]any{"duration_s": d.Seconds(), "changes": changes, "probes": st.probes, "ip_slots": churnSlots, "stale_allows": st.staleAllows}
+	rec.add("packets churn leaks", float64(st.leaks), "connections", params, "= 0", func(v float64) bool { return v == 0 })
+	rec.add("packets churn longest stale allow after IP reuse", ms(st.reuseWindow), "ms", params, "", nil)
 	return nil
+}
+
+// probe is prober w of 4: until stop closes, it connects from the holder of
+// every fourth IP slot to B's db and counts leaks and stale allows.
+func (st *churnState) probe(ctx context.Context, p *packetsEnv, w int, stop <-chan struct{}) {
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		st.mu.Lock()
+		ip := fmt.Sprintf("10.1.200.%d", 10+(w+4*i)%churnSlots)
+		h := st.holders[ip]
+		st.mu.Unlock()
+		if h == nil {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		started := p.dp.AttachedAt(p.a, benchNS, h.name)
+		err := p.dialDB(ctx, h.name)
+		st.mu.Lock()
+		st.probes++
+		if err == nil && !h.web {
+			if h.prevWeb {
+				st.staleAllows++
+				st.reuseWindow = max(st.reuseWindow, time.Since(started))
+			} else {
+				st.leaks++
+			}
+		}
+		st.mu.Unlock()
+	}
+}
+
+// churn, for d, deletes the holder of a random IP slot or gives the free
+// slot to a new pod (web or not, at random), 50-200ms apart; it returns how
+// many changes it made.
+func (st *churnState) churn(ctx context.Context, p *packetsEnv, rng *rand.Rand, d time.Duration) (int, error) {
+	deadline := time.Now().Add(d)
+	changes := 0
+	for seq := 0; time.Now().Before(deadline); seq++ {
+		ip := fmt.Sprintf("10.1.200.%d", 10+rng.IntN(churnSlots))
+		st.mu.Lock()
+		h := st.holders[ip]
+		if h != nil {
+			delete(st.holders, ip)
+		}
+		st.mu.Unlock()
+		if h != nil {
+			if err := p.a.DeletePod(ctx, benchNS, h.name); err != nil {
+				return changes + 1, err
+			}
+		} else {
+			h = &churnPod{name: fmt.Sprintf("churn-%d", seq), web: rng.IntN(2) == 0, prevWeb: st.lastWeb[ip]}
+			labels := map[string]string{"app": "batch"}
+			if h.web {
+				labels["app"] = "web"
+			}
+			if _, err := p.a.RunPod(ctx, benchNS, h.name, ip, labels); err != nil {
+				return changes, err
+			}
+			st.mu.Lock()
+			st.holders[ip], st.lastWeb[ip] = h, h.web
+			st.mu.Unlock()
+		}
+		changes++
+		time.Sleep(time.Duration(50+rng.IntN(150)) * time.Millisecond)
+	}
+	return changes, nil
 }
 
 // packetsReuse: a web pod is deleted and its IP given at once to a pod the

@@ -27,26 +27,36 @@ func simMS(d time.Duration) float64 {
 	return ms(d)
 }
 
-// runSim measures propagation of single-pod updates through in-process
-// meshes over loopback UDP/TCP (encrypted as deployed), coastguard and the
-// naive baseline back to back at each size.
-func runSim(ctx context.Context, cfg *config, rec *recorder) error {
-	type plan struct {
-		profile gossip.Profile
-		ns      []int
-	}
-	plans := []plan{{gossip.ProfileLAN, []int{10, 50, 100, 300}}, {gossip.ProfileWAN, []int{300}}}
+// simPlan is one timing profile and the mesh sizes run with it.
+type simPlan struct {
+	profile gossip.Profile
+	ns      []int
+}
+
+// simPlans returns the meshes the sim section runs (-sim-n and
+// -sim-profiles, or the defaults; -quick: one small LAN mesh) and the
+// updates per mesh.
+func simPlans(cfg *config) ([]simPlan, int) {
+	plans := []simPlan{{gossip.ProfileLAN, []int{10, 50, 100, 300}}, {gossip.ProfileWAN, []int{300}}}
 	if len(cfg.simN) > 0 {
 		plans = nil
 		for _, p := range cfg.simProfiles {
-			plans = append(plans, plan{gossip.Profile(p), cfg.simN})
+			plans = append(plans, simPlan{gossip.Profile(p), cfg.simN})
 		}
 	}
 	updates := 15
 	if cfg.quick {
-		plans = []plan{{gossip.ProfileLAN, []int{10}}}
+		plans = []simPlan{{gossip.ProfileLAN, []int{10}}}
 		updates = 5
 	}
+	return plans, updates
+}
+
+// runSim measures propagation of single-pod updates through in-process
+// meshes over loopback UDP/TCP (encrypted as deployed), coastguard and the
+// naive baseline back to back at each size.
+func runSim(ctx context.Context, cfg *config, rec *recorder) error {
+	plans, updates := simPlans(cfg)
 	var errs []error
 	for _, pl := range plans {
 		for _, n := range pl.ns {
@@ -62,44 +72,62 @@ func runSim(ctx context.Context, cfg *config, rec *recorder) error {
 				errs = append(errs, fmt.Errorf("%s N=%d: %w", pl.profile, n, errors.Join(cgErr, nvErr)))
 				if nvErr == nil {
 					// keep the baseline point even when ours failed
-					rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", map[string]any{"n": n, "profile": string(pl.profile),
-						"mode": "naive", "p50_ms": round(simMS(nv.P50)), "received": fmt.Sprintf("%d/%d", nv.Received, nv.Expected),
-						"updates": updates, "timings": profileTimings(pl.profile)}, "", nil)
-					rec.simPoints = append(rec.simPoints, simPoint{Mode: "naive", Profile: string(pl.profile), N: n, P99ms: simMS(nv.P99)})
+					recordSimNaive(rec, pl.profile, n, updates, nv)
 				}
 				continue
 			}
-			target, ok := "", (func(float64) bool)(nil)
-			if n == 300 {
-				switch pl.profile {
-				case gossip.ProfileLAN:
-					target, ok = "<= 1000", le(1000)
-				case gossip.ProfileWAN:
-					target, ok = "<= 2000", le(2000)
-				}
-			}
-			params := map[string]any{"n": n, "profile": string(pl.profile), "timings": profileTimings(pl.profile),
-				"updates": updates, "payload_b": cg.PayloadBytes, "transport": "loopback UDP/TCP, AES-GCM keyring", "signed": !cfg.simUnsigned}
-			recv := func(r sim.Result) string { return fmt.Sprintf("%d/%d", r.Received, r.Expected) }
-			rec.add("sim_propagation_p99_ms", simMS(cg.P99), "ms", merge(params, map[string]any{"mode": "coastguard",
-				"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen,
-				"tail_members": cg.TailMembers, "short_views": cg.ShortViews}, fdParams(cg)), target, ok)
-			rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", merge(params, map[string]any{"mode": "naive",
-				"p50_ms": round(simMS(nv.P50)), "received": recv(nv), "min_members_seen": nv.MinMembersSeen,
-				"tail_members": nv.TailMembers, "short_views": nv.ShortViews}, fdParams(nv)), "", nil)
-			rec.add("sim_p99_ratio_ours_over_naive", ratio(simMS(cg.P99), simMS(nv.P99)), "ratio",
-				map[string]any{"n": n, "profile": string(pl.profile), "p50_ratio": round(ratio(simMS(cg.P50), simMS(nv.P50))),
-					"received": recv(cg), "received_naive": recv(nv)}, "< 1", func(v float64) bool { return v < 1 })
-			rec.add("sim_wire_bytes_per_update_per_node_ratio_ours_over_naive", ratio(cg.WireBytesPerUpdatePerNode, nv.WireBytesPerUpdatePerNode), "ratio",
-				map[string]any{"n": n, "profile": string(pl.profile), "ours_wire_b": round(cg.WireBytesPerUpdatePerNode), "naive_wire_b": round(nv.WireBytesPerUpdatePerNode),
-					"app_ratio":   round(ratio(cg.AppBytesPerUpdatePerNode, nv.AppBytesPerUpdatePerNode)),
-					"gross_ratio": round(ratio(cg.GrossWireBytesPerUpdatePerNode, nv.GrossWireBytesPerUpdatePerNode))}, "< 1", func(v float64) bool { return v < 1 })
-			rec.simPoints = append(rec.simPoints,
-				simPoint{Mode: "coastguard", Profile: string(pl.profile), N: n, P99ms: simMS(cg.P99)},
-				simPoint{Mode: "naive", Profile: string(pl.profile), N: n, P99ms: simMS(nv.P99)})
+			recordSimPair(rec, cfg, pl.profile, n, updates, cg, nv)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// recordSimNaive records the naive baseline's point of a mesh whose
+// coastguard run failed.
+func recordSimNaive(rec *recorder, profile gossip.Profile, n, updates int, nv sim.Result) {
+	rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", map[string]any{"n": n, "profile": string(profile),
+		"mode": "naive", "p50_ms": round(simMS(nv.P50)), "received": fmt.Sprintf("%d/%d", nv.Received, nv.Expected),
+		"updates": updates, "timings": profileTimings(profile)}, "", nil)
+	rec.simPoints = append(rec.simPoints, simPoint{Mode: "naive", Profile: string(profile), N: n, P99ms: simMS(nv.P99)})
+}
+
+// simTarget is the p99 goal of a coastguard mesh: at N=300, 1s on LAN and
+// 2s on WAN timings; none otherwise.
+func simTarget(profile gossip.Profile, n int) (string, func(float64) bool) {
+	if n == 300 {
+		switch profile {
+		case gossip.ProfileLAN:
+			return "<= 1000", le(1000)
+		case gossip.ProfileWAN:
+			return "<= 2000", le(2000)
+		}
+	}
+	return "", nil
+}
+
+// recordSimPair records a mesh size's coastguard and naive runs and their
+// ratios.
+func recordSimPair(rec *recorder, cfg *config, profile gossip.Profile, n, updates int, cg, nv sim.Result) {
+	target, ok := simTarget(profile, n)
+	params := map[string]any{"n": n, "profile": string(profile), "timings": profileTimings(profile),
+		"updates": updates, "payload_b": cg.PayloadBytes, "transport": "loopback UDP/TCP, AES-GCM keyring", "signed": !cfg.simUnsigned}
+	recv := func(r sim.Result) string { return fmt.Sprintf("%d/%d", r.Received, r.Expected) }
+	rec.add("sim_propagation_p99_ms", simMS(cg.P99), "ms", merge(params, map[string]any{"mode": "coastguard",
+		"p50_ms": round(simMS(cg.P50)), "received": recv(cg), "min_members_seen": cg.MinMembersSeen,
+		"tail_members": cg.TailMembers, "short_views": cg.ShortViews}, fdParams(cg)), target, ok)
+	rec.add("sim_propagation_p99_ms_naive", simMS(nv.P99), "ms", merge(params, map[string]any{"mode": "naive",
+		"p50_ms": round(simMS(nv.P50)), "received": recv(nv), "min_members_seen": nv.MinMembersSeen,
+		"tail_members": nv.TailMembers, "short_views": nv.ShortViews}, fdParams(nv)), "", nil)
+	rec.add("sim_p99_ratio_ours_over_naive", ratio(simMS(cg.P99), simMS(nv.P99)), "ratio",
+		map[string]any{"n": n, "profile": string(profile), "p50_ratio": round(ratio(simMS(cg.P50), simMS(nv.P50))),
+			"received": recv(cg), "received_naive": recv(nv)}, "< 1", func(v float64) bool { return v < 1 })
+	rec.add("sim_wire_bytes_per_update_per_node_ratio_ours_over_naive", ratio(cg.WireBytesPerUpdatePerNode, nv.WireBytesPerUpdatePerNode), "ratio",
+		map[string]any{"n": n, "profile": string(profile), "ours_wire_b": round(cg.WireBytesPerUpdatePerNode), "naive_wire_b": round(nv.WireBytesPerUpdatePerNode),
+			"app_ratio":   round(ratio(cg.AppBytesPerUpdatePerNode, nv.AppBytesPerUpdatePerNode)),
+			"gross_ratio": round(ratio(cg.GrossWireBytesPerUpdatePerNode, nv.GrossWireBytesPerUpdatePerNode))}, "< 1", func(v float64) bool { return v < 1 })
+	rec.simPoints = append(rec.simPoints,
+		simPoint{Mode: "coastguard", Profile: string(profile), N: n, P99ms: simMS(cg.P99)},
+		simPoint{Mode: "naive", Profile: string(profile), N: n, P99ms: simMS(nv.P99)})
 }
 
 // fdParams reports how settled the mesh's failure detector was: the wait

@@ -130,6 +130,9 @@ func heapAlloc() uint64 {
 	return ms.HeapAlloc
 }
 
+// runStore measures the store: building the fixture (when it is not
+// cached), cold start, heap per entry and the time a restarting daemon
+// needs before it can enforce.
 func runStore(ctx context.Context, cfg *config, rec *recorder) error {
 	origins, per := 10, 100_000
 	runs := 3
@@ -158,106 +161,140 @@ func runStore(ctx context.Context, cfg *config, rec *recorder) error {
 		return ctx.Err()
 	}
 
-	quiet := slog.New(slog.DiscardHandler)
 	// Each run, back to back: the two steps one after the other (store
 	// open, then Mirror.Load of the restored state), then what the daemon
 	// does (daemon.LoadState: the view built while the replica restores
 	// the same entries, on the second core). The latter is "ready to
 	// enforce", the cold-start figure.
-	var cold, views, serial, ready []float64
-	var heapRep, heapMirror float64
+	var res storeRuns
 	for i := 0; i < runs; i++ {
-		before := heapAlloc()
-		t0 := time.Now()
-		r, err := store.OpenReplica(path, "", store.Options{Logger: quiet})
-		if err != nil {
-			return fmt.Errorf("open: %w", err)
-		}
-		var n int
-		r.View(func(st *crdt.State) {
-			for _, o := range st.Origins() {
-				n += st.Len(o)
-			}
-		})
-		opened := time.Since(t0)
-		if n != total {
-			_ = r.Close()
-			return fmt.Errorf("replica holds %d entries, want %d", n, total)
-		}
-		last := i == runs-1
-		if last {
-			// Live heap of an open replica (bbolt mmap is not heap), then
-			// with the daemon's enforce mirror of the same entries.
-			heapRep = float64(heapAlloc()-before) / float64(total)
-		}
-		m := model.NewMirror("cluster-self")
-		m.SetPipeline(daemon.Overlap) // the daemon's cold start
-		var errs []error
-		t1 := time.Now()
-		r.View(func(st *crdt.State) { errs = m.Load(st) })
-		viewed := time.Since(t1)
-		if len(errs) > 0 {
-			_ = r.Close()
-			return fmt.Errorf("mirror load: %v", errs[0])
-		}
-		if last {
-			heapMirror = float64(heapAlloc()-before) / float64(total)
-		}
-		runtime.KeepAlive(m)
-		runtime.KeepAlive(r)
-		if err := r.Close(); err != nil {
+		if err := res.serialRun(path, total, i == runs-1); err != nil {
 			return err
 		}
-		cold, views, serial = append(cold, ms(opened)), append(views, ms(viewed)), append(serial, ms(opened+viewed))
 		heapAlloc() // the serial run's garbage is not the next run's to collect
-
-		m2 := model.NewMirror("cluster-self")
-		m2.SetPipeline(daemon.Overlap) // the daemon's cold start
-		t2 := time.Now()
-		r2, errs, err := daemon.LoadState(path, "", store.Options{Logger: quiet}, m2)
-		if err != nil {
-			return fmt.Errorf("load state: %w", err)
-		}
-		ready = append(ready, ms(time.Since(t2)))
-		if len(errs) > 0 || len(m2.Inventory().Clusters()) != origins {
-			_ = r2.Close()
-			return fmt.Errorf("load state: %d clusters in the view, errors %v", len(m2.Inventory().Clusters()), errs)
-		}
-		runtime.KeepAlive(m2)
-		if err := r2.Close(); err != nil {
+		if err := res.loadStateRun(path, origins); err != nil {
 			return err
 		}
 		heapAlloc()
 	}
-	target, ok := "<= 10000", le(10000)
+	res.record(rec, cfg, params, runs)
+	return nil
+}
+
+// storeRuns collects the store section's figures over its runs.
+type storeRuns struct {
+	// per run, in ms: store open, Mirror.Load after it, both one after
+	// the other, and daemon.LoadState
+	cold, views, serial, ready []float64
+	// live heap per entry of the last run: the open replica, and it with
+	// the enforce mirror
+	heapRep, heapMirror float64
+}
+
+// quickless returns the target for a full run, none for a -quick one (its
+// sizes are too small for the goal to mean anything).
+func quickless(cfg *config, target string, limit float64) (string, func(float64) bool) {
 	if cfg.quick {
-		target, ok = "", nil
+		return "", nil
 	}
-	rec.add("cold_start_ms", median(cold), "ms", merge(params, map[string]any{
+	return target, le(limit)
+}
+
+// serialRun opens the store, checks it holds total entries, then loads a
+// mirror from it (the two steps one after the other), and measures the heap
+// on the last run.
+func (res *storeRuns) serialRun(path string, total int, last bool) error {
+	quiet := slog.New(slog.DiscardHandler)
+	before := heapAlloc()
+	t0 := time.Now()
+	r, err := store.OpenReplica(path, "", store.Options{Logger: quiet})
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	var n int
+	r.View(func(st *crdt.State) {
+		for _, o := range st.Origins() {
+			n += st.Len(o)
+		}
+	})
+	opened := time.Since(t0)
+	if n != total {
+		_ = r.Close()
+		return fmt.Errorf("replica holds %d entries, want %d", n, total)
+	}
+	if last {
+		// Live heap of an open replica (bbolt mmap is not heap), then
+		// with the daemon's enforce mirror of the same entries.
+		res.heapRep = float64(heapAlloc()-before) / float64(total)
+	}
+	m, viewed, errs := loadMirror(r)
+	if len(errs) > 0 {
+		_ = r.Close()
+		return fmt.Errorf("mirror load: %v", errs[0])
+	}
+	if last {
+		res.heapMirror = float64(heapAlloc()-before) / float64(total)
+	}
+	runtime.KeepAlive(m)
+	runtime.KeepAlive(r)
+	if err := r.Close(); err != nil {
+		return err
+	}
+	res.cold, res.views, res.serial = append(res.cold, ms(opened)), append(res.views, ms(viewed)), append(res.serial, ms(opened+viewed))
+	return nil
+}
+
+// loadMirror loads an enforce mirror from the open replica as the daemon's
+// cold start does, and returns it, how long the load took and its errors.
+func loadMirror(r *store.Replica) (*model.Mirror, time.Duration, []error) {
+	m := model.NewMirror("cluster-self")
+	m.SetPipeline(daemon.Overlap) // the daemon's cold start
+	var errs []error
+	t0 := time.Now()
+	r.View(func(st *crdt.State) { errs = m.Load(st) })
+	return m, time.Since(t0), errs
+}
+
+// loadStateRun measures what the daemon does: daemon.LoadState, the view
+// built while the replica restores; it checks the view holds every origin.
+func (res *storeRuns) loadStateRun(path string, origins int) error {
+	m2 := model.NewMirror("cluster-self")
+	m2.SetPipeline(daemon.Overlap) // the daemon's cold start
+	t2 := time.Now()
+	r2, errs, err := daemon.LoadState(path, "", store.Options{Logger: slog.New(slog.DiscardHandler)}, m2)
+	if err != nil {
+		return fmt.Errorf("load state: %w", err)
+	}
+	res.ready = append(res.ready, ms(time.Since(t2)))
+	if len(errs) > 0 || len(m2.Inventory().Clusters()) != origins {
+		_ = r2.Close()
+		return fmt.Errorf("load state: %d clusters in the view, errors %v", len(m2.Inventory().Clusters()), errs)
+	}
+	runtime.KeepAlive(m2)
+	return r2.Close()
+}
+
+// record adds the store section's metrics.
+func (res *storeRuns) record(rec *recorder, cfg *config, params map[string]any, runs int) {
+	target, ok := quickless(cfg, "<= 10000", 10000)
+	rec.add("cold_start_ms", median(res.cold), "ms", merge(params, map[string]any{
 		"path": "store.OpenReplica (default check: after unclean shutdown only) + crdt.Restore", "runs": runs, "stat": "median",
 		"page_cache": "warm (the store prefetches the file sequentially before opening)"}), target, ok)
-	htarget, hok := "<= 500", le(500)
-	if cfg.quick {
-		htarget, hok = "", nil
-	}
-	rec.add("heap_bytes_per_entry", heapRep, "B", merge(params, map[string]any{
+	htarget, hok := quickless(cfg, "<= 500", 500)
+	rec.add("heap_bytes_per_entry", res.heapRep, "B", merge(params, map[string]any{
 		"what": "live heap of an open store.Replica (crdt state + names) per pod entry"}), htarget, hok)
-	rec.add("heap_bytes_per_entry_with_mirror", heapMirror, "B", merge(params, map[string]any{
+	rec.add("heap_bytes_per_entry_with_mirror", res.heapMirror, "B", merge(params, map[string]any{
 		"what": "replica + model.Mirror (enforce inventory) per pod entry"}), "", nil)
-	rec.add("mirror_load_ms", median(views), "ms", merge(params, map[string]any{
+	rec.add("mirror_load_ms", median(res.views), "ms", merge(params, map[string]any{
 		"what": "model.Mirror.Load of the open replica (decode + enforce inventory), after the store open",
 		"runs": runs, "stat": "median"}), "", nil)
-	rec.add("ready_serial_ms", median(serial), "ms", merge(params, map[string]any{
+	rec.add("ready_serial_ms", median(res.serial), "ms", merge(params, map[string]any{
 		"what": "store open, then Mirror.Load, one after the other (the daemon's start-up before LoadState)",
-		"runs": runs, "stat": "median", "runs_ms": roundAll(serial)}), "", nil)
-	rtarget, rok := "<= 3000", le(3000)
-	if cfg.quick {
-		rtarget, rok = "", nil
-	}
-	rec.add("ready_to_enforce_ms", median(ready), "ms", merge(params, map[string]any{
+		"runs": runs, "stat": "median", "runs_ms": roundAll(res.serial)}), "", nil)
+	rtarget, rok := quickless(cfg, "<= 3000", 3000)
+	rec.add("ready_to_enforce_ms", median(res.ready), "ms", merge(params, map[string]any{
 		"what": "daemon.LoadState: store open with the enforce view built while the replica restores (what a restarting daemon needs before it can enforce)",
-		"runs": runs, "stat": "median", "runs_ms": roundAll(ready), "page_cache": "warm"}), rtarget, rok)
-	return nil
+		"runs": runs, "stat": "median", "runs_ms": roundAll(res.ready), "page_cache": "warm"}), rtarget, rok)
 }
 
 func roundAll(v []float64) []float64 {

@@ -202,52 +202,92 @@ func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error
 	if opts.Naive {
 		res.Mode = "naive"
 	}
-	arr := &arrivals{lat: map[int][]time.Duration{}, who: map[int][]int{}, seen: map[[2]int]bool{}}
-	var keys [][]byte
-	if !opts.NoEncryption {
-		keys = [][]byte{simKey}
-	}
-
-	var members []member
-	var writer *cgMember
-	var naiveWriter *naiveMember
-	defer func() { shutdownAll(members, 20*time.Second) }()
+	m := &simMesh{opts: opts, arr: &arrivals{lat: map[int][]time.Duration{}, who: map[int][]int{}, seen: map[[2]int]bool{}}}
+	defer func() { shutdownAll(m.members, 20*time.Second) }()
 
 	fd := startFD(installFDSink())
 	defer func() { res.FD = fd.finish() }()
 
+	if err := m.start(); err != nil {
+		return res, err
+	}
+	if err := m.join(ctx); err != nil {
+		return res, err
+	}
+	if err := m.awaitViews(ctx, &res); err != nil {
+		return res, err
+	}
+	if err := settle(ctx, fd, opts, &res); err != nil {
+		return res, err
+	}
+	m.measureIdle(ctx, &res)
+	if opts.Updates == 0 {
+		return res, ctx.Err()
+	}
+	if err := m.runUpdates(ctx, fd, &res); err != nil {
+		return res, err
+	}
+	m.latencies(&res)
+	return res, nil
+}
+
+// publisher is the writing member (member 0) of a mesh.
+type publisher interface {
+	publish(u int, value []byte) (int, error)
+}
+
+// simMesh is one simulated mesh: its members, the writing one, and the
+// receipts of the updates.
+type simMesh struct {
+	opts    Options
+	members []member
+	writer  publisher
+	arr     *arrivals
+}
+
+// start creates the mesh's opts.N members (coastguard ones preloaded with
+// opts.Entries, or naive ones); member 0 is the writer.
+func (m *simMesh) start() error {
+	opts := m.opts
+	var keys [][]byte
+	if !opts.NoEncryption {
+		keys = [][]byte{simKey}
+	}
 	var preload []crdt.Delta
 	if !opts.Naive && opts.Entries > 0 {
 		preload = preloadDeltas(opts.N, opts.Entries)
 	}
 	for i := 0; i < opts.N; i++ {
-		if opts.Naive {
-			m, err := newNaiveMember(i, opts, keys, arr)
-			if err != nil {
-				return res, err
-			}
-			if i == 0 {
-				naiveWriter = m
-			}
-			members = append(members, m)
-			continue
+		var mb interface {
+			member
+			publisher
 		}
-		m, err := newCGMember(i, opts, keys, arr, preload)
+		var err error
+		if opts.Naive {
+			mb, err = newNaiveMember(i, opts, keys, m.arr)
+		} else {
+			mb, err = newCGMember(i, opts, keys, m.arr, preload)
+		}
 		if err != nil {
-			return res, err
+			return err
 		}
 		if i == 0 {
-			writer = m
+			m.writer = mb
 		}
-		members = append(members, m)
+		m.members = append(m.members, mb)
 	}
-	// Join: each new member joins a random earlier one (another one if that
-	// join fails: a TCP push/pull can time out on a starved machine), paced
-	// at opts.JoinRate.
+	return nil
+}
+
+// join has each new member join a random earlier one (another one if that
+// join fails: a TCP push/pull can time out on a starved machine), paced at
+// opts.JoinRate.
+func (m *simMesh) join(ctx context.Context) error {
+	members := m.members
 	joinStart := time.Now()
 	for i := 1; i < len(members); i++ {
-		if opts.JoinRate > 0 {
-			sleepCtx(ctx, time.Until(joinStart.Add(time.Duration(float64(i-1)/opts.JoinRate*float64(time.Second)))))
+		if m.opts.JoinRate > 0 {
+			sleepCtx(ctx, time.Until(joinStart.Add(time.Duration(float64(i-1)/m.opts.JoinRate*float64(time.Second)))))
 		}
 		var err error
 		for try := 0; try < 3; try++ {
@@ -257,45 +297,52 @@ func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error
 			slog.Warn("sim: join failed, trying another member", "member", i, "try", try+1, "err", err)
 		}
 		if err != nil {
-			return res, fmt.Errorf("sim: join %d: %w", i, err)
+			return fmt.Errorf("sim: join %d: %w", i, err)
 		}
 	}
-	// Wait for every member to see all N alive. On an overloaded machine
-	// failure detection may flap; after 60s proceed and report it. A
-	// member may also miss another's alive broadcast (a gossip epidemic
-	// leaves a few pairs out; memberlist's periodic push/pull repairs them
-	// only after minutes at N = 300): every 5s, each member still short
-	// re-joins a random member (a push/pull, as a daemon's seed dial is),
-	// paced like the joins.
+	return nil
+}
+
+// awaitViews waits for every member to see all N alive. On an overloaded
+// machine failure detection may flap; after 60s proceed and report it. A
+// member may also miss another's alive broadcast (a gossip epidemic leaves
+// a few pairs out; memberlist's periodic push/pull repairs them only after
+// minutes at N = 300): every 5s, each member still short re-joins a random
+// member (a push/pull, as a daemon's seed dial is), paced like the joins.
+func (m *simMesh) awaitViews(ctx context.Context, res *Result) error {
+	n := m.opts.N
 	deadline := time.Now().Add(60 * time.Second)
 	nextRefresh := time.Now().Add(5 * time.Second)
 	for {
-		minSeen := opts.N
+		minSeen := n
 		var short []int
-		for i, m := range members {
-			k := m.numMembers()
+		for i, mb := range m.members {
+			k := mb.numMembers()
 			minSeen = min(minSeen, k)
-			if k < opts.N {
+			if k < n {
 				short = append(short, i)
 			}
 		}
 		res.MinMembersSeen = minSeen
-		if minSeen == opts.N || time.Now().After(deadline) {
-			break
+		if minSeen == n || time.Now().After(deadline) {
+			return nil
 		}
 		if time.Now().After(nextRefresh) {
-			refreshViews(ctx, members, short, opts.JoinRate, deadline)
+			refreshViews(ctx, m.members, short, m.opts.JoinRate, deadline)
 			nextRefresh = time.Now().Add(5 * time.Second)
 		}
 		select {
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	// Let join-time push/pulls and alive broadcasts settle: at least 3s,
-	// and until the failure detector has been quiet (no suspicion, no
-	// failed probe) for fdQuietSeconds in a row.
+}
+
+// settle lets join-time push/pulls and alive broadcasts settle: at least
+// 3s, and until the failure detector has been quiet (no suspicion, no
+// failed probe) for fdQuietSeconds in a row, at most opts.SettleTimeout.
+func settle(ctx context.Context, fd *fdRecorder, opts Options, res *Result) error {
 	sleepCtx(ctx, 3*time.Second)
 	settleStart := time.Now()
 	for !fd.quiet(fdQuietSeconds) {
@@ -306,76 +353,85 @@ func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 		if ctx.Err() != nil {
-			return res, ctx.Err()
+			return ctx.Err()
 		}
 	}
 	res.SettleWait = time.Since(settleStart)
+	return nil
+}
 
-	totals := func() (wire, app int64) {
-		for _, m := range members {
-			wire += m.wireSent()
-			app += m.appSent()
-		}
-		return
+// totals is the wire and coastguard bytes every member sent so far.
+func (m *simMesh) totals() (wire, app int64) {
+	for _, mb := range m.members {
+		wire += mb.wireSent()
+		app += mb.appSent()
 	}
-	w0, a0 := totals()
+	return
+}
+
+// measureIdle measures the bytes sent per second per node over
+// opts.IdleWindow without updates.
+func (m *simMesh) measureIdle(ctx context.Context, res *Result) {
+	w0, a0 := m.totals()
 	t0 := time.Now()
-	sleepCtx(ctx, opts.IdleWindow)
-	w1, a1 := totals()
+	sleepCtx(ctx, m.opts.IdleWindow)
+	w1, a1 := m.totals()
 	idleSecs := time.Since(t0).Seconds()
-	res.IdleWireBytesPerSecPerNode = float64(w1-w0) / idleSecs / float64(opts.N)
-	res.IdleAppBytesPerSecPerNode = float64(a1-a0) / idleSecs / float64(opts.N)
-	if opts.Updates == 0 {
-		return res, ctx.Err()
-	}
+	res.IdleWireBytesPerSecPerNode = float64(w1-w0) / idleSecs / float64(m.opts.N)
+	res.IdleAppBytesPerSecPerNode = float64(a1-a0) / idleSecs / float64(m.opts.N)
+}
 
+// runUpdates publishes opts.Updates updates from the writer, each waited
+// for (every other member, or opts.Timeout) and spaced by opts.Spacing,
+// and measures the bytes sent per update per node, idle rate subtracted.
+func (m *simMesh) runUpdates(ctx context.Context, fd *fdRecorder, res *Result) error {
+	opts := m.opts
 	value := make([]byte, opts.PayloadBytes)
 	for i := range value {
 		value[i] = byte('a' + i%26)
 	}
 	res.Expected = opts.Updates * (opts.N - 1)
-	w0, a0 = totals()
-	t0 = time.Now()
+	w0, a0 := m.totals()
+	t0 := time.Now()
 	fd.markUpdates(t0)
 	for u := 0; u < opts.Updates; u++ {
 		if ctx.Err() != nil {
-			return res, ctx.Err()
+			return ctx.Err()
 		}
-		var err error
-		var size int
-		if opts.Naive {
-			size, err = naiveWriter.publish(u, value)
-		} else {
-			size, err = writer.publish(u, value)
-		}
+		size, err := m.writer.publish(u, value)
 		if err != nil {
-			return res, err
+			return err
 		}
 		res.PayloadBytes = size
 		end := time.Now().Add(opts.Timeout)
-		for arr.count(u) < opts.N-1 && time.Now().Before(end) {
+		for m.arr.count(u) < opts.N-1 && time.Now().Before(end) {
 			time.Sleep(2 * time.Millisecond)
 		}
 		sleepCtx(ctx, opts.Spacing)
 	}
-	w1, a1 = totals()
+	w1, a1 := m.totals()
 	secs := time.Since(t0).Seconds()
 	res.UpdateFD = fd.sinceMark()
 	var cw, ca bool
 	res.WireBytesPerUpdatePerNode, res.GrossWireBytesPerUpdatePerNode, cw = NetPerUpdatePerNode(w1-w0, res.IdleWireBytesPerSecPerNode, secs, opts.N, opts.Updates)
 	res.AppBytesPerUpdatePerNode, res.GrossAppBytesPerUpdatePerNode, ca = NetPerUpdatePerNode(a1-a0, res.IdleAppBytesPerSecPerNode, secs, opts.N, opts.Updates)
 	res.IdleExceededUpdate = cw || ca
+	return nil
+}
 
+// latencies fills in the receipts: how many, the slowest members, the
+// members still short of a full view, and the latency percentiles.
+func (m *simMesh) latencies(res *Result) {
 	var all []time.Duration
 	var who []int
-	for u := 0; u < opts.Updates; u++ {
-		all = append(all, arr.lat[u]...)
-		who = append(who, arr.who[u]...)
+	for u := 0; u < m.opts.Updates; u++ {
+		all = append(all, m.arr.lat[u]...)
+		who = append(who, m.arr.who[u]...)
 	}
 	res.Received = len(all)
 	res.TailMembers = tailMembers(all, who, res.Expected)
-	for _, m := range members {
-		if m.numMembers() < opts.N {
+	for _, mb := range m.members {
+		if mb.numMembers() < m.opts.N {
 			res.ShortViews++
 		}
 	}
@@ -395,7 +451,6 @@ func RunPropagationSim(ctx context.Context, opts Options) (res Result, err error
 	if len(all) > 0 {
 		res.Max = all[len(all)-1]
 	}
-	return res, nil
 }
 
 // refreshViews has each short member push/pull with a random other one,

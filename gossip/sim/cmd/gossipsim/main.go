@@ -41,72 +41,110 @@ func ms(d time.Duration) string {
 	return fmt.Sprintf("%.0f", float64(d)/float64(time.Millisecond))
 }
 
-func main() {
-	nList := flag.String("n", "10,50,100", "mesh sizes")
-	updates := flag.Int("updates", 20, "updates per run")
-	entries := flag.String("entries", "10000,100000", "preloaded entries for the idle measurement (first one also used for the update run)")
-	maxIdleN := flag.Int("max-idle-n-large", 100, "largest N for which entries beyond the first are preloaded (memory)")
-	profile := flag.String("profile", "wan", "wan|lan|local")
-	payload := flag.Int("payload", 200, "pod value padding bytes")
-	idle := flag.Duration("idle", 5*time.Second, "idle measurement window")
-	naive := flag.Bool("naive", true, "also run the naive baseline")
-	asJSON := flag.Bool("json", false, "print JSON lines")
-	joinRate := flag.Float64("join-rate", 30, "member joins per second (negative: unpaced)")
-	fdTimeline := flag.Bool("fd", false, "print each run's failure-detector timeline (suspect/dead/alive messages and failed probes per second, all members)")
+// options is the command line.
+type options struct {
+	nList, entries, profile    string
+	updates, maxIdleN, payload int
+	idle                       time.Duration
+	naive, asJSON, fdTimeline  bool
+	joinRate                   float64
+}
+
+// parseFlags declares the flags and parses the command line.
+func parseFlags() options {
+	var o options
+	flag.StringVar(&o.nList, "n", "10,50,100", "mesh sizes")
+	flag.IntVar(&o.updates, "updates", 20, "updates per run")
+	flag.StringVar(&o.entries, "entries", "10000,100000", "preloaded entries for the idle measurement (first one also used for the update run)")
+	flag.IntVar(&o.maxIdleN, "max-idle-n-large", 100, "largest N for which entries beyond the first are preloaded (memory)")
+	flag.StringVar(&o.profile, "profile", "wan", "wan|lan|local")
+	flag.IntVar(&o.payload, "payload", 200, "pod value padding bytes")
+	flag.DurationVar(&o.idle, "idle", 5*time.Second, "idle measurement window")
+	flag.BoolVar(&o.naive, "naive", true, "also run the naive baseline")
+	flag.BoolVar(&o.asJSON, "json", false, "print JSON lines")
+	flag.Float64Var(&o.joinRate, "join-rate", 30, "member joins per second (negative: unpaced)")
+	flag.BoolVar(&o.fdTimeline, "fd", false, "print each run's failure-detector timeline (suspect/dead/alive messages and failed probes per second, all members)")
 	flag.Parse()
-	ns, err := ints(*nList)
+	return o
+}
+
+func main() {
+	opts := parseFlags()
+	ns, err := ints(opts.nList)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	es, err := ints(*entries)
+	es, err := ints(opts.entries)
 	if err != nil || len(es) == 0 {
 		fmt.Fprintln(os.Stderr, "bad -entries")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	var results []sim.Result
-	run := func(o sim.Options) {
-		r, err := sim.RunPropagationSim(ctx, o)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "N=%d naive=%v entries=%d: %v\n", o.N, o.Naive, o.Entries, err)
-			os.Exit(1)
-		}
-		if *fdTimeline {
-			printFD(r)
-		}
-		r.FD = nil
-		results = append(results, r)
-		if *asJSON {
-			b, _ := json.Marshal(r)
-			fmt.Println(string(b))
-		} else {
-			fmt.Fprintf(os.Stderr, "done %+v\n", r)
-		}
-	}
+	rn := &runner{ctx: ctx, opts: opts}
 	for _, n := range ns {
-		base := sim.Options{N: n, Profile: gossip.Profile(*profile), PayloadBytes: *payload, IdleWindow: *idle, JoinRate: *joinRate}
-		o := base
-		o.Updates, o.Entries = *updates, es[0]
-		run(o)
-		for _, e := range es[1:] {
-			if n > *maxIdleN {
-				continue
-			}
-			o := base
-			o.Entries = e
-			run(o)
-		}
-		if *naive {
-			o := base
-			o.Naive, o.Updates = true, *updates
-			run(o)
-		}
+		rn.size(n, es)
 	}
-	if *asJSON {
+	if opts.asJSON {
 		return
 	}
+	printTable(rn.results)
+}
+
+// runner runs the simulations and collects their results.
+type runner struct {
+	ctx     context.Context
+	opts    options
+	results []sim.Result
+}
+
+// size runs the simulations of mesh size n: updates with the first entry
+// count, idle with each further one (up to -max-idle-n-large), and the
+// naive baseline.
+func (rn *runner) size(n int, es []int) {
+	opts := rn.opts
+	base := sim.Options{N: n, Profile: gossip.Profile(opts.profile), PayloadBytes: opts.payload, IdleWindow: opts.idle, JoinRate: opts.joinRate}
+	o := base
+	o.Updates, o.Entries = opts.updates, es[0]
+	rn.run(o)
+	for _, e := range es[1:] {
+		if n > opts.maxIdleN {
+			continue
+		}
+		o := base
+		o.Entries = e
+		rn.run(o)
+	}
+	if opts.naive {
+		o := base
+		o.Naive, o.Updates = true, opts.updates
+		rn.run(o)
+	}
+}
+
+// run runs one simulation (exiting on failure) and prints its result.
+func (rn *runner) run(o sim.Options) {
+	r, err := sim.RunPropagationSim(rn.ctx, o)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "N=%d naive=%v entries=%d: %v\n", o.N, o.Naive, o.Entries, err)
+		os.Exit(1)
+	}
+	if rn.opts.fdTimeline {
+		printFD(r)
+	}
+	r.FD = nil
+	rn.results = append(rn.results, r)
+	if rn.opts.asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Println(string(b))
+	} else {
+		fmt.Fprintf(os.Stderr, "done %+v\n", r)
+	}
+}
+
+// printTable prints the results as a table.
+func printTable(results []sim.Result) {
 	fmt.Printf("%-10s %4s %5s %8s %8s %7s %6s %6s %6s %9s %8s %10s %10s %12s %12s\n",
 		"mode", "N", "minN", "settle_s", "upd_susp", "entries", "recv%", "p50ms", "p99ms", "payloadB", "app/u/n", "wire/u/n", "app/payload", "idleWire/s/n", "idleApp/s/n")
 	for _, r := range results {
