@@ -22,6 +22,7 @@ type desiredApplier interface {
 	// Failures is by origin annotation (policyFailures reads it).
 	Failures() map[string]string
 	SetDesired(desired []networkingv1.NetworkPolicy) error
+	ApplyChanges(changes map[enforce.PolicyRef][]networkingv1.NetworkPolicy) error
 }
 
 // reportPublisher takes the enforcer's reports (the reporter).
@@ -48,12 +49,22 @@ type enforcer struct {
 	// after handing over its desired set.
 	gateOpened  atomic.Bool
 	releaseHold func()
+	// handedOff: every change set the outputs produced since the last
+	// full hand-off reached the applier, so the next leading run hands
+	// over only the change set (Outputs.TakeChanges, Applier.ApplyChanges).
+	// A run that does not (a standby's, a decommissioned cluster's) clears
+	// it: the next leading run hands over everything (SetDesired). Only
+	// Fire uses it (the debouncer runs one batch at a time).
+	handedOff bool
 }
 
 // enforceRound is what one run computed under the view lock.
 type enforceRound struct {
 	all       bool
-	desired   []networkingv1.NetworkPolicy
+	full      bool                         // desired is everything (else changes)
+	desired   []networkingv1.NetworkPolicy // a full hand-off
+	changes   map[enforce.PolicyRef][]networkingv1.NetworkPolicy
+	generated int
 	reports   []reportWrite
 	npolicies int
 	refused   int // not admitted by this cluster's consent
@@ -104,19 +115,21 @@ func (e *enforcer) Fire(_ context.Context, keys []enforce.PolicyRef) {
 	start := time.Now()
 	stamp := e.maxStamp.Swap(0)
 	e.lastRun.Store(start.UnixNano())
-	r := e.compute(keys, policyFailures(e.applier.Failures(), e.log))
-	if e.roles.decommissioned.Load() {
-		r.desired = nil
+	leading, decommissioned := e.roles.leader.Load(), e.roles.decommissioned.Load()
+	r := e.compute(keys, policyFailures(e.applier.Failures(), e.log), leading && !decommissioned && !e.handedOff)
+	e.handedOff = leading && !decommissioned
+	if decommissioned {
+		r.full, r.desired, r.generated = true, nil, 0
 	}
 	e.m.enforceRuns.Inc()
 	e.m.enforceDuration.Observe(time.Since(start).Seconds())
 	e.m.policies.Set(float64(r.npolicies))
-	e.m.generated.Set(float64(len(r.desired)))
+	e.m.generated.Set(float64(r.generated))
 	e.m.notAdmitted.Set(float64(r.refused))
-	if !e.roles.leader.Load() {
+	if !leading {
 		return // standby: results stay warm for a quick failover
 	}
-	if err := e.applier.SetDesired(r.desired); err != nil {
+	if err := e.handOff(r); err != nil {
 		e.m.enforceErrors.Inc()
 		e.log.Error("some generated NetworkPolicies were refused; only their MCNPs are affected", "err", err)
 	}
@@ -131,10 +144,20 @@ func (e *enforcer) Fire(_ context.Context, keys []enforce.PolicyRef) {
 	e.reports.Publish(r.reports, r.all)
 }
 
-// compute recomputes under the view lock: the desired NetworkPolicies and
+// handOff gives the applier the round's NetworkPolicies: everything, or
+// the change set.
+func (e *enforcer) handOff(r enforceRound) error {
+	if r.full {
+		return e.applier.SetDesired(r.desired)
+	}
+	return e.applier.ApplyChanges(r.changes)
+}
+
+// compute recomputes under the view lock: the generated NetworkPolicies
+// (every one when full, else the change set since the previous run) and
 // the reports of the changed policies (of every policy on a full run).
-func (e *enforcer) compute(keys []enforce.PolicyRef, failures map[enforce.PolicyRef]string) enforceRound {
-	var r enforceRound
+func (e *enforcer) compute(keys []enforce.PolicyRef, failures map[enforce.PolicyRef]string, full bool) enforceRound {
+	r := enforceRound{full: full}
 	for _, k := range keys {
 		if k == allPolicies {
 			r.all = true
@@ -146,7 +169,11 @@ func (e *enforcer) compute(keys []enforce.PolicyRef, failures map[enforce.Policy
 	failChanged := v.outputs.SetFailures(failures)
 	changed := v.outputs.Recompute(v.mirror.Inventory(), keys, r.all)
 	changed = appendMissing(changed, failChanged)
-	r.desired = v.outputs.Desired()
+	r.changes = v.outputs.TakeChanges()
+	if full {
+		r.desired, r.changes = v.outputs.Desired(), nil
+	}
+	r.generated = v.outputs.Generated()
 	if r.all {
 		changed = v.mirror.Inventory().Policies() // read only
 	}

@@ -16,13 +16,22 @@ import (
 )
 
 type fakeDesired struct {
-	calls   int
+	calls   int // hand-offs (full or change set)
+	full    int // full hand-offs
 	desired []networkingv1.NetworkPolicy
+	changes map[enforce.PolicyRef][]networkingv1.NetworkPolicy // the last change set
+}
+
+func (f *fakeDesired) ApplyChanges(c map[enforce.PolicyRef][]networkingv1.NetworkPolicy) error {
+	f.calls++
+	f.changes = c
+	return nil
 }
 
 func (f *fakeDesired) Failures() map[string]string { return nil }
 func (f *fakeDesired) SetDesired(d []networkingv1.NetworkPolicy) error {
 	f.calls++
+	f.full++
 	f.desired = d
 	return nil
 }
@@ -72,9 +81,33 @@ func TestEnforcerLeaderStandbyDecommissioned(t *testing.T) {
 	require.True(t, sink.reports[0].ok)
 	require.Equal(t, int64(3), sink.reports[0].val.ObservedGeneration)
 
-	r.decommissioned.Store(true)
+	require.Equal(t, 1, ap.full, "the first leading run hands over everything")
+
+	// the next leading runs hand over only what changed
 	e.Fire(t.Context(), prefs("a/shop/db"))
 	require.Equal(t, 2, ap.calls)
+	require.Equal(t, 1, ap.full)
+	require.Empty(t, ap.changes, "nothing changed")
+	w.write("a", crdt.KindPolicy, "shop/db", modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{
+		ClusterSelector: &metav1.LabelSelector{}, PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}}}, 4))
+	e.Fire(t.Context(), prefs("a/shop/db"))
+	require.Equal(t, 1, ap.full)
+	require.Len(t, ap.changes[pref("a/shop/db")], 1, "the changed policy with its current objects")
+
+	// a standby run's changes never reach the applier: the next leading
+	// run hands over everything again
+	r.leader.Store(false)
+	e.Fire(t.Context(), prefs("a/shop/db"))
+	r.leader.Store(true)
+	e.Fire(t.Context(), prefs("a/shop/db"))
+	require.Equal(t, 2, ap.full)
+	require.NotEmpty(t, ap.desired)
+
+	r.decommissioned.Store(true)
+	calls := ap.calls
+	e.Fire(t.Context(), prefs("a/shop/db"))
+	require.Equal(t, calls+1, ap.calls)
+	require.Equal(t, 3, ap.full)
 	require.Empty(t, ap.desired, "a decommissioned cluster removes what it generated")
 	require.False(t, sink.all)
 }

@@ -301,43 +301,36 @@ type desiredIndex struct {
 	rejected map[string][]string // origin -> reasons
 }
 
+// indexDesired is what a desired set holding exactly desired installs (the
+// rules are desiredSet's).
 func indexDesired(desired []networkingv1.NetworkPolicy) desiredIndex {
+	set := newDesiredSet()
+	set.apply(groupDesired(desired))
 	idx := desiredIndex{
-		want:     make(map[types.NamespacedName]*networkingv1.NetworkPolicy, len(desired)),
+		want:     make(map[types.NamespacedName]*networkingv1.NetworkPolicy, len(set.want)),
 		broken:   map[types.NamespacedName]struct{}{},
-		rejected: map[string][]string{},
+		rejected: set.rejected,
 	}
-	owner := map[types.NamespacedName]string{}
-	for i := range desired {
-		np := &desired[i]
-		k := types.NamespacedName{Namespace: np.Namespace, Name: np.Name}
-		origin := np.Annotations[OriginAnnotation]
-		if err := ValidateDesired(np); err != nil {
-			idx.rejected[origin] = append(idx.rejected[origin], err.Error())
-			if np.Name != "" && np.Namespace != "" {
-				idx.broken[k] = struct{}{}
-				delete(idx.want, k)
-			}
-			continue
-		}
-		if _, broken := idx.broken[k]; broken {
-			idx.rejected[origin] = append(idx.rejected[origin], fmt.Sprintf("NetworkPolicy name %s is claimed by another generated object", k))
-			continue
-		}
-		if _, dup := idx.want[k]; dup {
-			prev := owner[k]
-			idx.rejected[origin] = append(idx.rejected[origin], fmt.Sprintf("NetworkPolicy name %s collides with one generated from %s", k, prev))
-			if prev != origin {
-				idx.rejected[prev] = append(idx.rejected[prev], fmt.Sprintf("NetworkPolicy name %s collides with one generated from %s", k, origin))
-			}
-			idx.broken[k] = struct{}{}
-			delete(idx.want, k)
-			continue
-		}
-		idx.want[k] = np
-		owner[k] = origin
+	for _, np := range set.want {
+		idx.want[types.NamespacedName{Namespace: np.Namespace, Name: np.Name}] = np
+	}
+	for k := range set.broken {
+		ns, name, _ := strings.Cut(k, "/")
+		idx.broken[types.NamespacedName{Namespace: ns, Name: name}] = struct{}{}
 	}
 	return idx
+}
+
+// groupDesired groups a desired list by the policy of each object's origin
+// annotation (the zero PolicyRef for one that is no reference: such an
+// object is refused anyway), pointing into desired.
+func groupDesired(desired []networkingv1.NetworkPolicy) map[enforce.PolicyRef][]*networkingv1.NetworkPolicy {
+	out := map[enforce.PolicyRef][]*networkingv1.NetworkPolicy{}
+	for i := range desired {
+		ref, _ := enforce.ParsePolicyRef(desired[i].Annotations[OriginAnnotation])
+		out[ref] = append(out[ref], &desired[i])
+	}
+	return out
 }
 
 // ApplyBody is the server-side apply request body for a desired object:
@@ -443,11 +436,13 @@ type Applier struct {
 	recorder  record.EventRecorder
 	onFailure func(string)
 
-	mu      sync.Mutex
-	desired map[string]*networkingv1.NetworkPolicy // by namespace/name
-	broken  map[string]struct{}                    // names claimed by refused desired objects
-	queue   workqueue.TypedRateLimitingInterface[string]
-	hold    bool
+	mu sync.Mutex
+	// set is the desired objects by policy; set.want (by namespace/name)
+	// is what is installed, set.broken the names claimed by refused
+	// desired objects, set.rejected the refusals by origin.
+	set   *desiredSet
+	queue workqueue.TypedRateLimitingInterface[string]
+	hold  bool
 
 	// Settled bookkeeping, all guarded by mu: keys queued but not yet taken
 	// by a worker, keys being processed, keys waiting for a retry.
@@ -456,9 +451,7 @@ type Applier struct {
 	failing  map[string]struct{}
 	started  atomic.Bool
 
-	// Per-origin problems (guarded by mu): refused desired objects and
-	// failing API operations, by origin then key.
-	rejected map[string][]string
+	// Failing API operations (guarded by mu), by origin then key.
 	opErrors map[string]map[string]string
 	foreign  map[string]struct{}
 	held     map[string]struct{}
@@ -493,11 +486,9 @@ func NewApplier(client kubernetes.Interface, inf networkinginformers.NetworkPoli
 		client: client, lister: inf.Lister(), synced: inf.Informer().HasSynced,
 		metrics: m, limiter: opts.RateLimiter, log: opts.Logger.With("component", "applier"),
 		workers: opts.Workers, recorder: opts.Recorder, onFailure: opts.OnFailure,
-		desired:  make(map[string]*networkingv1.NetworkPolicy),
-		broken:   map[string]struct{}{},
+		set:      newDesiredSet(),
 		failing:  make(map[string]struct{}),
 		queued:   make(map[string]struct{}),
-		rejected: map[string][]string{},
 		opErrors: map[string]map[string]string{},
 		foreign:  map[string]struct{}{},
 		held:     map[string]struct{}{},
@@ -527,7 +518,7 @@ func (a *Applier) onEvent(obj any) {
 	key := np.Namespace + "/" + np.Name
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	_, wanted := a.desired[key]
+	_, wanted := a.set.want[key]
 	_, wasForeign := a.foreign[key]
 	if !wanted && !wasForeign && !IsManaged(np) && !WrittenByUs(np) {
 		return // a user object we have no interest in
@@ -544,43 +535,81 @@ func (a *Applier) enqueueLocked(key string) {
 	a.queue.Add(key)
 }
 
-// SetDesired replaces the desired set. Invalid or colliding objects are
-// refused one by one: their names are neither applied nor deleted, their
-// origins are reported by Failures, and the returned error lists them; every
-// other object is installed. Keys whose desired object changed, appeared or
-// disappeared are queued when the applier runs.
+// SetDesired replaces the desired set: it hands over, as ApplyChanges
+// does, the policies (by origin annotation) whose objects differ from
+// those held (by namespace, name, labels and annotations: the content hash
+// covers the spec), and those no longer present.
 func (a *Applier) SetDesired(desired []networkingv1.NetworkPolicy) error {
-	idx := indexDesired(desired)
-	next := make(map[string]*networkingv1.NetworkPolicy, len(idx.want))
-	for k, np := range idx.want {
-		next[k.String()] = np.DeepCopy()
-	}
-	broken := make(map[string]struct{}, len(idx.broken))
-	for k := range idx.broken {
-		broken[k.String()] = struct{}{}
-	}
-	errs := a.rejections(idx.rejected)
+	byGroup := groupDesired(desired)
 	a.mu.Lock()
-	changedOrigins := map[string]struct{}{}
-	for o := range a.rejected {
-		if _, still := idx.rejected[o]; !still {
-			changedOrigins[o] = struct{}{}
+	changes := map[enforce.PolicyRef][]*networkingv1.NetworkPolicy{}
+	for g, nps := range byGroup {
+		if !sameObjects(a.set.groups[g], nps) {
+			changes[g] = deepCopies(nps)
 		}
 	}
-	for o, rs := range idx.rejected {
-		if strings.Join(a.rejected[o], "\n") != strings.Join(rs, "\n") {
-			changedOrigins[o] = struct{}{}
+	for g := range a.set.groups {
+		if _, ok := byGroup[g]; !ok {
+			changes[g] = nil
 		}
 	}
+	return a.applyLocked(changes)
+}
+
+// ApplyChanges replaces the generated objects of the given policies (an
+// empty list: the policy generates nothing any more, or is gone); the
+// objects of every other policy stay as handed over before. Invalid or
+// colliding objects are refused one by one (desiredSet): their names are
+// neither applied nor deleted, their origins are reported by Failures, and
+// the returned error lists every refusal in force; every other object is
+// installed. Only the names the changed policies claim or claimed are
+// revisited; those whose installed object changed, appeared or disappeared
+// are queued when the applier runs.
+func (a *Applier) ApplyChanges(changes map[enforce.PolicyRef][]networkingv1.NetworkPolicy) error {
+	copied := make(map[enforce.PolicyRef][]*networkingv1.NetworkPolicy, len(changes))
+	for g, nps := range changes {
+		var cp []*networkingv1.NetworkPolicy
+		for i := range nps {
+			cp = append(cp, nps[i].DeepCopy())
+		}
+		copied[g] = cp
+	}
+	a.mu.Lock()
+	return a.applyLocked(copied)
+}
+
+// applyLocked applies changes (objects the applier now owns) to the desired
+// set, queues what changed and notifies the origins whose failures changed.
+// a.mu is held; applyLocked releases it.
+func (a *Applier) applyLocked(changes map[enforce.PolicyRef][]*networkingv1.NetworkPolicy) error {
+	eff := a.set.apply(changes)
 	if a.queue != nil {
-		a.enqueueChangesLocked(next, broken, idx.rejected)
+		for _, k := range eff.queue {
+			a.enqueueLocked(k)
+		}
+		a.enqueueClearedLocked(eff.cleared)
 	}
-	a.rejected = idx.rejected
-	a.desired = next
-	a.broken = broken
+	errs := a.rejections(a.set.rejected)
 	a.mu.Unlock()
-	a.notify(changedOrigins)
+	a.notify(eff.origins)
 	return errors.Join(errs...)
+}
+
+func deepCopies(nps []*networkingv1.NetworkPolicy) []*networkingv1.NetworkPolicy {
+	out := make([]*networkingv1.NetworkPolicy, len(nps))
+	for i, np := range nps {
+		out[i] = np.DeepCopy()
+	}
+	return out
+}
+
+// sameObjects reports whether two object lists of a policy are the same
+// for the applier: the same names, labels and annotations in order.
+func sameObjects(held, next []*networkingv1.NetworkPolicy) bool {
+	return slices.EqualFunc(held, next, func(h, n *networkingv1.NetworkPolicy) bool {
+		return h.Namespace == n.Namespace && h.Name == n.Name &&
+			maps.Equal(h.Labels, n.Labels) && maps.Equal(h.Annotations, n.Annotations)
+	})
 }
 
 // rejections counts the refused desired objects and returns one error per
@@ -604,40 +633,19 @@ func (a *Applier) rejections(rejected map[string][]string) []error {
 	return errs
 }
 
-// enqueueChangesLocked queues the keys whose desired object changed,
-// appeared or disappeared, names no longer claimed by a refused object, and
-// the live objects of origins no longer refused (their held-back deletes
-// can go ahead). a.mu is held.
-func (a *Applier) enqueueChangesLocked(next map[string]*networkingv1.NetworkPolicy, broken map[string]struct{}, rejected map[string][]string) {
-	for k, np := range next {
-		if old, ok := a.desired[k]; !ok || old.Annotations[ContentHashAnnotation] != np.Annotations[ContentHashAnnotation] {
-			a.enqueueLocked(k)
-		}
-	}
-	for k := range a.desired {
-		if _, ok := next[k]; !ok {
-			a.enqueueLocked(k)
-		}
-	}
-	for k := range a.broken {
-		if _, ok := broken[k]; !ok {
-			a.enqueueLocked(k)
-		}
-	}
-	cleared := map[string]bool{}
-	for o := range a.rejected {
-		if _, still := rejected[o]; !still {
-			cleared[o] = true
-		}
-	}
+// enqueueClearedLocked queues the live objects of origins no longer
+// refused (their held-back deletes can go ahead). a.mu is held.
+func (a *Applier) enqueueClearedLocked(cleared []string) {
 	if len(cleared) == 0 {
 		return
 	}
-	if live, err := a.lister.List(labels.Everything()); err == nil {
-		for _, np := range live {
-			if cleared[np.Annotations[OriginAnnotation]] {
-				a.enqueueLocked(np.Namespace + "/" + np.Name)
-			}
+	live, err := a.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, np := range live {
+		if slices.Contains(cleared, np.Annotations[OriginAnnotation]) {
+			a.enqueueLocked(np.Namespace + "/" + np.Name)
 		}
 	}
 }
@@ -661,7 +669,7 @@ func (a *Applier) Failures() map[string]string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := map[string]string{}
-	for o, rs := range a.rejected {
+	for o, rs := range a.set.rejected {
 		out[o] = strings.Join(rs, "; ")
 	}
 	for o, byKey := range a.opErrors {
@@ -694,7 +702,7 @@ func (a *Applier) SetHold(hold bool) {
 		for k := range a.held {
 			a.enqueueLocked(k)
 		}
-		for k := range a.desired {
+		for k := range a.set.want {
 			a.enqueueLocked(k)
 		}
 		clear(a.held)
@@ -820,7 +828,7 @@ func (a *Applier) Run(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	a.queue = q
-	for k := range a.desired {
+	for k := range a.set.want {
 		a.enqueueLocked(k)
 	}
 	for _, np := range live {
@@ -946,8 +954,8 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 		return "", nil // malformed keys never become valid; drop
 	}
 	a.mu.Lock()
-	desired := a.desired[key]
-	_, broken := a.broken[key]
+	desired := a.set.want[key]
+	_, broken := a.set.broken[key]
 	hold := a.hold
 	a.mu.Unlock()
 	live, err := a.lister.NetworkPolicies(ns).Get(name)
@@ -978,7 +986,7 @@ func (a *Applier) decide(key, origin string, desired, live *networkingv1.Network
 	refused := false
 	if live != nil {
 		a.mu.Lock()
-		_, refused = a.rejected[live.Annotations[OriginAnnotation]]
+		_, refused = a.set.rejected[live.Annotations[OriginAnnotation]]
 		a.mu.Unlock()
 	}
 	act = DecideGated(desired, live, hold)

@@ -25,11 +25,15 @@ type Outputs struct {
 	adm      enforce.Admission
 	results  map[enforce.PolicyRef]enforce.Result
 	gens     map[enforce.PolicyRef]int64 // policy generation each result was computed for
+	// handOff: policies whose generated NetworkPolicies changed since the
+	// last TakeChanges (by name and content hash), gone ones included.
+	handOff map[enforce.PolicyRef]struct{}
 }
 
 // NewOutputs returns empty outputs for the enforcing cluster self.
 func NewOutputs(self string) *Outputs {
-	return &Outputs{self: self, results: map[enforce.PolicyRef]enforce.Result{}, gens: map[enforce.PolicyRef]int64{}}
+	return &Outputs{self: self, results: map[enforce.PolicyRef]enforce.Result{}, gens: map[enforce.PolicyRef]int64{},
+		handOff: map[enforce.PolicyRef]struct{}{}}
 }
 
 // Recompute evaluates the given policies (all of them when all is set)
@@ -68,6 +72,9 @@ func (o *Outputs) Recompute(inv *enforce.Inventory, refs []enforce.PolicyRef, al
 			o.results[ref] = res
 			o.gens[ref] = p.Generation
 		}
+		if !sameGenerated(old.NetworkPolicies, res.NetworkPolicies) {
+			o.handOff[ref] = struct{}{}
+		}
 		if !had || o.Report(ref, old, oldGen) != o.Report(ref, res, p.Generation) {
 			changed = append(changed, ref)
 		}
@@ -95,6 +102,45 @@ func (o *Outputs) Desired() []networkingv1.NetworkPolicy {
 		return out[i].Name < out[j].Name
 	})
 	return out
+}
+
+// TakeChanges returns the change set since the last call (or since the
+// outputs were created): every policy whose generated NetworkPolicies
+// changed, with its current ones (none: it generates nothing any more, or
+// is gone). What an applier holds after applying every change set in
+// order equals Desired.
+func (o *Outputs) TakeChanges() map[enforce.PolicyRef][]networkingv1.NetworkPolicy {
+	out := make(map[enforce.PolicyRef][]networkingv1.NetworkPolicy, len(o.handOff))
+	for ref := range o.handOff {
+		out[ref] = o.results[ref].NetworkPolicies
+	}
+	clear(o.handOff)
+	return out
+}
+
+// Generated is the number of generated NetworkPolicies (len(Desired())).
+func (o *Outputs) Generated() int {
+	n := 0
+	for _, r := range o.results {
+		n += len(r.NetworkPolicies)
+	}
+	return n
+}
+
+// sameGenerated reports whether two generated lists of a policy are the
+// same objects: names and content hashes (enforce.ContentHash covers the
+// labels, the other annotations and the spec), in part order.
+func sameGenerated(a, b []networkingv1.NetworkPolicy) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Namespace != b[i].Namespace || a[i].Name != b[i].Name ||
+			a[i].Annotations[enforce.AnnotationContentHash] != b[i].Annotations[enforce.AnnotationContentHash] {
+			return false
+		}
+	}
+	return true
 }
 
 // Result returns the latest result of a policy.
