@@ -22,13 +22,15 @@ var exportsChecked = []string{"crdt", "enforce", "model", "store", "gossip", "ku
 // without a user outside their package (issue 31: 233 before, 220 once the
 // dead ones went; 227 after the Globalnet-mesh merge added kube.GlobalIP*,
 // kube.PodGlobalIP, kube.GlobalIngress* and daemon.ReadyAdvertise; 226
-// once the mirror and the outputs moved from daemon to model). Most
+// once the mirror and the outputs moved from daemon to model; 224 after
+// the CLI split, the typed policy references and the applier's change
+// sets). Most
 // that remain are types and constants that appear in another exported
 // signature (a caller uses them without naming them) or
 // enumerations; each is still a candidate to unexport. Lower this number
 // when you unexport or delete one; never raise it: give a new export an
 // outside user or keep it unexported.
-const maxUnusedExports = 226
+const maxUnusedExports = 224
 
 // TestNoNewUnusedExports fails when the number of exported top-level funcs,
 // types, vars and consts of the checked packages that only their own
