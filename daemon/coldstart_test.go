@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"log/slog"
 	"net/netip"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/model"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 )
 
 // consentWorld: a enforces; b (team=platform) and c (team=x) each

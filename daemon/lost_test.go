@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"path/filepath"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/model"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 

@@ -1,8 +1,9 @@
 package daemon
 
 import (
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 )
 
 type metrics struct {

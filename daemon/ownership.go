@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"maps"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 

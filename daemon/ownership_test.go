@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"bytes"
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"log/slog"
 	"strings"
 	"testing"
@@ -17,6 +16,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/kube"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 )
 
 // brokerClusters are the Submariner Cluster objects the broker syncs into

@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"os/signal"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 )
 
 // safety holds the daemon's enforcement-safety state: the empty-view gate,

@@ -2,8 +2,9 @@ package enforce
 
 import (
 	"fmt"
-	"k8s.io/apimachinery/pkg/labels"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // benchInventory builds nClusters clusters (4 regions) × podsPerCluster pods

@@ -1,11 +1,10 @@
 package enforce
 
 import (
-	"unsafe"
-
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

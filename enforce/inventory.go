@@ -12,7 +12,6 @@ package enforce
 
 import (
 	"fmt"
-	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	"maps"
 	"net/netip"
 	"slices"
@@ -23,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
 
+	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 )
 

@@ -1,12 +1,12 @@
 package enforce
 
 import (
-	"k8s.io/apimachinery/pkg/labels"
 	"net/netip"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // gnSvcInv is svcInv with eu-2 under Globalnet: global CIDR

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"sync"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
 // Membership you can base authority on (issue 29, item 2). memberlist takes

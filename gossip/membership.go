@@ -7,8 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/hashicorp/memberlist"
+
+	"github.com/coastguard-mcnp/coastguard/crdt"
 )
 
 // members is the membership concern of a Node: the member table as seen

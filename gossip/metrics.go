@@ -3,9 +3,10 @@ package gossip
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Drop reasons (label values of coastguard_gossip_dropped_total).

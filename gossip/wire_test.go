@@ -2,12 +2,12 @@ package gossip
 
 import (
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/enforce"
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"maps"
 	"slices"
@@ -32,6 +30,9 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 )
 
 // Names shared with enforce/, which declares them: generated

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/enforce"
 	"log/slog"
 	"sort"
 	"strings"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // Reasons of CoastguardCluster conditions and Events.

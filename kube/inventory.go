@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"maps"
 	"slices"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 )
 
 // podRelevant is the default pod filter: only pods that can be policy peers

@@ -13,7 +13,6 @@ package kube
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/enforce"
 	"sort"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // ClusterIDLabel is the label every cluster carries with its own ID.

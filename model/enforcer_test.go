@@ -1,7 +1,6 @@
 package model
 
 import (
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"maps"
 	"slices"
 	"testing"
@@ -14,6 +13,7 @@ import (
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 )
 
 // An MCNP edit that leaves the report's counts unchanged (a new port) must

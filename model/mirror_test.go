@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"math/rand"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 )
 
 // world is a set of origin writers plus one observing replica, the way the

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"math/rand"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 )
 
 // requireSameMirror checks that got holds the view want holds.

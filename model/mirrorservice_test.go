@@ -2,19 +2,19 @@ package model
 
 import (
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"math/rand"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
-	networkingv1 "k8s.io/api/networking/v1"
+	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 )
 
 // Exported Services: pod, Service and policy changes in any order; the

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	"sort"
 	"strings"
 
@@ -15,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 
+	mcsv1alpha1 "github.com/coastguard-mcnp/coastguard/api/mcs/v1alpha1"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )
 

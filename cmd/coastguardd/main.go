@@ -19,7 +19,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/cli"
 	"io"
 	"os"
 	"runtime"
@@ -28,6 +27,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/coastguard-mcnp/coastguard/cli"
 	"github.com/coastguard-mcnp/coastguard/internal/version"
 )
 

@@ -3,13 +3,13 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/coastguard-mcnp/coastguard/internal/version"
 )
 

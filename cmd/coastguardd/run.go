@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"log/slog"
 	"net/http"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/coastguard-mcnp/coastguard/daemon"
 	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/gossip"
+	"github.com/coastguard-mcnp/coastguard/internal/metricsreg"
 	"github.com/coastguard-mcnp/coastguard/internal/version"
 	"github.com/coastguard-mcnp/coastguard/kube"
 )

@@ -23,10 +23,11 @@ import (
 	"fmt"
 	"os"
 
-	mcnpv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
+
+	mcnpv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 )
 
 // Bounds shared with api/v1.Validate.
