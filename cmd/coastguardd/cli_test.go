@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -182,10 +183,14 @@ func TestWorkqueueMetricsProvider(t *testing.T) {
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "coastguard-test"})
 	defer q.ShutDown()
 	q.Add("a")
-	q.AddRateLimited("b")
 	it, _ := q.Get()
 	q.Done(it)
 	require.Equal(t, 1.0, testutil.ToFloat64(newAddsFrom(reg, t)))
+	// a rate-limited add lands after its delay (5 ms for a first retry):
+	// counted then, however slow the machine (CI failed once when the
+	// assertion above ran after it had landed)
+	q.AddRateLimited("b")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(newAddsFrom(reg, t)) == 2 }, 10*time.Second, 5*time.Millisecond)
 }
 
 func newAddsFrom(reg *prometheus.Registry, t *testing.T) prometheus.Collector {
