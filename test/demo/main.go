@@ -94,8 +94,15 @@ func up(root, dir string) error {
 	if packets != nil {
 		fmt.Printf("    packets: off on this machine (%v); the demo shows objects only\n", packets)
 	}
+	// the service ranges of examples/*/submariner-clusters.yaml, so that
+	// the examples' Services get their ClusterIPs
+	svcCIDRs := make([]string, len(clusters))
+	for i := range clusters {
+		svcCIDRs[i] = fmt.Sprintf("100.%d.0.0/16", i+1)
+	}
 	env, err := harness.New(ctx, harness.Options{Names: clusters, Detach: true, Dir: dir, KeepDir: true, Dataplane: packets == nil,
-		Logf: func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }})
+		ServiceCIDRs: svcCIDRs,
+		Logf:         func(f string, a ...any) { fmt.Printf("    "+f+"\n", a...) }})
 	if err != nil {
 		return err
 	}
@@ -120,6 +127,12 @@ func up(root, dir string) error {
 			}
 		}
 		fmt.Printf("    %-5s %d pods\n", c.Name, len(pods))
+		svcs, _ := filepath.Glob(filepath.Join(root, "examples", c.Name, "service-*.yaml"))
+		for _, f := range svcs { // exported Services (and their ServiceExports)
+			if _, se, err := c.Kubectl(ctx, "apply", "-f", f); err != nil {
+				return fmt.Errorf("%s: kubectl apply %s: %v: %s", c.Name, f, err, se)
+			}
+		}
 	}
 
 	step("starting a coastguardd per cluster (gossip on 127.0.0.x loopback aliases)")

@@ -70,12 +70,16 @@ func newCluster(env *Env, i int, name string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	svc := fmt.Sprintf("10.%d.0.0/16", 96+i)
+	if i < len(env.opts.ServiceCIDRs) {
+		svc = env.opts.ServiceCIDRs[i]
+	}
 	return &Cluster{
 		Name:        name,
 		Index:       i,
 		Dir:         dir,
 		Kubeconfig:  filepath.Join(dir, "kubeconfig"),
-		ServiceCIDR: fmt.Sprintf("10.%d.0.0/16", 96+i),
+		ServiceCIDR: svc,
 		PodCIDR:     fmt.Sprintf("10.%d.0.0/16", i+1),
 		EtcdPrefix:  "/coastguard-e2e/" + name,
 		GossipIP:    ip,
