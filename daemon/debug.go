@@ -50,7 +50,7 @@ func (d *Daemon) DebugState() any {
 	}
 	d.mu.Lock()
 	s.Policies = d.outputs.Len()
-	s.Generated = len(d.outputs.Desired())
+	s.Generated = d.outputs.Generated()
 	d.mu.Unlock()
 	if d.inv != nil {
 		s.PendingInv = d.inv.Pending()

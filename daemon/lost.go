@@ -24,6 +24,12 @@ type lostOrigins struct {
 	// path has handled (Apply), so that the deltas that keep carrying it
 	// (after a takeover, a decommission or a loss) cost no digest.
 	handled map[string]crdt.Version
+	// mayRetire is the replica verifier's retire authority (nil in an
+	// unsigned mesh, whose replica accepts every retirement): an unsigned
+	// retirement it refuses is refused by the replica too, so it is not
+	// recorded as a loss first (a peer relaying one in every anti-entropy
+	// round would cost a store write and delete each time).
+	mayRetire func(origin string) bool
 }
 
 // lostGuard is the replica as gossip sees it: a retirement decided by
@@ -75,8 +81,9 @@ func (d *Daemon) deltaRetirements(deltas []crdt.Delta) []crdt.Retire {
 	var rets []crdt.Retire
 	d.lost.mu.Lock()
 	for _, dl := range deltas {
-		if dl.Origin != d.opts.ClusterID && dl.Retired != 0 && d.lost.handled[dl.Origin] < dl.Retired {
-			rets = append(rets, crdt.Retire{Origin: dl.Origin, UpTo: dl.Retired, Sig: dl.RetiredSig})
+		r := crdt.Retire{Origin: dl.Origin, UpTo: dl.Retired, Sig: dl.RetiredSig}
+		if r.Origin != d.opts.ClusterID && r.UpTo != 0 && d.lost.handled[r.Origin] < r.UpTo && !d.refusedUnsigned(r) {
+			rets = append(rets, r)
 		}
 	}
 	d.lost.mu.Unlock()
@@ -107,12 +114,22 @@ func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
 // (unsigned: decided by membership, unless lost origins are released at
 // once), and reports whether it created a new record.
 func (d *Daemon) beforeRetire(r crdt.Retire) bool {
+	if d.refusedUnsigned(r) {
+		return false // the replica refuses it: nothing to keep
+	}
 	remote := r.Origin != d.opts.ClusterID
 	seal := remote && isEpochSeal(r.UpTo)
 	if remote && ((r.Sig == nil && !d.opts.ReleaseLostOrigins) || seal) {
 		return d.noteLost(r, seal)
 	}
 	return false
+}
+
+// refusedUnsigned reports whether r is an unsigned retirement that the
+// replica's retire authority refuses (the cluster still has live members
+// in this node's view). mayRetire is set once, before gossip starts.
+func (d *Daemon) refusedUnsigned(r crdt.Retire) bool {
+	return r.Sig == nil && d.lost.mayRetire != nil && !d.lost.mayRetire(r.Origin)
 }
 
 // afterRetire finishes r once the replica has decided on it: a refused

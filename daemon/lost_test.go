@@ -283,3 +283,22 @@ func TestLostGuardDecommissionInDelta(t *testing.T) {
 	require.False(t, d.hasPolicy("deny"))
 	require.EqualValues(t, 1, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("decommissioned")))
 }
+
+// An unsigned retirement the replica's retire authority refuses (b still
+// has live members in this node's view) is not recorded as a loss first:
+// a peer relaying it in every anti-entropy round costs no store write, no
+// event and no digest.
+func TestLostGuardRefusedUnsignedRetirementCostsNothing(t *testing.T) {
+	d, b, _ := lostDaemonWithDeny(t)
+	d.lost.mayRetire = func(string) bool { return false }
+	r := crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max} // unsigned
+	require.False(t, d.beforeRetire(r))
+	require.Empty(t, d.deltaRetirements([]crdt.Delta{{Origin: "b", Retired: r.UpTo}}))
+	require.Zero(t, testutil.ToFloat64(d.m.lostEvents.WithLabelValues("lost")))
+	recs, err := d.rep.Store().LostOrigins()
+	require.NoError(t, err)
+	require.Empty(t, recs)
+	signed := crdt.Retire{Origin: "b", UpTo: r.UpTo, Sig: []byte("signed")}
+	require.Len(t, d.deltaRetirements([]crdt.Delta{{Origin: "b", Retired: signed.UpTo, RetiredSig: signed.Sig}}), 1,
+		"a signed retirement is the origin's own: always handled")
+}
