@@ -78,7 +78,9 @@ func web(ip, tier string) *crdt.PodValue {
 }
 
 // An unproven remote pod is never admitted; once its origin's mark proves
-// it, it is. A proven pod's unproven update takes it out until proven.
+// it, it is. A proven pod's unproven update keeps the proven value in the
+// mirror (its last-known state, as in a partition) until the update is
+// proven; a deletion is never held.
 func TestUnprovenPodIsHeldUntilProven(t *testing.T) {
 	w := newHoldWorld(t)
 	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
@@ -90,22 +92,46 @@ func TestUnprovenPodIsHeldUntilProven(t *testing.T) {
 	require.True(t, w.admitted("10.2.0.1/32"), "proven: admitted")
 	require.Zero(t, w.hold.len())
 
-	// A proven pod updated by an unproven entry drops out (fail closed),
-	// a second unproven update is held too (the mirror never saw the
-	// first), and the proof hands over the newest.
+	// A proven pod updated by an unproven entry stays as proven (a new
+	// leader's re-publication arriving out of order must not shrink any
+	// allow list), a second unproven update too, and the proof hands over
+	// the newest.
 	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.1", "2"))
-	require.False(t, w.admitted("10.2.0.1/32"), "an unproven update takes the pod out")
+	require.True(t, w.admitted("10.2.0.1/32"), "an unproven update keeps the proven value")
+	require.Equal(t, 1, w.hold.len())
 	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.2", "3"))
-	require.False(t, w.admitted("10.2.0.2/32"))
+	require.True(t, w.admitted("10.2.0.1/32"), "still the proven value")
+	require.False(t, w.admitted("10.2.0.2/32"), "the unproven IP is not admitted")
 	w.apply(w.hold.release(w.observer, w.observer.Digest()))
 	require.True(t, w.admitted("10.2.0.2/32"))
-	require.False(t, w.admitted("10.2.0.1/32"), "the old IP stays out")
+	require.False(t, w.admitted("10.2.0.1/32"), "the old IP goes with the proof")
+	require.Zero(t, w.hold.len())
+
+	// A deletion of a kept pod is never held: the kept value goes at once.
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.3", "4"))
+	require.True(t, w.admitted("10.2.0.2/32"))
+	w.writeUnproven("b", crdt.KindPod, "shop/web", nil)
+	require.Zero(t, w.hold.len())
+	require.False(t, w.admitted("10.2.0.2/32"), "deleted: out")
+	require.False(t, w.admitted("10.2.0.3/32"))
 
 	// A tombstone is never held; one for a held pod clears the hold.
-	w.writeUnproven("b", crdt.KindPod, "shop/late", web("10.2.0.3", "1"))
+	w.writeUnproven("b", crdt.KindPod, "shop/late", web("10.2.0.4", "1"))
 	w.writeUnproven("b", crdt.KindPod, "shop/late", nil)
 	require.Zero(t, w.hold.len())
-	require.False(t, w.admitted("10.2.0.3/32"))
+	require.False(t, w.admitted("10.2.0.4/32"))
+	require.Equal(t, w.fromScratch("a"), w.outputs.Desired(), "the incremental view equals a rebuild")
+}
+
+// A deleted pod's key written again unproven (a resurrection) has no
+// proven live value to keep: it stays out until proven.
+func TestUnprovenResurrectionIsHeld(t *testing.T) {
+	w := newHoldWorld(t)
+	w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
+	w.write("b", crdt.KindPod, "shop/web", nil)
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
+	require.False(t, w.admitted("10.2.0.1/32"), "a resurrected pod is not admitted until proven")
+	require.Equal(t, 1, w.hold.len())
 }
 
 // A held key whose entry moved on is not released at the old version.
