@@ -134,6 +134,8 @@ func runUntil(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	// before the first API call: a start that hangs on the API server says so
+	log.Info("identifying the cluster through its API server", "flag_cluster_id", cfg.ClusterID, "node", cfg.NodeName)
 	id, err := identify(ctx, cfg, client, dyn)
 	if err != nil {
 		return err
