@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	v1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/store"
 )
 
@@ -24,12 +26,82 @@ type lostOrigins struct {
 	// path has handled (Apply), so that the deltas that keep carrying it
 	// (after a takeover, a decommission or a loss) cost no digest.
 	handled map[string]crdt.Version
-	// mayRetire is the replica verifier's retire authority (nil in an
-	// unsigned mesh, whose replica accepts every retirement): an unsigned
-	// retirement it refuses is refused by the replica too, so it is not
-	// recorded as a loss first (a peer relaying one in every anti-entropy
-	// round would cost a store write and delete each time).
-	mayRetire func(origin string) bool
+	// authority is the node's retire authority (nil in an unsigned mesh,
+	// whose replica accepts every retirement): an unsigned retirement it
+	// refuses is refused by the replica too, so it is not recorded as a
+	// loss first (a peer relaying one in every anti-entropy round would
+	// cost a store write and delete each time).
+	authority func(origin string) bool
+	// decided latches authority's answer per origin for the length of one
+	// guarded apply (decideMu serializes those), and the replica's
+	// verifier asks retireAuthority, which answers from the latch: the
+	// guard and the replica decide an unsigned retirement once. A
+	// cluster's last heartbeat ageing past the reconnect timeout between
+	// two separate checks let the replica retire it without the guard
+	// having kept its MCNPs (fail open).
+	decideMu sync.Mutex
+	latchMu  sync.Mutex
+	decided  map[string]bool
+}
+
+// retireAuthority is the retire authority of the replica's verifier: the
+// latched decision during a guarded apply, the node's authority otherwise.
+func (l *lostOrigins) retireAuthority(origin string) bool {
+	l.latchMu.Lock()
+	v, ok := l.decided[origin]
+	l.latchMu.Unlock()
+	if ok {
+		return v
+	}
+	return l.authority != nil && l.authority(origin)
+}
+
+// decide latches the authority's answer for origins until the returned
+// release is called.
+func (l *lostOrigins) decide(origins []string) (release func()) {
+	if l.authority == nil || len(origins) == 0 {
+		return func() {}
+	}
+	l.decideMu.Lock()
+	l.latchMu.Lock()
+	if l.decided == nil {
+		l.decided = map[string]bool{}
+	}
+	for _, o := range origins {
+		l.decided[o] = l.authority(o)
+	}
+	l.latchMu.Unlock()
+	return func() {
+		l.latchMu.Lock()
+		clear(l.decided)
+		l.latchMu.Unlock()
+		l.decideMu.Unlock()
+	}
+}
+
+// decidingReplica is the replica as gossip.ConfigureReplica configures it:
+// its verifier's retire authority answers through the latch.
+type decidingReplica struct {
+	gossip.Configurable
+	lost *lostOrigins
+}
+
+// SetVerifier implements gossip.Configurable.
+func (r decidingReplica) SetVerifier(v crdt.Verifier, authority crdt.RetireAuthority) {
+	r.lost.authority = authority
+	r.Configurable.SetVerifier(v, r.lost.retireAuthority)
+}
+
+// unsignedRetirements lists the remote origins whose deltas carry an
+// unsigned retirement.
+func (d *Daemon) unsignedRetirements(deltas []crdt.Delta) []string {
+	var out []string
+	for _, dl := range deltas {
+		if dl.Origin != d.opts.ClusterID && dl.Retired != 0 && dl.RetiredSig == nil && !slices.Contains(out, dl.Origin) {
+			out = append(out, dl.Origin)
+		}
+	}
+	return out
 }
 
 // lostGuard is the replica as gossip sees it: a retirement decided by
@@ -60,6 +132,7 @@ type lostGuard struct {
 // forgets the cluster's pin.
 func (g lostGuard) Apply(deltas ...crdt.Delta) ([]crdt.Change, error) {
 	d := g.d
+	defer d.lost.decide(d.unsignedRetirements(deltas))()
 	rets := d.deltaRetirements(deltas)
 	created := make([]bool, len(rets))
 	for i, r := range rets {
@@ -102,6 +175,9 @@ func (d *Daemon) deltaRetirements(deltas []crdt.Delta) []crdt.Retire {
 
 // ApplyRetire implements the retirement path of gossip.Replica.
 func (g lostGuard) ApplyRetire(r crdt.Retire) ([]crdt.Change, error) {
+	if r.Sig == nil && r.Origin != g.d.opts.ClusterID {
+		defer g.d.lost.decide([]string{r.Origin})()
+	}
 	created := g.d.beforeRetire(r)
 	ch, err := g.Replica.ApplyRetire(r)
 	g.d.afterRetire(r, g.Digest()[r.Origin].Retired >= r.UpTo, created)
@@ -127,9 +203,9 @@ func (d *Daemon) beforeRetire(r crdt.Retire) bool {
 
 // refusedUnsigned reports whether r is an unsigned retirement that the
 // replica's retire authority refuses (the cluster still has live members
-// in this node's view). mayRetire is set once, before gossip starts.
+// in this node's view). authority is set once, before gossip starts.
 func (d *Daemon) refusedUnsigned(r crdt.Retire) bool {
-	return r.Sig == nil && d.lost.mayRetire != nil && !d.lost.mayRetire(r.Origin)
+	return r.Sig == nil && d.lost.authority != nil && !d.lost.retireAuthority(r.Origin)
 }
 
 // afterRetire finishes r once the replica has decided on it: a refused

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	apiv1 "github.com/coastguard-mcnp/coastguard/api/v1"
 	"github.com/coastguard-mcnp/coastguard/crdt"
 	"github.com/coastguard-mcnp/coastguard/enforce"
+	"github.com/coastguard-mcnp/coastguard/gossip"
 	"github.com/coastguard-mcnp/coastguard/model"
 	"github.com/coastguard-mcnp/coastguard/model/modeltest"
 	"github.com/coastguard-mcnp/coastguard/store"
@@ -290,7 +293,7 @@ func TestLostGuardDecommissionInDelta(t *testing.T) {
 // event and no digest.
 func TestLostGuardRefusedUnsignedRetirementCostsNothing(t *testing.T) {
 	d, b, _ := lostDaemonWithDeny(t)
-	d.lost.mayRetire = func(string) bool { return false }
+	d.lost.authority = func(string) bool { return false }
 	r := crdt.Retire{Origin: "b", UpTo: b.Digest()["b"].Max} // unsigned
 	require.False(t, d.beforeRetire(r))
 	require.Empty(t, d.deltaRetirements([]crdt.Delta{{Origin: "b", Retired: r.UpTo}}))
@@ -301,4 +304,44 @@ func TestLostGuardRefusedUnsignedRetirementCostsNothing(t *testing.T) {
 	signed := crdt.Retire{Origin: "b", UpTo: r.UpTo, Sig: []byte("signed")}
 	require.Len(t, d.deltaRetirements([]crdt.Delta{{Origin: "b", Retired: signed.UpTo, RetiredSig: signed.Sig}}), 1,
 		"a signed retirement is the origin's own: always handled")
+}
+
+// A cluster's heartbeat ages past the reconnect timeout between the guard's
+// check of an unsigned retirement and the replica's (the authority flips
+// from refuse to allow): both see the one decision latched for the apply,
+// so the replica does not retire b while the guard kept nothing. Before,
+// the replica applied it and b's MCNP went without a loss record (its
+// generated policies deleted: fail open). The next apply, allowed from the
+// start, keeps b's MCNP as a lost cluster's.
+func TestLostGuardAuthorityFlipDecidedOnce(t *testing.T) {
+	d, b, _ := lostDaemonWithDeny(t)
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	b.SetSigner(gossip.NewSigner(priv))
+	trust, err := gossip.NewTrust(map[string][]byte{"b": priv.Public().(ed25519.PublicKey)}, true, "", nil, nil, discard)
+	require.NoError(t, err)
+	calls := 0
+	decidingReplica{Configurable: d.rep, lost: &d.lost}.SetVerifier(trust, func(string) bool {
+		calls++
+		return calls > 1 // refuses on the first question only
+	})
+	signed, _, err := b.Write(crdt.KindPolicy, "shop/deny", mustEncode(t, modeltest.PolicyValue(t, apiv1.MultiClusterNetworkPolicySpec{ClusterSelector: &metav1.LabelSelector{}}, 2)), false, 0)
+	require.NoError(t, err)
+	_, err = d.rep.Apply(signed)
+	require.NoError(t, err)
+	up := b.Digest()["b"].Max
+	g := lostGuard{Replica: d.rep, d: d}
+
+	_, err = g.ApplyRetire(crdt.Retire{Origin: "b", UpTo: up})
+	require.ErrorContains(t, err, "unsigned retirement", "refused: the latched first answer")
+	require.Equal(t, 1, calls, "one question for the guard and the replica")
+	require.Zero(t, d.rep.Digest()["b"].Retired)
+	require.True(t, d.hasPolicy("deny"))
+	require.Empty(t, d.kept())
+
+	_, err = g.ApplyRetire(crdt.Retire{Origin: "b", UpTo: up})
+	require.NoError(t, err)
+	require.Equal(t, up, d.rep.Digest()["b"].Retired)
+	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick, "allowed: kept as lost")
+	require.True(t, d.hasPolicy("deny"), "the lost cluster's MCNP stays enforced")
 }

@@ -118,10 +118,7 @@ func (d *Daemon) startGossip() error {
 		}
 	}
 	gcfg.KnownPeers = d.knownPeers()
-	gossip.ConfigureReplica(&gcfg, rep, lim)
-	if gcfg.Authority != nil {
-		d.lost.mayRetire = gcfg.Authority.MayRetire
-	}
+	gossip.ConfigureReplica(&gcfg, decidingReplica{Configurable: rep, lost: &d.lost}, lim)
 	d.node, err = gossip.New(gcfg, lostGuard{Replica: rep, d: d})
 	if err != nil {
 		return fmt.Errorf("gossip: %w", err)
