@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,32 +177,47 @@ func TestMetricsAuth(t *testing.T) {
 	require.Equal(t, http.StatusOK, get("/healthz", "").Code)
 }
 
+// workqueue.SetProvider takes effect once per process: the registry it
+// got is kept for every run of the test (go test -count=N).
+var (
+	wqProviderOnce sync.Once
+	wqProviderReg  *prometheus.Registry
+	wqProviderErr  error
+	wqQueueRuns    atomic.Int32
+)
+
 func TestWorkqueueMetricsProvider(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	wq, err := newWorkqueueMetrics(reg)
-	require.NoError(t, err)
-	workqueue.SetProvider(wq)
+	wqProviderOnce.Do(func() {
+		wqProviderReg = prometheus.NewRegistry()
+		var wq *workqueueMetrics
+		if wq, wqProviderErr = newWorkqueueMetrics(wqProviderReg); wqProviderErr == nil {
+			workqueue.SetProvider(wq)
+		}
+	})
+	require.NoError(t, wqProviderErr)
+	reg := wqProviderReg
+	name := fmt.Sprintf("coastguard-test-%d", wqQueueRuns.Add(1))
 	q := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "coastguard-test"})
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 	defer q.ShutDown()
 	q.Add("a")
 	it, _ := q.Get()
 	q.Done(it)
-	require.Equal(t, 1.0, testutil.ToFloat64(newAddsFrom(reg, t)))
+	require.Equal(t, 1.0, testutil.ToFloat64(newAddsFrom(reg, t, name)))
 	// a rate-limited add lands after its delay (5 ms for a first retry):
 	// counted then, however slow the machine (CI failed once when the
 	// assertion above ran after it had landed)
 	q.AddRateLimited("b")
-	require.Eventually(t, func() bool { return testutil.ToFloat64(newAddsFrom(reg, t)) == 2 }, 10*time.Second, 5*time.Millisecond)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(newAddsFrom(reg, t, name)) == 2 }, 10*time.Second, 5*time.Millisecond)
 }
 
-func newAddsFrom(reg *prometheus.Registry, t *testing.T) prometheus.Collector {
+func newAddsFrom(reg *prometheus.Registry, t *testing.T, name string) prometheus.Collector {
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 	for _, mf := range mfs {
 		if mf.GetName() == "workqueue_adds_total" {
 			for _, m := range mf.GetMetric() {
-				if m.GetLabel()[0].GetValue() == "coastguard-test" {
+				if m.GetLabel()[0].GetValue() == name {
 					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x", Help: "x"})
 					c.Add(m.GetCounter().GetValue())
 					return c
@@ -207,7 +225,7 @@ func newAddsFrom(reg *prometheus.Registry, t *testing.T) prometheus.Collector {
 			}
 		}
 	}
-	t.Fatal("no workqueue_adds_total{name=coastguard-test}")
+	t.Fatalf("no workqueue_adds_total{name=%s}", name)
 	return nil
 }
 
