@@ -43,11 +43,12 @@ func TestNemesisLogWindow(t *testing.T) {
 func TestNemesisFinishReportsFailOpen(t *testing.T) {
 	dir := t.TempDir()
 	at := time.Now()
-	p := filepath.Join(dir, "coastguardd-cluster1-0.log")
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "logs"), 0o755))
+	p := filepath.Join(dir, "logs", "coastguardd-cluster1-0.log")
 	line := `{"time":"` + at.Add(-time.Second).UTC().Format(time.RFC3339Nano) + `","level":"INFO","msg":"just before"}` + "\n"
 	require.NoError(t, os.WriteFile(p, []byte(line), 0o644))
 	const seed = 1<<64 - 1 // not a seed any real run uses: its files are removed below
-	n := &nemesis{t: t, start: at.Add(-time.Minute), nps: map[string]npState{},
+	n := &nemesis{t: t, env: &harness.Env{Dir: dir}, start: at.Add(-time.Minute), nps: map[string]npState{},
 		daemons:    map[string][]*harness.Daemon{"cluster1": {{Process: &harness.Process{LogPath: p}}}},
 		failOpenAt: []failOpenEvent{{clusters: []string{"cluster1"}, at: at}}}
 	done := make(chan struct{})
@@ -59,4 +60,9 @@ func TestNemesisFinishReportsFailOpen(t *testing.T) {
 	}
 	require.NoError(t, os.Remove(repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", uint64(seed)))))
 	require.NoError(t, os.Remove(repoPath(".cache", fmt.Sprintf("nemesis-settle-%d.json", uint64(seed)))))
+	kept := repoPath(".cache", fmt.Sprintf("nemesis-logs-%d", uint64(seed)))
+	b, err := os.ReadFile(filepath.Join(kept, "coastguardd-cluster1-0.log"))
+	require.NoError(t, err, "a failed run keeps its daemon logs")
+	require.Equal(t, line, string(b))
+	require.NoError(t, os.RemoveAll(kept))
 }

@@ -205,6 +205,7 @@ func (n *nemesis) finish(seed uint64, dur time.Duration, failed bool) {
 	if failed {
 		n.t.Logf("nemesis history (seed %d):\n%s", seed, hist)
 		n.logFailOpenWindows()
+		n.keepLogs(seed)
 	}
 	// every run's history, for explained leaks and later reading
 	path := repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", seed))
@@ -214,6 +215,36 @@ func (n *nemesis) finish(seed uint64, dur time.Duration, failed bool) {
 	if p, err := n.writeSettles(seed, dur); err == nil {
 		n.t.Logf("nemesis convergence per fault (seed %d): %s", seed, p)
 	}
+}
+
+// keepLogs copies every process log of a failed run (daemons, apiservers,
+// dataplane) to .cache/nemesis-logs-<seed>/: the run's directory goes with
+// its cleanup, and a failure that does not repeat under the same seed
+// (timing differs) is otherwise left with its history alone.
+func (n *nemesis) keepLogs(seed uint64) {
+	if n.env == nil {
+		return
+	}
+	src := filepath.Join(n.env.Dir, "logs")
+	dst := repoPath(".cache", fmt.Sprintf("nemesis-logs-%d", seed))
+	ents, err := os.ReadDir(src)
+	if err == nil {
+		err = os.MkdirAll(dst, 0o755)
+	}
+	for _, e := range ents {
+		if err != nil {
+			break
+		}
+		var b []byte
+		if b, err = os.ReadFile(filepath.Join(src, e.Name())); err == nil {
+			err = os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644)
+		}
+	}
+	if err != nil {
+		n.t.Logf("nemesis: keeping the logs of the failed run: %v", err)
+		return
+	}
+	n.t.Logf("nemesis logs of the failed run (seed %d): %s", seed, dst)
 }
 
 func newNemesis(t *testing.T, seed uint64) *nemesis {
