@@ -63,17 +63,16 @@ func (l *lostOrigins) decide(origins []string) (release func()) {
 		return func() {}
 	}
 	l.decideMu.Lock()
+	answers := make(map[string]bool, len(origins))
+	for _, o := range origins { // asked without latchMu: no lock order with gossip's
+		answers[o] = l.authority(o)
+	}
 	l.latchMu.Lock()
-	if l.decided == nil {
-		l.decided = map[string]bool{}
-	}
-	for _, o := range origins {
-		l.decided[o] = l.authority(o)
-	}
+	l.decided = answers
 	l.latchMu.Unlock()
 	return func() {
 		l.latchMu.Lock()
-		clear(l.decided)
+		l.decided = nil
 		l.latchMu.Unlock()
 		l.decideMu.Unlock()
 	}
