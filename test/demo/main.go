@@ -24,6 +24,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
 	"github.com/coastguard-mcnp/coastguard/kube"
@@ -94,11 +95,11 @@ func up(root, dir string) error {
 	if packets != nil {
 		fmt.Printf("    packets: off on this machine (%v); the demo shows objects only\n", packets)
 	}
-	// the service ranges of examples/*/submariner-clusters.yaml, so that
-	// the examples' Services get their ClusterIPs
-	svcCIDRs := make([]string, len(clusters))
-	for i := range clusters {
-		svcCIDRs[i] = fmt.Sprintf("100.%d.0.0/16", i+1)
+	// the service ranges the examples' Submariner Cluster objects name, so
+	// that the examples' Services get their ClusterIPs
+	svcCIDRs, err := exampleServiceCIDRs(root)
+	if err != nil {
+		return err
 	}
 	env, err := harness.New(ctx, harness.Options{Names: clusters, Detach: true, Dir: dir, KeepDir: true, Dataplane: packets == nil,
 		ServiceCIDRs: svcCIDRs,
@@ -322,6 +323,35 @@ func indent(s string) string {
 }
 
 func mustJSON(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// exampleServiceCIDRs reads each demo cluster's service range from its
+// own Submariner Cluster object in examples/<cluster>/submariner-clusters.yaml.
+func exampleServiceCIDRs(root string) ([]string, error) {
+	out := make([]string, len(clusters))
+	for i, c := range clusters {
+		f := filepath.Join(root, "examples", c, "submariner-clusters.yaml")
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(raw), 4096)
+		for out[i] == "" {
+			var u unstructured.Unstructured
+			if err := dec.Decode(&u.Object); err == io.EOF {
+				break
+			} else if err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			if sc := kube.SubmarinerClusterFrom(&u); sc.ClusterID == c && len(sc.ServiceCIDRs) > 0 {
+				out[i] = sc.ServiceCIDRs[0]
+			}
+		}
+		if out[i] == "" {
+			return nil, fmt.Errorf("%s: no Submariner Cluster object of %s with a service_cidr", f, c)
+		}
+	}
+	return out, nil
+}
 
 // renderExpected runs `coastguardd render` on examples/: the demo checks the
 // daemons converge on exactly the offline translation.

@@ -225,20 +225,10 @@ func (n *nemesis) keepLogs(seed uint64) {
 	if n.env == nil {
 		return
 	}
-	src := filepath.Join(n.env.Dir, "logs")
 	dst := repoPath(".cache", fmt.Sprintf("nemesis-logs-%d", seed))
-	ents, err := os.ReadDir(src)
+	err := os.RemoveAll(dst) // an earlier failure of the same seed
 	if err == nil {
-		err = os.MkdirAll(dst, 0o755)
-	}
-	for _, e := range ents {
-		if err != nil {
-			break
-		}
-		var b []byte
-		if b, err = os.ReadFile(filepath.Join(src, e.Name())); err == nil {
-			err = os.WriteFile(filepath.Join(dst, e.Name()), b, 0o644)
-		}
+		err = os.CopyFS(dst, os.DirFS(filepath.Join(n.env.Dir, "logs")))
 	}
 	if err != nil {
 		n.t.Logf("nemesis: keeping the logs of the failed run: %v", err)

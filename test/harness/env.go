@@ -46,11 +46,11 @@ type Options struct {
 	// Detach starts every process in its own session so that it outlives
 	// this program (make demo); Down(dir) stops them later.
 	Detach bool
-	// GossipIPBase: cluster i gossips on 127.0.0.(GossipIPBase+i) (default 10).
 	// ServiceCIDRs, when set, are the clusters' --service-cluster-ip-range
 	// in order (default 10.<96+i>.0.0/16): the demo uses the ranges its
 	// examples' Services and Submariner Cluster objects name.
 	ServiceCIDRs []string
+	// GossipIPBase: cluster i gossips on 127.0.0.(GossipIPBase+i) (default 10).
 	GossipIPBase int
 	// StartTimeout bounds the start of the control planes (default 120s).
 	StartTimeout time.Duration
