@@ -30,6 +30,20 @@ type State struct {
 	// whose origin-signed state mark this replica did not reproduce); the
 	// own cluster's entries are never held.
 	Unproven map[string]int `json:"unproven,omitempty"`
+	// Watermarks are, per origin, the replica's digest: the proven
+	// watermark (max), the highest version held (top, above max only while
+	// entries wait for a proof), and the GC and retirement watermarks. A
+	// max that stays below top while the origin writes means its state
+	// marks are not being reproduced here.
+	Watermarks map[string]Watermarks `json:"watermarks,omitempty"`
+}
+
+// Watermarks is one origin's digest as /debug/state shows it.
+type Watermarks struct {
+	Max     string `json:"max"`
+	Top     string `json:"top"`
+	GC      string `json:"gc"`
+	Retired string `json:"retired"`
 }
 
 // DebugState summarises the daemon for operators and the demo.
@@ -41,6 +55,7 @@ func (d *Daemon) DebugState() any {
 		for o, od := range dg {
 			s.Origins[o] = od.Max.String()
 		}
+		s.Watermarks = watermarks(dg)
 		s.Services, s.MCNPs, s.Unproven = liveEntries(d.opts.ClusterID, dg, d.rep.View)
 	}
 	if d.node != nil {
@@ -56,6 +71,15 @@ func (d *Daemon) DebugState() any {
 		s.PendingInv = d.inv.Pending()
 	}
 	return s
+}
+
+// watermarks renders a digest's watermarks per origin.
+func watermarks(dg crdt.Digest) map[string]Watermarks {
+	out := make(map[string]Watermarks, len(dg))
+	for o, od := range dg {
+		out[o] = Watermarks{Max: od.Max.String(), Top: od.Top.String(), GC: od.GC.String(), Retired: od.Retired.String()}
+	}
+	return out
 }
 
 // liveEntries lists the live Services and MCNPs of every origin, and the

@@ -88,6 +88,9 @@ func TestDebugUnprovenExcludesOwnOrigin(t *testing.T) {
 	require.Empty(t, unproven, "own entries are never held")
 	_, _, unproven = liveEntries("c3", standby.Digest(), view)
 	require.Equal(t, map[string]int{"c1": 1}, unproven, "another cluster holds the entry above the gap")
+	wm := watermarks(standby.Digest())["c1"]
+	require.Equal(t, ds[0].To.String(), wm.Max, "/debug/state shows the watermark stopped at the gap")
+	require.Equal(t, ds[2].To.String(), wm.Top, "and the highest version held above it")
 	for _, d := range []crdt.Delta{ds[1], ds[2]} { // anti-entropy re-sends what lies above the new watermark
 		_, err := standby.Apply(d)
 		require.NoError(t, err)

@@ -234,7 +234,29 @@ func (n *nemesis) keepLogs(seed uint64) {
 		n.t.Logf("nemesis: keeping the logs of the failed run: %v", err)
 		return
 	}
+	n.keepStates(dst)
 	n.t.Logf("nemesis logs of the failed run (seed %d): %s", seed, dst)
+}
+
+// keepStates saves each daemon's /debug/state (its watermarks per origin
+// say whether a replica stopped proving an origin's stream) and /metrics
+// next to the kept logs, as they were when the checker failed.
+func (n *nemesis) keepStates(dst string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, ds := range n.daemons {
+		for _, d := range ds {
+			for file, path := range map[string]string{".debug-state.json": "/debug/state", ".metrics": "/metrics"} {
+				b, err := getBody(ctx, "http://"+d.AdminAddr+path)
+				if err == nil {
+					err = os.WriteFile(filepath.Join(dst, d.NodeName+file), b, 0o644)
+				}
+				if err != nil {
+					n.t.Logf("nemesis: keeping %s of %s: %v", path, d.NodeName, err)
+				}
+			}
+		}
+	}
 }
 
 func newNemesis(t *testing.T, seed uint64) *nemesis {

@@ -257,25 +257,34 @@ func debugState(ctx context.Context, d *harness.Daemon) (daemonState, error) {
 
 // getJSON decodes the JSON answer of a GET (within 5 s) into v.
 func getJSON(ctx context.Context, u string, v any) error {
+	b, err := getBody(ctx, u)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// getBody returns the body of a GET answered 200 OK within 5 s.
+func getBody(ctx context.Context, u string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d: %s", u, resp.StatusCode, b)
+		return nil, fmt.Errorf("GET %s: HTTP %d: %s", u, resp.StatusCode, b)
 	}
-	return json.Unmarshal(b, v)
+	return b, nil
 }
 
 // version parses "<epoch>.<seq>" from /debug/state origins.
