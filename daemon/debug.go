@@ -35,11 +35,11 @@ type State struct {
 	// entries wait for a proof), and the GC and retirement watermarks. A
 	// max that stays below top while the origin writes means its state
 	// marks are not being reproduced here.
-	Watermarks map[string]Watermarks `json:"watermarks,omitempty"`
+	Watermarks map[string]originWatermarks `json:"watermarks,omitempty"`
 }
 
-// Watermarks is one origin's digest as /debug/state shows it.
-type Watermarks struct {
+// originWatermarks is one origin's digest as /debug/state shows it.
+type originWatermarks struct {
 	Max     string `json:"max"`
 	Top     string `json:"top"`
 	GC      string `json:"gc"`
@@ -74,10 +74,10 @@ func (d *Daemon) DebugState() any {
 }
 
 // watermarks renders a digest's watermarks per origin.
-func watermarks(dg crdt.Digest) map[string]Watermarks {
-	out := make(map[string]Watermarks, len(dg))
+func watermarks(dg crdt.Digest) map[string]originWatermarks {
+	out := make(map[string]originWatermarks, len(dg))
 	for o, od := range dg {
-		out[o] = Watermarks{Max: od.Max.String(), Top: od.Top.String(), GC: od.GC.String(), Retired: od.Retired.String()}
+		out[o] = originWatermarks{Max: od.Max.String(), Top: od.Top.String(), GC: od.GC.String(), Retired: od.Retired.String()}
 	}
 	return out
 }

@@ -147,6 +147,12 @@ type Policy struct {
 	UID        string
 	Generation int64
 	Spec       apiv1.MultiClusterNetworkPolicySpec
+	// Unknown lists the spec fields (paths) the origin wrote that this
+	// build does not know (apiv1.DecodeSpec): the policy is then invalid
+	// here and only isolates its pods, since a field it cannot read may
+	// narrow what the policy admits (docs/SEMANTICS.md, "Fields this
+	// build does not know").
+	Unknown []string
 }
 
 // Ref returns the policy's reference.

@@ -133,7 +133,12 @@ func compilePolicy(p Policy) *compiledPolicy {
 	cp.policy = p
 	cp.policy.Spec = *p.Spec.DeepCopy()
 	spec := &cp.policy.Spec
-	if errs := apiv1.ValidateSpec(spec, field.NewPath("spec")); len(errs) > 0 {
+	errs := apiv1.ValidateSpec(spec, field.NewPath("spec"))
+	for _, f := range p.Unknown {
+		errs = append(errs, field.Forbidden(field.NewPath("spec").Child(f),
+			"not known to this coastguard build (the origin's is newer): it may narrow what the policy admits, so the policy's pods are only isolated here until this cluster's coastguard is upgraded"))
+	}
+	if len(errs) > 0 {
 		cp.err = errs.ToAggregate()
 		// Fail closed: when the enforcing clusters and the selected pods
 		// are still well defined, isolate those pods (policyTypes, no

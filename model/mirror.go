@@ -7,7 +7,6 @@
 package model
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -332,15 +331,16 @@ func (m *Mirror) applyPolicy(ch crdt.Change, isLive bool) (*enforce.Change, erro
 		if err := crdt.DecodeValue(ch.New.Value, &v); err != nil {
 			return nil, fmt.Errorf("%s: %w", k, err)
 		}
-		var spec apiv1.MultiClusterNetworkPolicySpec
-		if err := json.Unmarshal(v.Spec, &spec); err != nil {
+		spec, unknown, err := apiv1.DecodeSpec(v.Spec)
+		if err != nil {
 			m.inv.RemovePolicy(ref)
 			return ech, fmt.Errorf("%s: spec: %w", k, err)
 		}
-		// An invalid policy is still recorded (it generates nothing and
-		// every cluster reports the same error).
+		// An invalid policy is still recorded (it only isolates its pods
+		// where it is enforced, and every cluster reports the error); so is
+		// one with fields this build does not know (Policy.Unknown).
 		_ = m.inv.SetPolicy(enforce.Policy{Origin: k.Origin, Namespace: ref.Namespace, Name: ref.Name,
-			UID: v.UID, Generation: v.Generation, Spec: spec})
+			UID: v.UID, Generation: v.Generation, Spec: spec, Unknown: unknown})
 	} else {
 		m.inv.RemovePolicy(ref)
 	}

@@ -223,3 +223,39 @@ func TestMirrorRefusesInvalidOrigin(t *testing.T) {
 	require.Contains(t, res.Errors[0].Error(), `"eu.2"`)
 	require.Contains(t, res.Errors[0].Error(), "gossip")
 }
+
+// A newer origin's MCNP carries a spec field this build does not know (its
+// CRD admits it). Ignoring the field could admit more than the origin
+// meant, so the policy is invalid here and only isolates its pods; the
+// same spec without the field is enforced with its rules.
+func TestUnknownSpecFieldIsolates(t *testing.T) {
+	w := newWorld(t, "a", "a", "b")
+	w.labelled("a", "b")
+	w.write("a", crdt.KindNamespace, "shop", &crdt.NamespaceValue{})
+	w.write("b", crdt.KindPod, "shop/web", &crdt.PodValue{Labels: map[string]string{"app": "web"}, IPs: []string{"10.2.0.1"}, Phase: "Running"})
+	const known = `{"clusterSelector":{},"podSelector":{"matchLabels":{"role":"db"}},` +
+		`"ingress":[{"from":[{"clusterSelector":{},"podSelector":{"matchLabels":{"app":"web"}}%s}]}]}`
+	ref := enforce.PolicyRef{Origin: "b", Namespace: "shop", Name: "db"}
+	for _, tc := range []struct{ extra, unknown string }{
+		{"", ""},
+		{`,"onlyReadyPods":true`, "ingress[0].from[0].onlyReadyPods"},
+		{"", ""}, // the origin dropped the field again: enforced as before
+	} {
+		w.write("b", crdt.KindPolicy, "shop/db", &crdt.PolicyValue{UID: "u", Generation: 1, Spec: []byte(fmt.Sprintf(known, tc.extra))})
+		res := enforce.Evaluate("a", w.mirror.Inventory(), ref)
+		require.True(t, res.Selected)
+		require.Len(t, res.NetworkPolicies, 1)
+		np := res.NetworkPolicies[0]
+		require.Equal(t, map[string]string{"role": "db"}, np.Spec.PodSelector.MatchLabels)
+		if tc.unknown == "" {
+			require.Empty(t, res.Error)
+			require.Len(t, np.Spec.Ingress, 1, "the known spec is enforced with its rule")
+			continue
+		}
+		require.Contains(t, res.Error, "spec."+tc.unknown)
+		require.Contains(t, res.Error, "not known to this coastguard build")
+		require.Nil(t, np.Spec.Ingress, "isolated: no rule admits anything")
+		require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
+		require.Equal(t, enforce.Translate("a", w.mirror.Inventory()), w.fromScratch("a"), "a cold start reads it the same way")
+	}
+}

@@ -2,6 +2,7 @@ package v1
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -157,4 +158,47 @@ func TestCRDNamesAndColumns(t *testing.T) {
 	require.Equal(t, ".status.observedGeneration", cols["Observed"].JSONPath)
 	require.Equal(t, int32(1), cols["Clusters"].Priority)
 	require.Equal(t, int32(0), cols["Ready"].Priority)
+}
+
+// Every field the CRD's spec schema admits is one this build's types
+// decode: DecodeSpec reports a schema field the types lack as unknown, and
+// every MCNP using it would only isolate its pods (enforce.Policy.Unknown).
+func TestCRDSpecFieldsAreKnown(t *testing.T) {
+	st := loadCRD(t).structural
+	spec, ok := st.Properties["spec"]
+	require.True(t, ok)
+	b, err := json.Marshal(maximal(&spec))
+	require.NoError(t, err)
+	_, unknown, err := DecodeSpec(b)
+	require.NoError(t, err, "%s", b)
+	require.Empty(t, unknown, "CRD spec fields the Go types lack")
+}
+
+// maximal is an instance of s that sets every property the schema names.
+func maximal(s *structuralschema.Structural) any {
+	if s.XIntOrString {
+		return 1
+	}
+	switch s.Type {
+	case "object":
+		out := map[string]any{}
+		for name, p := range s.Properties {
+			out[name] = maximal(&p)
+		}
+		if s.AdditionalProperties != nil && s.AdditionalProperties.Structural != nil {
+			out["k"] = maximal(s.AdditionalProperties.Structural)
+		}
+		return out
+	case "array":
+		if s.Items == nil {
+			return []any{}
+		}
+		return []any{maximal(s.Items)}
+	case "integer", "number":
+		return 1
+	case "boolean":
+		return true
+	default:
+		return "x"
+	}
 }

@@ -1,6 +1,7 @@
 package v1
 
 import (
+	"encoding/json"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -226,4 +227,43 @@ func TestValidateLimits(t *testing.T) {
 func TestSchemeRegistration(t *testing.T) {
 	require.Equal(t, "networking.submariner.io", SchemeGroupVersion.Group)
 	require.Equal(t, "multiclusternetworkpolicies", GroupVersionResource.Resource)
+}
+
+func TestDecodeSpecReportsUnknownFields(t *testing.T) {
+	spec, unknown, err := DecodeSpec([]byte(`{"podSelector":{"matchLabels":{"a":"b"}},"zz":1,` +
+		`"ingress":[{"from":[{"podSelector":{},"onlyReady":true}]}]}`))
+	require.NoError(t, err)
+	require.Equal(t, []string{"ingress[0].from[0].onlyReady", "zz"}, unknown)
+	require.Equal(t, map[string]string{"a": "b"}, spec.PodSelector.MatchLabels, "the known fields are decoded")
+	require.Len(t, spec.Ingress, 1)
+
+	_, unknown, err = DecodeSpec([]byte(`{"podSelector":{},"policyTypes":["Ingress"]}`))
+	require.NoError(t, err)
+	require.Empty(t, unknown)
+
+	_, _, err = DecodeSpec([]byte(`{"podSelector":`))
+	require.Error(t, err, "malformed JSON is an error, not an unknown field")
+}
+
+// BenchmarkDecodeSpec is the mirror's decoding of one replicated spec
+// (strict, to find unknown fields) against encoding/json's lenient one.
+func BenchmarkDecodeSpec(b *testing.B) {
+	raw := []byte(`{"clusterSelector":{"matchLabels":{"region":"eu"}},"podSelector":{"matchLabels":{"role":"db"}},` +
+		`"policyTypes":["Ingress"],"ingress":[{"from":[{"clusterSelector":{},"podSelector":{"matchLabels":{"app":"web"}}}],` +
+		`"ports":[{"protocol":"TCP","port":5432}]}]}`)
+	b.Run("strict", func(b *testing.B) {
+		for range b.N {
+			if _, _, err := DecodeSpec(raw); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		for range b.N {
+			var s MultiClusterNetworkPolicySpec
+			if err := json.Unmarshal(raw, &s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
