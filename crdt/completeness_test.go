@@ -284,3 +284,53 @@ func TestStateMarkVouchesHeadEntry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, bv.calls, "without the mark the entry is verified itself")
 }
+
+// A replica that received a contiguous stream up to a peer's watermark but
+// cannot prove it (it holds a newer version of a key above it) pulls the
+// entries the peer holds above that watermark (Behind's gap case). The
+// peer's plan answered with a normal stream from the replica's progress,
+// which is empty when that progress is the peer's watermark, so the entry
+// never came and the pair pulled from each other for good (the signed
+// simulator's message storms, seed 7187724677420191503 and three more).
+// The peer now sends its entries above the watermark as a gap delta, with
+// its newest mark, which proves the replica's state whole.
+func TestGapEntriesReachAReplicaWaitingForProof(t *testing.T) {
+	f := newTrustFixture(t, 3) // c1 wrote pa, pb, pc; the victim holds them
+	a := f.victim
+	b := NewState("c3")
+	b.SetVerifier(f.pins, nil)
+	antiEntropy(t, a, b)
+	write := func(name string) Delta {
+		d, _, err := f.writer.Write(KindPod, name, []byte{0x81}, false, 20)
+		require.NoError(t, err)
+		return d
+	}
+	apply := func(st *State, d Delta) {
+		_, err := st.Apply(d)
+		require.NoError(t, err)
+	}
+	d4 := write("ns/pd") // a new key
+	d5 := write("ns/pa") // pa again: its first version is replaced
+	d6 := write("ns/pf") // a new key
+	apply(a, d4)
+	relayed := d5
+	relayed.Mark = StateMark{} // relayed by a peer whose newest mark is older
+	apply(b, relayed)          // out of order: held above b's watermark
+	apply(b, d4) // contiguous to d4, but pa's version at d4's head is gone: unproven
+	apply(a, d6) // out of order: held above a's watermark
+	da, db := a.Digest()["c1"], b.Digest()["c1"]
+	require.Equal(t, d4.To, da.Max)
+	require.Equal(t, d6.To, da.Top)
+	require.Less(t, db.Max, d4.To, "b cannot prove d4's head")
+	require.Equal(t, d4.To, db.Reset, "b received everything up to a's watermark")
+	require.Equal(t, []string{"c1"}, b.Behind(a.Digest()), "b lacks a's entry above the watermark")
+
+	antiEntropy(t, a, b)
+	_, ok := b.Get(Key{"c1", KindPod, "ns/pf"})
+	require.True(t, ok, "the entry above a's watermark reached b")
+	require.Equal(t, d6.To, b.Digest()["c1"].Max, "and a's newest mark proved b's whole state")
+	require.Empty(t, b.Behind(a.Digest()), "no pull left")
+	antiEntropy(t, b, a)
+	require.Equal(t, f.writer.Digest()["c1"], a.Digest()["c1"])
+	require.Equal(t, f.writer.Digest()["c1"], b.Digest()["c1"])
+}

@@ -8,6 +8,7 @@ package crdt
 //	go test ./crdt -run TestSimulator -crdt.seed=1234    # replay one seed
 //	CRDT_SIM_SEED=1234 go test ./crdt -run TestSimulator
 //	go test ./crdt -run TestSimulator -crdt.simruns=200  # more random seeds
+//	CRDT_SIM_EXPLAIN=1 go test ./crdt -run TestSimulatorSigned -crdt.seed=10 -v
 
 import (
 	"bytes"
@@ -147,6 +148,9 @@ func (s *sim) tolerated(err error) bool {
 	}
 	if r := TrustReason(err); s.signed && (r == ReasonCompletenessMismatch || r == ReasonUnprovenWatermark || r == ReasonUnprovenReset) {
 		s.stats[r]++
+		if simExplain {
+			s.t.Logf("refused (%s): %v", s.cause, err)
+		}
 		return true
 	}
 	return false
@@ -174,6 +178,42 @@ func (s *sim) takeEpoch(nd *simNode) {
 // ------------------------------------------------------------- invariants
 
 var simTrace = os.Getenv("CRDT_SIM_TRACE")
+
+// simExplain (CRDT_SIM_EXPLAIN=1) logs every tolerated refusal and, on a
+// failure to quiesce, what each side would send the other and each
+// replica's watermarks, proofs and seen versions per origin.
+var simExplain = os.Getenv("CRDT_SIM_EXPLAIN") != ""
+
+// explainPair logs what a and b would send each other (a message storm).
+func (s *sim) explainPair(a, b *simNode) {
+	if !simExplain {
+		return
+	}
+	for _, pair := range [][2]*simNode{{a, b}, {b, a}} {
+		for _, d := range pair[0].st.DeltaSince(pair[1].st.Digest(), 0) {
+			vs := make([]string, 0, len(d.Entries))
+			for _, e := range d.Entries {
+				vs = append(vs, e.Version.String())
+			}
+			s.t.Logf("DeltaSince %s->%s: %s (%s,%s] reset=%v gap=%v entries=%v mark=%s",
+				pair[0].name, pair[1].name, d.Origin, d.From, d.To, d.Reset, d.Gap, vs, d.Mark.Head)
+		}
+	}
+}
+
+// explainOrigins logs each live replica's view of every origin.
+func (s *sim) explainOrigins(live []*simNode) {
+	if !simExplain {
+		return
+	}
+	for _, nd := range live {
+		for _, name := range sortedOrigins(nd.st.Digest()) {
+			o := nd.st.origins[name]
+			s.t.Logf("%s/%s: max=%s seen=%s retired=%s proofMark=%s next=%s",
+				nd.name, name, o.max, o.seen, o.retired, o.proof.Mark.Head, o.next.Head)
+		}
+	}
+}
 
 func (s *sim) tracef(format string, args ...any) {
 	if simTrace != "" {
@@ -756,6 +796,7 @@ func (s *sim) drain() {
 		if n > 200000 {
 			m := s.queue[0]
 			a, b := s.nodes[m.from], s.nodes[m.to]
+			s.explainPair(a, b)
 			s.fatalf("message storm: queue never drains (e.g. %s->%s kind %d):\n%s\nBehind %s->%s: %v, %s->%s: %v",
 				a.name, b.name, m.kind, s.digestDiff([]*simNode{a, b}), a.name, b.name, a.st.Behind(b.st.Digest()), b.name, a.name, b.st.Behind(a.st.Digest()))
 		}
@@ -790,6 +831,7 @@ func (s *sim) fullSync(liveOnly bool) {
 			s.pull(a, live[s.rng.Intn(len(live))])
 		}
 	}
+	s.explainOrigins(live)
 	s.fatalf("no quiescence after 400 loss-free rounds:\n%s", s.digestDiff(live))
 }
 
@@ -1023,6 +1065,20 @@ func sortKeys(ks []Key) {
 // signs its entries and state marks, every replica verifies and moves its
 // watermarks only on marks it reproduces (issue 29, item 1). It must reach
 // the same quiescent state as the unsigned simulator.
+// TestSimulatorSignedRegressions replays, at full length, signed seeds
+// that once failed: 7187724677420191503, 8481458852624370991,
+// 7360147321442796719 and 4904196324663230743 were message storms (a
+// replica waiting for a proof pulled entries above its peer's watermark,
+// and the peer's plan sent an empty normal stream: TestGapEntriesReachA
+// ReplicaWaitingForProof).
+func TestSimulatorSignedRegressions(t *testing.T) {
+	for _, seed := range []int64{7187724677420191503, 8481458852624370991, 7360147321442796719, 4904196324663230743} {
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			runSimMode(t, seed, 7, 1200, true)
+		})
+	}
+}
+
 func TestSimulatorSigned(t *testing.T) {
 	sizes := []int{3, 4, 5, 7}
 	seeds := simSeeds(t)
