@@ -316,8 +316,8 @@ func TestGapEntriesReachAReplicaWaitingForProof(t *testing.T) {
 	relayed := d5
 	relayed.Mark = StateMark{} // relayed by a peer whose newest mark is older
 	apply(b, relayed)          // out of order: held above b's watermark
-	apply(b, d4) // contiguous to d4, but pa's version at d4's head is gone: unproven
-	apply(a, d6) // out of order: held above a's watermark
+	apply(b, d4)               // contiguous to d4, but pa's version at d4's head is gone: unproven
+	apply(a, d6)               // out of order: held above a's watermark
 	da, db := a.Digest()["c1"], b.Digest()["c1"]
 	require.Equal(t, d4.To, da.Max)
 	require.Equal(t, d6.To, da.Top)
