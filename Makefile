@@ -70,8 +70,12 @@ SEED     ?= random
 ## OLD_REV=<commit> adds rolling upgrades between coastguardd built at that
 ## commit and the current one.
 OLD_REV  ?=
+## FAULTS=upgrade,kill (partition, lossy, kill, disk, clock, upgrade,
+## apiserver) injects only those kinds, as often as all of them together.
+FAULTS   ?=
 nemesis: testbins
 	COASTGUARD_NEMESIS_DURATION=$(DURATION) COASTGUARD_NEMESIS_SEED=$(SEED) COASTGUARD_NEMESIS_OLD_REV=$(OLD_REV) \
+	  COASTGUARD_NEMESIS_FAULTS=$(FAULTS) \
 	  $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestNemesis$$' ./test/e2e/ 2>&1 | tee .cache/nemesis.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok)|nemesis'; exit $${PIPESTATUS[0]}
 

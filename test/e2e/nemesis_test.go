@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -72,6 +73,7 @@ type nemesis struct {
 	bin   string
 	args  []string // every current daemon's flags
 	old   string   // coastguardd built at COASTGUARD_NEMESIS_OLD_REV, or ""
+	focus []string // COASTGUARD_NEMESIS_FAULTS (nemesisFocus), or nil
 	start time.Time
 
 	mu      sync.Mutex
@@ -272,6 +274,9 @@ func (n *nemesis) setup(ctx context.Context) {
 	var err error
 	n.bin, err = harness.Build("./cmd/coastguardd")
 	require.NoError(t, err)
+	n.focus = nemesisFocus(t)
+	require.False(t, slices.Contains(n.focus, "upgrade") && os.Getenv("COASTGUARD_NEMESIS_OLD_REV") == "",
+		"COASTGUARD_NEMESIS_FAULTS=upgrade needs COASTGUARD_NEMESIS_OLD_REV (the earlier build to upgrade from)")
 	if rev := os.Getenv("COASTGUARD_NEMESIS_OLD_REV"); rev != "" {
 		n.old, err = harness.BuildAt(rev, "./cmd/coastguardd")
 		require.NoError(t, err)
@@ -316,8 +321,40 @@ func (n *nemesis) setup(ctx context.Context) {
 }
 
 // step does one random workload change or fault.
+// nemesisFaults are the fault steps by the name COASTGUARD_NEMESIS_FAULTS
+// takes (make nemesis FAULTS=upgrade,kill).
+var nemesisFaults = map[string]func(*nemesis, context.Context){
+	"partition": (*nemesis).partition, "lossy": (*nemesis).lossy, "kill": (*nemesis).killDaemon,
+	"disk": (*nemesis).diskFull, "clock": (*nemesis).clockSkew, "upgrade": (*nemesis).rollingUpgrade,
+	"apiserver": (*nemesis).restartAPIServer,
+}
+
+// nemesisFocus reads COASTGUARD_NEMESIS_FAULTS: unset, every fault kind at
+// its usual weight; a comma-separated list of nemesisFaults names, only
+// those, taking every fault step between them (to reproduce a failure
+// that one kind of fault caused).
+func nemesisFocus(t *testing.T) []string {
+	s := os.Getenv("COASTGUARD_NEMESIS_FAULTS")
+	if s == "" {
+		return nil
+	}
+	names := strings.Split(s, ",")
+	for _, f := range names {
+		_, ok := nemesisFaults[f]
+		require.True(t, ok, "COASTGUARD_NEMESIS_FAULTS: unknown fault %q (one of %v)", f, slices.Sorted(maps.Keys(nemesisFaults)))
+	}
+	return names
+}
+
 func (n *nemesis) step(ctx context.Context) {
-	switch r := n.rng.IntN(100); {
+	r := n.rng.IntN(100)
+	if len(n.focus) > 0 && r >= 60 && r < 90 {
+		f := nemesisFaults[n.focus[n.rng.IntN(len(n.focus))]]
+		n.withSettle(ctx, func(ctx context.Context) { f(n, ctx) })
+		time.Sleep(time.Duration(50+n.rng.IntN(250)) * time.Millisecond)
+		return
+	}
+	switch {
 	case r < 40:
 		n.churnPod(ctx)
 	case r < 45:
