@@ -66,3 +66,15 @@ func TestNemesisFinishReportsFailOpen(t *testing.T) {
 	require.Equal(t, line, string(b))
 	require.NoError(t, os.RemoveAll(kept))
 }
+
+func TestParseNemesisFaults(t *testing.T) {
+	got, err := parseNemesisFaults("")
+	require.NoError(t, err)
+	require.Nil(t, got, "unset: every fault kind")
+	got, err = parseNemesisFaults("upgrade,kill")
+	require.NoError(t, err)
+	require.Equal(t, []string{"upgrade", "kill"}, got)
+	_, err = parseNemesisFaults("upgrade,reboot")
+	require.ErrorContains(t, err, `unknown fault "reboot"`)
+	require.ErrorContains(t, err, "apiserver", "the error lists the kinds")
+}

@@ -334,16 +334,22 @@ var nemesisFaults = map[string]func(*nemesis, context.Context){
 // those, taking every fault step between them (to reproduce a failure
 // that one kind of fault caused).
 func nemesisFocus(t *testing.T) []string {
-	s := os.Getenv("COASTGUARD_NEMESIS_FAULTS")
+	names, err := parseNemesisFaults(os.Getenv("COASTGUARD_NEMESIS_FAULTS"))
+	require.NoError(t, err, "COASTGUARD_NEMESIS_FAULTS")
+	return names
+}
+
+func parseNemesisFaults(s string) ([]string, error) {
 	if s == "" {
-		return nil
+		return nil, nil
 	}
 	names := strings.Split(s, ",")
 	for _, f := range names {
-		_, ok := nemesisFaults[f]
-		require.True(t, ok, "COASTGUARD_NEMESIS_FAULTS: unknown fault %q (one of %v)", f, slices.Sorted(maps.Keys(nemesisFaults)))
+		if _, ok := nemesisFaults[f]; !ok {
+			return nil, fmt.Errorf("unknown fault %q (one of %v)", f, slices.Sorted(maps.Keys(nemesisFaults)))
+		}
 	}
-	return names
+	return names, nil
 }
 
 func (n *nemesis) step(ctx context.Context) {
