@@ -1066,15 +1066,24 @@ func sortKeys(ks []Key) {
 // watermarks only on marks it reproduces (issue 29, item 1). It must reach
 // the same quiescent state as the unsigned simulator.
 // TestSimulatorSignedRegressions replays, at full length, signed seeds
-// that once failed: 7187724677420191503, 8481458852624370991,
+// that once failed. 7187724677420191503, 8481458852624370991,
 // 7360147321442796719 and 4904196324663230743 were message storms (a
 // replica waiting for a proof pulled entries above its peer's watermark,
-// and the peer's plan sent an empty normal stream: TestGapEntriesReachA
-// ReplicaWaitingForProof).
+// and the peer's plan sent an empty normal stream:
+// TestGapEntriesReachAReplicaWaitingForProof). 5159698387800949734 and
+// 4706120765476375535 took a key back in time: a stale replica admitted a
+// late tombstone at or below GC of a key a reset had dropped at a newer
+// version (RELIABILITY.md, finding 17).
 func TestSimulatorSignedRegressions(t *testing.T) {
-	for _, seed := range []int64{7187724677420191503, 8481458852624370991, 7360147321442796719, 4904196324663230743} {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			runSimMode(t, seed, 7, 1200, true)
+	for _, c := range []struct {
+		seed int64
+		n    int
+	}{
+		{7187724677420191503, 7}, {8481458852624370991, 7}, {7360147321442796719, 7}, {4904196324663230743, 7},
+		{5159698387800949734, 5}, {4706120765476375535, 7},
+	} {
+		t.Run(fmt.Sprintf("seed=%d/n=%d", c.seed, c.n), func(t *testing.T) {
+			runSimMode(t, c.seed, c.n, 1200, true)
 		})
 	}
 }
