@@ -420,4 +420,3 @@ func TestSealProvesTheNewWritersEpoch(t *testing.T) {
 	_, ok := s.Get(Key{Origin: "a", Kind: KindPod, Name: "ns/p4"})
 	require.False(t, ok, "the own tombstone is collected")
 }
-
