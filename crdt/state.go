@@ -1500,21 +1500,7 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		return syncMismatch, 0
 	}
 	if r.Max < o.max {
-		from := r.Max
-		if r.Max >= r.GC && r.Reset > r.Max && r.Reset <= o.max {
-			// the remote received up to r.Reset already (unproven
-			// progress, see advance): resume there
-			from = r.Reset
-		}
-		// When the remote received everything up to our watermark and
-		// waits for a mark that proves it, a normal stream is empty (it
-		// carries our mark): the entries we hold above the watermark,
-		// which Behind makes the remote pull, go as a gap delta instead
-		// (it carries the mark too), or the pair pulls forever.
-		if from < o.max || o.top() <= o.max || r.Top >= o.top() {
-			return syncNormal, from
-		}
-		return syncGap, o.max
+		return o.planAhead(r)
 	}
 	if top, floor := o.top(), max(o.max, r.Max); top > floor &&
 		(r.Top < top || r.Max != o.max || r.GapHash != o.gapHash) {
@@ -1533,6 +1519,25 @@ func (o *originState) plan(r OriginDigest, present bool) (syncMode, Version) {
 		return syncWatermarks, 0
 	}
 	return syncNone, 0
+}
+
+// planAhead is plan for a remote whose watermark is below ours.
+func (o *originState) planAhead(r OriginDigest) (syncMode, Version) {
+	from := r.Max
+	if r.Max >= r.GC && r.Reset > r.Max && r.Reset <= o.max {
+		// the remote received up to r.Reset already (unproven progress,
+		// see advance): resume there
+		from = r.Reset
+	}
+	// When the remote received everything up to our watermark and waits
+	// for a mark that proves it, a normal stream is empty (it carries our
+	// mark): the entries we hold above the watermark, which Behind makes
+	// the remote pull, go as a gap delta instead (it carries the mark
+	// too), or the pair pulls forever.
+	if from < o.max || o.top() <= o.max || r.Top >= o.top() {
+		return syncNormal, from
+	}
+	return syncGap, o.max
 }
 
 type cursor struct {
