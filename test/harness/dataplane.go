@@ -325,7 +325,11 @@ func (dp *Dataplane) startEngine(c *Cluster, n *Node) error {
 }
 
 // waitEngine waits until kube-router has programmed its base chains (and
-// kube-proxy its service chain).
+// kube-proxy its service chain and its POSTROUTING jump: kube-proxy
+// prepends that jump after creating KUBE-SERVICES, and the route agent's
+// chain must go in front of it, or traffic from the other clusters is
+// masqueraded; CI once saw a remote ClusterIP's backend get the node's
+// address under load).
 func (dp *Dataplane) waitEngine(ctx context.Context, n *Node) error {
 	err := waitReady(ctx, n.Engine, 60*time.Second, func(context.Context) error {
 		_, err := inNetns(n.NS, "iptables", "-w", "-S", "KUBE-ROUTER-FORWARD")
@@ -335,7 +339,13 @@ func (dp *Dataplane) waitEngine(ctx context.Context, n *Node) error {
 		return err
 	}
 	return waitReady(ctx, n.Proxy, 60*time.Second, func(context.Context) error {
-		_, err := inNetns(n.NS, "iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES")
+		if _, err := inNetns(n.NS, "iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES"); err != nil {
+			return err
+		}
+		out, err := inNetns(n.NS, "iptables", "-w", "-t", "nat", "-S", "POSTROUTING")
+		if err == nil && !strings.Contains(string(out), "-j KUBE-POSTROUTING") {
+			err = errors.New("kube-proxy has not installed its POSTROUTING jump yet")
+		}
 		return err
 	})
 }
