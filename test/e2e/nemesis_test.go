@@ -248,13 +248,16 @@ func (n *nemesis) keepStates(dst string) {
 	defer cancel()
 	for _, ds := range n.daemons {
 		for _, d := range ds {
-			for file, path := range map[string]string{".debug-state.json": "/debug/state", ".metrics": "/metrics"} {
-				b, err := getBody(ctx, "http://"+d.AdminAddr+path)
+			for file, url := range map[string]string{
+				".debug-state.json": "http://" + d.AdminAddr + "/debug/state", // admin surface
+				".metrics":          "http://" + d.MetricsAddr + "/metrics",   // metrics listener
+			} {
+				b, err := getBody(ctx, url)
 				if err == nil {
 					err = os.WriteFile(filepath.Join(dst, d.NodeName+file), b, 0o644)
 				}
 				if err != nil {
-					n.t.Logf("nemesis: keeping %s of %s: %v", path, d.NodeName, err)
+					n.t.Logf("nemesis: keeping %s of %s: %v", url, d.NodeName, err)
 				}
 			}
 		}
