@@ -186,3 +186,26 @@ func mustEncode(t *testing.T, v any) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// A lost cluster (retired by membership up to its proven watermark) whose
+// last updates were still unproven keeps them above the retirement for
+// good (RELIABILITY.md, finding 16), and the mirror keeps the proven pod
+// value the hold had kept. Nothing of it is admitted: the retirement
+// removed the cluster's proven entries, its Cluster entry among them, so
+// no cluster selector matches its pods.
+func TestLostClusterLeftoverStaysOut(t *testing.T) {
+	w := newHoldWorld(t)
+	w.write("b", crdt.KindPod, "shop/web", web("10.2.0.1", "1"))
+	v := w.writeUnproven("b", crdt.KindNamespace, "shop", &crdt.NamespaceValue{Labels: map[string]string{"x": "1"}})
+	w.writeUnproven("b", crdt.KindPod, "shop/web", web("10.2.0.2", "2"))
+	require.True(t, w.admitted("10.2.0.1/32"), "the proven value is kept")
+
+	ch, err := w.observer.ApplyRetire(crdt.Retire{Origin: "b", UpTo: v - 1})
+	require.NoError(t, err)
+	lost := w.unprovenAbove("b", v)
+	w.apply(w.hold.filter(ch, lost))
+	w.apply(w.hold.release(w.observer, lost))
+	require.Equal(t, 2, w.hold.len(), "the unproven updates stay held")
+	require.False(t, w.admitted("10.2.0.1/32"), "the kept value of a lost cluster's pod is not admitted")
+	require.False(t, w.admitted("10.2.0.2/32"), "nor its unproven update")
+}
