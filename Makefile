@@ -73,9 +73,12 @@ OLD_REV  ?=
 ## FAULTS=upgrade,kill (partition, lossy, kill, disk, clock, upgrade,
 ## apiserver) injects only those kinds, as often as all of them together.
 FAULTS   ?=
+## KEEP_LOGS=1 keeps every process log, /debug/state and /metrics in
+## .cache/nemesis-logs-<seed>/ for a passing run too (a failed run always).
+KEEP_LOGS ?=
 nemesis: testbins
 	COASTGUARD_NEMESIS_DURATION=$(DURATION) COASTGUARD_NEMESIS_SEED=$(SEED) COASTGUARD_NEMESIS_OLD_REV=$(OLD_REV) \
-	  COASTGUARD_NEMESIS_FAULTS=$(FAULTS) \
+	  COASTGUARD_NEMESIS_FAULTS=$(FAULTS) COASTGUARD_NEMESIS_KEEP_LOGS=$(KEEP_LOGS) \
 	  $(GO) test -tags e2e -count=1 -timeout 120m -v -run '^TestNemesis$$' ./test/e2e/ 2>&1 | tee .cache/nemesis.log \
 	  | grep --line-buffered -E '^(=== RUN|--- |PASS|FAIL|ok)|nemesis'; exit $${PIPESTATUS[0]}
 

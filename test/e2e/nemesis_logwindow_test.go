@@ -41,18 +41,40 @@ func TestNemesisLogWindow(t *testing.T) {
 // logFailOpenWindows, which takes it again, so the first run with a
 // fail-open moment hung until go test's timeout (seed 30006).
 func TestNemesisFinishReportsFailOpen(t *testing.T) {
+	kept, line := finishFixture(t, true)
+	b, err := os.ReadFile(filepath.Join(kept, "coastguardd-cluster1-0.log"))
+	require.NoError(t, err, "a failed run keeps its daemon logs")
+	require.Equal(t, line, string(b))
+}
+
+// A passing run keeps its logs only when asked (make nemesis KEEP_LOGS=1).
+func TestNemesisFinishKeepsLogsOnRequest(t *testing.T) {
+	t.Setenv("COASTGUARD_NEMESIS_KEEP_LOGS", "")
+	kept, _ := finishFixture(t, false)
+	require.NoDirExists(t, kept, "a passing run keeps no logs by default")
+	t.Setenv("COASTGUARD_NEMESIS_KEEP_LOGS", "1")
+	kept, line := finishFixture(t, false)
+	b, err := os.ReadFile(filepath.Join(kept, "coastguardd-cluster1-0.log"))
+	require.NoError(t, err, "KEEP_LOGS keeps a passing run's daemon logs")
+	require.Equal(t, line, string(b))
+}
+
+// finishFixture runs finish over a one-daemon run with a fail-open moment
+// (failed or not) and returns where the logs would be kept (removed at the
+// end of the test) and the daemon's one log line.
+func finishFixture(t *testing.T, failed bool) (kept, line string) {
 	dir := t.TempDir()
 	at := time.Now()
 	require.NoError(t, os.Mkdir(filepath.Join(dir, "logs"), 0o755))
 	p := filepath.Join(dir, "logs", "coastguardd-cluster1-0.log")
-	line := `{"time":"` + at.Add(-time.Second).UTC().Format(time.RFC3339Nano) + `","level":"INFO","msg":"just before"}` + "\n"
+	line = `{"time":"` + at.Add(-time.Second).UTC().Format(time.RFC3339Nano) + `","level":"INFO","msg":"just before"}` + "\n"
 	require.NoError(t, os.WriteFile(p, []byte(line), 0o644))
 	const seed = 1<<64 - 1 // not a seed any real run uses: its files are removed below
 	n := &nemesis{t: t, env: &harness.Env{Dir: dir}, start: at.Add(-time.Minute), nps: map[string]npState{},
 		daemons:    map[string][]*harness.Daemon{"cluster1": {{Process: &harness.Process{LogPath: p}}}},
 		failOpenAt: []failOpenEvent{{clusters: []string{"cluster1"}, at: at}}}
 	done := make(chan struct{})
-	go func() { defer close(done); n.finish(seed, time.Second, true) }()
+	go func() { defer close(done); n.finish(seed, time.Second, failed) }()
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -60,11 +82,9 @@ func TestNemesisFinishReportsFailOpen(t *testing.T) {
 	}
 	require.NoError(t, os.Remove(repoPath(".cache", fmt.Sprintf("nemesis-history-%d.txt", uint64(seed)))))
 	require.NoError(t, os.Remove(repoPath(".cache", fmt.Sprintf("nemesis-settle-%d.json", uint64(seed)))))
-	kept := repoPath(".cache", fmt.Sprintf("nemesis-logs-%d", uint64(seed)))
-	b, err := os.ReadFile(filepath.Join(kept, "coastguardd-cluster1-0.log"))
-	require.NoError(t, err, "a failed run keeps its daemon logs")
-	require.Equal(t, line, string(b))
-	require.NoError(t, os.RemoveAll(kept))
+	kept = repoPath(".cache", fmt.Sprintf("nemesis-logs-%d", uint64(seed)))
+	t.Cleanup(func() { _ = os.RemoveAll(kept) })
+	return kept, line
 }
 
 func TestParseNemesisFaults(t *testing.T) {

@@ -207,6 +207,8 @@ func (n *nemesis) finish(seed uint64, dur time.Duration, failed bool) {
 	if failed {
 		n.t.Logf("nemesis history (seed %d):\n%s", seed, hist)
 		n.logFailOpenWindows()
+	}
+	if failed || os.Getenv("COASTGUARD_NEMESIS_KEEP_LOGS") != "" {
 		n.keepLogs(seed)
 	}
 	// every run's history, for explained leaks and later reading
@@ -219,10 +221,12 @@ func (n *nemesis) finish(seed uint64, dur time.Duration, failed bool) {
 	}
 }
 
-// keepLogs copies every process log of a failed run (daemons, apiservers,
-// dataplane) to .cache/nemesis-logs-<seed>/: the run's directory goes with
-// its cleanup, and a failure that does not repeat under the same seed
-// (timing differs) is otherwise left with its history alone.
+// keepLogs copies every process log of a failed run, or of any run with
+// COASTGUARD_NEMESIS_KEEP_LOGS set (make nemesis KEEP_LOGS=1: read a
+// passing run's drops and warnings), (daemons, apiservers, dataplane) to
+// .cache/nemesis-logs-<seed>/: the run's directory goes with its cleanup,
+// and a failure that does not repeat under the same seed (timing differs)
+// is otherwise left with its history alone.
 func (n *nemesis) keepLogs(seed uint64) {
 	if n.env == nil {
 		return
@@ -233,11 +237,11 @@ func (n *nemesis) keepLogs(seed uint64) {
 		err = os.CopyFS(dst, os.DirFS(filepath.Join(n.env.Dir, "logs")))
 	}
 	if err != nil {
-		n.t.Logf("nemesis: keeping the logs of the failed run: %v", err)
+		n.t.Logf("nemesis: keeping the logs: %v", err)
 		return
 	}
 	n.keepStates(dst)
-	n.t.Logf("nemesis logs of the failed run (seed %d): %s", seed, dst)
+	n.t.Logf("nemesis logs (seed %d): %s", seed, dst)
 }
 
 // keepStates saves each daemon's /debug/state (its watermarks per origin
