@@ -65,6 +65,11 @@ func (v Version) Epoch() uint32 { return uint32(uint64(v) >> seqBits) }
 // Seq returns the sequence number of v within its epoch.
 func (v Version) Seq() uint64 { return uint64(v) & seqMask }
 
+// EpochEnd reports whether v is the last version of its epoch: the shape
+// of a takeover's seal (State.SealEpochsBelow retires up to the end of the
+// epoch before the writer's).
+func (v Version) EpochEnd() bool { return v.Seq() == seqMask }
+
 func (v Version) String() string { return fmt.Sprintf("%d.%d", v.Epoch(), v.Seq()) }
 
 // Key identifies an entry. Only Origin may write entries under its name.

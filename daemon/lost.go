@@ -237,9 +237,7 @@ func (d *Daemon) afterRetire(r crdt.Retire, applied, created bool) {
 // isEpochSeal reports whether a retirement ends exactly at the end of an
 // epoch, as a takeover's seal does (crdt.SealEpochsBelow); a decommission
 // retires up to the writer's real head.
-func isEpochSeal(upTo crdt.Version) bool {
-	return upTo == crdt.MakeVersion(upTo.Epoch()+1, 0)-1
-}
+func isEpochSeal(upTo crdt.Version) bool { return upTo.EpochEnd() }
 
 // originEmpty reports whether the replica holds no live entry of origin.
 func (d *Daemon) originEmpty(origin string) bool {

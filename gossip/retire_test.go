@@ -94,3 +94,28 @@ func TestRetirerInjectedClock(t *testing.T) {
 	require.Equal(t, 1.0, testutil.ToFloat64(m.clusters.WithLabelValues("alive")))
 	require.Equal(t, 0.0, testutil.ToFloat64(m.clusters.WithLabelValues("stale")))
 }
+
+// A takeover's seal is routine wherever it arrives, the own cluster's
+// standbys included (they logged an error on every failover); only the
+// mesh's unsigned retirement of our own cluster is an error.
+func TestRetireLog(t *testing.T) {
+	seal := crdt.MakeVersion(3, 0) - 1
+	require.True(t, seal.EpochEnd())
+	require.False(t, crdt.MakeVersion(3, 7).EpochEnd())
+	for _, c := range []struct {
+		r     crdt.Retire
+		level slog.Level
+		msg   string
+	}{
+		{crdt.Retire{Origin: "a", UpTo: seal, Sig: []byte{1}}, slog.LevelInfo, "sealed"},
+		{crdt.Retire{Origin: "a", UpTo: seal}, slog.LevelInfo, "sealed"}, // an unsigned mesh seals unsigned
+		{crdt.Retire{Origin: "b", UpTo: seal, Sig: []byte{1}}, slog.LevelInfo, "sealed"},
+		{crdt.Retire{Origin: "a", UpTo: crdt.MakeVersion(3, 7)}, slog.LevelError, "retired by the mesh"},
+		{crdt.Retire{Origin: "a", UpTo: crdt.MakeVersion(3, 7), Sig: []byte{1}}, slog.LevelInfo, "decommission"},
+		{crdt.Retire{Origin: "b", UpTo: crdt.MakeVersion(3, 7)}, slog.LevelInfo, "cluster retired"},
+	} {
+		level, msg := retireLog("a", c.r)
+		require.Equal(t, c.level, level, "%+v", c.r)
+		require.Contains(t, msg, c.msg, "%+v", c.r)
+	}
+}

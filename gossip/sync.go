@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -458,6 +459,25 @@ func (n *Node) onRetire(m *message) {
 	}
 }
 
+// retireLog is how an applied retirement is logged. A takeover's seal
+// (told by its shape: it ends exactly at an epoch's end) is routine, ours
+// included: every standby of this cluster applies its own leader's. Only
+// an unsigned retirement of our own cluster is an error: the mesh gave up
+// on it (partitioned past the reconnect timeout) and the writer must go
+// on at a higher epoch.
+func retireLog(self string, r crdt.Retire) (slog.Level, string) {
+	switch {
+	case r.UpTo.EpochEnd():
+		return slog.LevelInfo, "earlier writer epochs sealed (a takeover)"
+	case r.Origin == self && r.Sig == nil:
+		return slog.LevelError, "own cluster was retired by the mesh; the writer must continue at a higher epoch"
+	case r.Origin == self:
+		return slog.LevelInfo, "own cluster retired by its own signed record (decommission)"
+	default:
+		return slog.LevelInfo, "cluster retired"
+	}
+}
+
 // applyRetire applies a retirement if it is news and re-gossips it.
 func (n *Node) applyRetire(r crdt.Retire, rebroadcast bool) bool {
 	if r.UpTo == 0 {
@@ -470,12 +490,8 @@ func (n *Node) applyRetire(r crdt.Retire, rebroadcast bool) bool {
 		n.dropErr(err, "rejected retire", "origin", r.Origin, "upto", r.UpTo.String())
 		return false
 	}
-	if r.Origin == n.cfg.ClusterID {
-		n.log.Error("own cluster was retired by the mesh; the writer must continue at a higher epoch",
-			"upto", r.UpTo.String())
-	} else {
-		n.log.Info("cluster retired", "remote_cluster", r.Origin, "upto", r.UpTo.String())
-	}
+	level, msg := retireLog(n.cfg.ClusterID, r)
+	n.log.Log(context.Background(), level, msg, "origin", r.Origin, "upto", r.UpTo.String(), "signed", r.Sig != nil)
 	if rebroadcast {
 		n.broadcastRetire(r)
 	}
