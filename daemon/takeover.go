@@ -121,6 +121,9 @@ func (d *Daemon) takeoverLoop(ctx context.Context) {
 				d.log.Info("took over: own entries re-published and prior epochs sealed", "epoch", d.rep.Epoch())
 				break
 			}
+			if ctx.Err() != nil {
+				return // the term ended: nothing to retry (it logged a warning that it would)
+			}
 			d.log.Warn("takeover failed; will retry", "err", err, "in", backoff)
 			select {
 			case <-ctx.Done():
