@@ -334,3 +334,28 @@ func TestGapEntriesReachAReplicaWaitingForProof(t *testing.T) {
 	require.Equal(t, f.writer.Digest()["c1"], a.Digest()["c1"])
 	require.Equal(t, f.writer.Digest()["c1"], b.Digest()["c1"])
 }
+
+// A standby of the sealing cluster that gets its leader's seal before any
+// entry of the new epoch accepts it: the mark the seal carries is its own
+// cluster's signed statement of a version past the seal, as it is for
+// every other cluster (it refused it, counted as an unproven watermark,
+// which raises the signature-drop alert on an honest failover: nemesis
+// seed 31403's kept logs).
+func TestOwnStandbyAcceptsItsLeadersSeal(t *testing.T) {
+	f := newTrustFixture(t, 3)
+	standby := NewState("c1")
+	standby.SetSigner(f.c1)
+	standby.SetVerifier(f.pins, func(string) bool { return false })
+	antiEntropy(t, f.writer, standby)
+	require.NoError(t, f.writer.SetEpoch(f.writer.MinEpoch()))
+	_, _, err := f.writer.Write(KindPod, "ns/pa", []byte{0x81}, false, 11) // re-published, not yet at the standby
+	require.NoError(t, err)
+	seal, _, err := f.writer.SealPriorEpochs()
+	require.NoError(t, err)
+	require.Greater(t, seal.UpTo, standby.Digest()["c1"].Max, "the standby has seen nothing past the seal")
+	_, err = standby.ApplyRetire(seal)
+	require.NoError(t, err, "the own leader's seal is accepted on its mark")
+	assert.Equal(t, seal.UpTo, standby.Digest()["c1"].Retired)
+	antiEntropy(t, f.writer, standby)
+	assert.Equal(t, f.writer.Digest()["c1"], standby.Digest()["c1"])
+}

@@ -579,7 +579,8 @@ func (s *State) verifyRetireMark(o *originState, r *Retire) (*StateMark, error) 
 	if err := r.Mark.validate(r.Origin); err != nil {
 		return nil, err
 	}
-	if !r.Mark.newer(&o.proof.Mark) || r.Origin == s.self {
+	own := r.Origin == s.self
+	if !r.Mark.newer(&o.proof.Mark) || (own && s.verifier == nil) {
 		return nil, nil
 	}
 	if s.verifier == nil {
@@ -594,6 +595,14 @@ func (s *State) verifyRetireMark(o *originState, r *Retire) (*StateMark, error) 
 	}
 	if r.Mark.Head > o.seen {
 		o.seen = r.Mark.Head
+	}
+	if own {
+		// our own leader's seal, at a standby: its head is a version our
+		// cluster signed, which the retirement may reach (it refused the
+		// seal until the new epoch's entries arrived). As before, the mark
+		// is not kept as our own origin's proof: that comes with the
+		// writer's streams.
+		return nil, nil
 	}
 	m := r.Mark
 	return &m, nil
