@@ -28,11 +28,19 @@ const (
 	CheckDuplicateClusterID   = "duplicate_cluster_id"
 	CheckOverlappingPodCIDRs  = "overlapping_pod_cidrs"
 	CheckPodIPOutsideCIDR     = "pod_ip_outside_cidr"
-	duplicateConfirmRounds    = 2 // a leader handover may briefly show two writers
 	sanityEventReasonOverlap  = "OverlappingPodCIDRs"
 	sanityEventReasonOutside  = "PodIPOutsideClusterCIDR"
 	sanityEventReasonConflict = ReasonDuplicateClusterID
 )
+
+// duplicateConfirmRounds is how many consecutive checks (SanityInterval
+// apart: 30 s) must see two writers of one cluster ID. A leader handover
+// shows two while the old leader's writer flag is still on its way
+// through gossip: with two checks, nemesis runs with lossy links flagged
+// it for 5-10 s after a failover (a Warning Event, and every policy's
+// status degraded with DuplicateClusterID meanwhile). Two clusters
+// sharing an ID show it for good.
+const duplicateConfirmRounds = 6
 
 // sanity holds the state of the cluster-set checks between rounds.
 type sanity struct {
