@@ -193,7 +193,7 @@ func (d *Daemon) beforeRetire(r crdt.Retire) bool {
 		return false // the replica refuses it: nothing to keep
 	}
 	remote := r.Origin != d.opts.ClusterID
-	seal := remote && isEpochSeal(r.UpTo)
+	seal := remote && r.UpTo.EpochEnd() // a decommission retires up to the writer's real head
 	if remote && ((r.Sig == nil && !d.opts.ReleaseLostOrigins) || seal) {
 		return d.noteLost(r, seal)
 	}
@@ -228,16 +228,11 @@ func (d *Daemon) afterRetire(r crdt.Retire, applied, created bool) {
 		d.lost.handled[r.Origin] = max(d.lost.handled[r.Origin], r.UpTo)
 		d.lost.mu.Unlock()
 	}
-	if remote && r.Sig != nil && !isEpochSeal(r.UpTo) && d.originEmpty(r.Origin) {
+	if remote && r.Sig != nil && !r.UpTo.EpochEnd() && d.originEmpty(r.Origin) {
 		d.dropLost(r.Origin, "decommissioned")
 		go d.forgetPins(r.Origin) // API calls: not on gossip's apply path
 	}
 }
-
-// isEpochSeal reports whether a retirement ends exactly at the end of an
-// epoch, as a takeover's seal does (crdt.SealEpochsBelow); a decommission
-// retires up to the writer's real head.
-func isEpochSeal(upTo crdt.Version) bool { return upTo.EpochEnd() }
 
 // originEmpty reports whether the replica holds no live entry of origin.
 func (d *Daemon) originEmpty(origin string) bool {

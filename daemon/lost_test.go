@@ -153,7 +153,7 @@ func TestLostGuardSealBeforeRepublish(t *testing.T) {
 	again, _, err := b.Write(crdt.KindPolicy, "shop/deny", spec, false, 0)
 	require.NoError(t, err)
 	seal := crdt.Retire{Origin: "b", UpTo: crdt.MakeVersion(2, 0) - 1, Sig: []byte("signed")} // unverified here
-	require.True(t, isEpochSeal(seal.UpTo))
+	require.True(t, seal.UpTo.EpochEnd())
 	_, err = lostGuard{Replica: d.rep, d: d}.ApplyRetire(seal)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(d.kept()["b"]) == 1 }, timeout, tick)
@@ -165,7 +165,7 @@ func TestLostGuardSealBeforeRepublish(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(d.kept()) == 0 }, timeout, tick, "replaced by the origin: no longer kept")
 	require.True(t, d.hasPolicy("deny"))
-	require.False(t, isEpochSeal(crdt.MakeVersion(3, 17)), "a decommission retires up to a real head")
+	require.False(t, crdt.MakeVersion(3, 17).EpochEnd(), "a decommission retires up to a real head")
 }
 
 // The same seal inside a delta (crdt applies a delta's Retired before its
@@ -181,7 +181,7 @@ func TestLostGuardSealInDeltaBeforeRepublish(t *testing.T) {
 	require.NoError(t, err)
 	seal, _, err := b.SealEpochsBelow(2)
 	require.NoError(t, err)
-	require.True(t, isEpochSeal(seal.UpTo))
+	require.True(t, seal.UpTo.EpochEnd())
 	// what a peer that already holds the re-published entry sends on: the
 	// origin's progress from there, with its retirement and no entry
 	dg := d.rep.Digest()

@@ -122,7 +122,7 @@ func (d *Daemon) takeoverLoop(ctx context.Context) {
 				break
 			}
 			if ctx.Err() != nil {
-				return // the term ended: nothing to retry (it logged a warning that it would)
+				return // the term ended: there is nothing to retry
 			}
 			d.log.Warn("takeover failed; will retry", "err", err, "in", backoff)
 			select {
