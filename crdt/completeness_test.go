@@ -359,3 +359,39 @@ func TestOwnStandbyAcceptsItsLeadersSeal(t *testing.T) {
 	antiEntropy(t, f.writer, standby)
 	assert.Equal(t, f.writer.Digest()["c1"], standby.Digest()["c1"])
 }
+
+// Finding 18: a relay that got a takeover's seal but none of the new
+// epoch's entries cannot prove the seal's mark, so its own proof stays
+// below the retirement. A replica further behind accepts a relayed signed
+// retirement only up to a version the origin signed; the relay sends the
+// seal's mark with it (the only such version it holds), or the replica
+// refuses it on every round (unproven_watermark for an honest mesh).
+func TestRelayedSealCarriesItsMark(t *testing.T) {
+	f := newTrustFixture(t, 3)
+	auth := func(string) bool { return false }
+	relay, lagging := NewState("c3"), NewState("c4")
+	relay.SetVerifier(f.pins, auth)
+	lagging.SetVerifier(f.pins, auth)
+	antiEntropy(t, f.writer, lagging)
+	for _, n := range []string{"ns/pd", "ns/pe"} {
+		_, _, err := f.writer.Write(KindPod, n, []byte{0x80}, false, 5)
+		require.NoError(t, err)
+	}
+	antiEntropy(t, f.writer, relay)
+
+	require.NoError(t, f.writer.SetEpoch(f.writer.MinEpoch()))
+	_, _, err := f.writer.Write(KindPod, "ns/pa", []byte{0x81}, false, 11) // re-published
+	require.NoError(t, err)
+	seal, _, err := f.writer.SealPriorEpochs()
+	require.NoError(t, err)
+	_, err = relay.ApplyRetire(seal)
+	require.NoError(t, err)
+	require.Less(t, relay.Proof("c1").Mark.Head, seal.UpTo, "the relay could not prove the seal's mark (no entry of the new epoch)")
+	require.Greater(t, seal.UpTo, lagging.Digest()["c1"].Max)
+
+	antiEntropy(t, relay, lagging) // refused without the mark: unproven_watermark
+	assert.Equal(t, seal.UpTo, lagging.Digest()["c1"].Retired)
+	assert.Zero(t, lagging.Len("c1"), "everything below the seal is retired")
+	antiEntropy(t, f.writer, lagging)
+	assert.Equal(t, f.writer.Digest()["c1"], lagging.Digest()["c1"])
+}

@@ -212,6 +212,16 @@ func (m *StateMark) IsZero() bool {
 	return m.Head == 0 && m.Sig == nil && m.Hash == nil && m.HeadEntry == nil
 }
 
+// boundsRetirement reports whether m is what lets a receiver accept the
+// signed retirement d relays: accepted only up to a version the origin
+// signed (verifyWatermarks), which d's mark does not reach. A takeover's
+// seal carries a mark at the new epoch; a relay that could not reproduce
+// it still holds it (next), and without it a replica below the seal would
+// refuse the retirement on every round.
+func (m *StateMark) boundsRetirement(d *Delta) bool {
+	return len(d.RetiredSig) > 0 && d.Mark.Head < d.Retired && m.Head >= d.Retired
+}
+
 // newer reports whether m is a later mark of its origin than o: heads, GC
 // and retirement watermarks only grow at the origin, so (Head, GC,
 // Retired) orders its marks.
@@ -373,9 +383,11 @@ func (s *State) attachProof(o *originState, d *Delta) {
 	// The mark proving our watermark lets a receiver prove a stream that
 	// ends there; entries above it (a gap delta) go with the newest mark,
 	// and so does a delta when that mark is at or below our watermark (a
-	// retirement moved it: the mark still proves its head).
+	// retirement moved it: the mark still proves its head), or when it is
+	// the only signed version at or above the signed retirement the delta
+	// relays (a takeover's seal we could not prove: finding 18).
 	d.Mark = o.proof.Mark
-	if len(o.next.Sig) > 0 && (d.To > o.max || o.next.Head <= o.max) {
+	if len(o.next.Sig) > 0 && (d.To > o.max || o.next.Head <= o.max || o.next.boundsRetirement(d)) {
 		d.Mark = o.next
 	}
 	switch {
