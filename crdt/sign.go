@@ -219,7 +219,9 @@ func (m *StateMark) IsZero() bool {
 // it still holds it (next), and without it a replica below the seal would
 // refuse the retirement on every round.
 func (m *StateMark) boundsRetirement(d *Delta) bool {
-	return len(d.RetiredSig) > 0 && d.Mark.Head < d.Retired && m.Head >= d.Retired
+	// Only where the retirement covers the whole stream: the mark of a
+	// stream that ends above it (or of a reset) is what proves its end.
+	return len(d.RetiredSig) > 0 && !d.Reset && d.To <= d.Retired && d.Mark.Head < d.Retired && m.Head >= d.Retired
 }
 
 // newer reports whether m is a later mark of its origin than o: heads, GC

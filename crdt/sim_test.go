@@ -1082,6 +1082,7 @@ func TestSimulatorSignedRegressions(t *testing.T) {
 		{7187724677420191503, 7}, {8481458852624370991, 7}, {7360147321442796719, 7}, {4904196324663230743, 7},
 		{5159698387800949734, 5}, {4706120765476375535, 7},
 		{7540787583403959799, 7}, // finding 18: a relayed seal bounded by the mark the relay could not prove
+		{2689069346218570627, 7}, // finding 18's first fix (the seal's mark also on reset streams) stormed
 	} {
 		t.Run(fmt.Sprintf("seed=%d/n=%d", c.seed, c.n), func(t *testing.T) {
 			runSimMode(t, c.seed, c.n, 1200, true)
