@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"strconv"
 	"strings"
 
@@ -26,6 +27,9 @@ const (
 	// AnnotationContentHash is a SHA-256 over the generated labels and spec;
 	// the applier compares it to skip no-op updates.
 	AnnotationContentHash = "coastguard.submariner.io/content-hash"
+	// AnnotationUnproven marks the isolation-only stand-in for a generated
+	// policy whose MCNP is not proven yet (IsolationOnly).
+	AnnotationUnproven = "coastguard.submariner.io/unproven"
 )
 
 const (
@@ -118,6 +122,43 @@ func buildNetworkPolicy(cp *compiledPolicy, i, n int, pt *part) networkingv1.Net
 	}
 	np.Annotations[AnnotationContentHash] = ContentHash(&np)
 	return np
+}
+
+// IsolationOnly returns the stand-in for np while the MCNP np comes from is
+// not proven by its origin's signed state mark (docs/SECURITY.md): the same
+// name, labels, pod selector and policy types, no rule, and
+// AnnotationUnproven. It isolates the pods np selects for the directions np
+// isolates and allows them nothing, so it can only take traffic away (a
+// NetworkPolicy adds allows to the pods it isolates): an MCNP that is known
+// but not yet proven is enforced as deny, never left open.
+func IsolationOnly(np *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
+	out := &networkingv1.NetworkPolicy{
+		TypeMeta: np.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        np.Name,
+			Namespace:   np.Namespace,
+			Labels:      maps.Clone(np.Labels),
+			Annotations: maps.Clone(np.Annotations),
+		},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: *np.Spec.PodSelector.DeepCopy(),
+			PolicyTypes: append([]networkingv1.PolicyType(nil), np.Spec.PolicyTypes...),
+		},
+	}
+	if len(out.Spec.PolicyTypes) == 0 {
+		// the apiserver's default, spelled out: without rules it would
+		// read as ingress only
+		out.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}
+		if len(np.Spec.Egress) > 0 {
+			out.Spec.PolicyTypes = append(out.Spec.PolicyTypes, networkingv1.PolicyTypeEgress)
+		}
+	}
+	if out.Annotations == nil {
+		out.Annotations = map[string]string{}
+	}
+	out.Annotations[AnnotationUnproven] = "isolation-only"
+	out.Annotations[AnnotationContentHash] = ContentHash(out)
+	return out
 }
 
 // ContentHash hashes what coastguard owns in a NetworkPolicy: its name,

@@ -383,7 +383,7 @@ func NewApplierMetrics(reg prometheus.Registerer) (*ApplierMetrics, error) {
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coastguard_networkpolicy_held", Help: "Deletes or content changes of generated NetworkPolicies held back by the empty-view gate."}),
 		Unproven: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "coastguard_mcnp_unproven", Help: "MCNPs whose replicated entry is above its origin's proven watermark (not yet confirmed by the origin's signed state mark); their generated NetworkPolicies are left as they are."}),
+			Name: "coastguard_mcnp_unproven", Help: "MCNPs whose replicated entry is above its origin's proven watermark (not yet confirmed by the origin's signed state mark); their generated NetworkPolicies are left as they are, and created isolation-only (deny) when absent."}),
 		Rejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coastguard_networkpolicy_rejected_total", Help: "Desired NetworkPolicies refused (invalid or colliding name); only their own MCNP is affected."}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -717,8 +717,9 @@ func (a *Applier) SetHold(hold bool) {
 // state mark this replica has not reproduced, so it may be a key holder's
 // resurrection or a fragment of a skipped range (docs/SECURITY.md, issue
 // 29). Their generated NetworkPolicies are left exactly as they are (not
-// created, changed or deleted) until the entry is proven or gone. Objects
-// left alone before are re-checked when the set changes.
+// changed or deleted; one not there is created isolation-only,
+// isolateUnproven) until the entry is proven or gone. Objects left alone
+// before are re-checked when the set changes.
 func (a *Applier) SetUnproven(refs map[string]struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -763,7 +764,7 @@ func (a *Applier) frozen(key, origin string, act Action) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, was := a.frozenKeys[key]; !was {
-		a.log.Info("MCNP entry not proven by its origin's signed state mark yet; leaving its generated NetworkPolicy as it is", "key", key, "origin", origin)
+		a.log.Info("MCNP entry not proven by its origin's signed state mark yet; its generated NetworkPolicy is not changed or deleted", "key", key, "origin", origin)
 	}
 	a.frozenKeys[key] = origin
 	return true
@@ -974,7 +975,7 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 	}
 	act, frozen := a.decide(key, origin, desired, live, broken, hold)
 	if frozen {
-		return origin, nil
+		return origin, a.isolateUnproven(ctx, key, origin, act, desired, live, broken)
 	}
 	wasHeld, wasForeign := a.track(key, act)
 	return origin, a.act(ctx, key, origin, act, desired, live, wasHeld, wasForeign)
@@ -1003,6 +1004,29 @@ func (a *Applier) decide(key, origin string, desired, live *networkingv1.Network
 	return act, false
 }
 
+// unprovenAnnotation marks the isolation-only stand-in of an unproven
+// MCNP's generated object.
+const unprovenAnnotation = enforce.AnnotationUnproven
+
+// isolateUnproven enforces an unproven MCNP's generated object as deny
+// where no proven version of it is there (fail closed: a known policy
+// that is not proven yet must not leave the pods it selects open). The
+// stand-in (enforce.IsolationOnly) isolates those pods and allows them
+// nothing; once the entry is proven the full object replaces it, and if
+// an honest stream drops the entry it is deleted like any generated
+// object. A proven object already there is left exactly as it is.
+func (a *Applier) isolateUnproven(ctx context.Context, key, origin string, act Action, desired, live *networkingv1.NetworkPolicy, broken bool) error {
+	if act != ActionApply || desired == nil || broken || (live != nil && live.Annotations[unprovenAnnotation] == "") {
+		return nil
+	}
+	stand := enforce.IsolationOnly(desired)
+	if live != nil && live.Annotations[ContentHashAnnotation] == stand.Annotations[ContentHashAnnotation] {
+		return nil
+	}
+	a.log.Info("MCNP entry not proven yet; its generated NetworkPolicy is enforced isolation-only (deny) until it is", "key", key, "origin", origin)
+	return a.apply(ctx, stand)
+}
+
 // track records whether key is held or foreign now (and the gauges), and
 // returns whether it was before.
 func (a *Applier) track(key string, act Action) (wasHeld, wasForeign bool) {
@@ -1029,11 +1053,11 @@ func (a *Applier) track(key string, act Action) (wasHeld, wasForeign bool) {
 func (a *Applier) act(ctx context.Context, key, origin string, act Action, desired, live *networkingv1.NetworkPolicy, wasHeld, wasForeign bool) error {
 	switch act {
 	case ActionApply:
-		if live != nil {
+		if live != nil && live.Annotations[ContentHashAnnotation] == desired.Annotations[ContentHashAnnotation] {
+			// same content hash, yet drifted: a hand edit (a content
+			// update, or a stand-in's replacement, is no repair)
 			a.metrics.Repairs.Inc()
-			if live.Annotations[ContentHashAnnotation] == desired.Annotations[ContentHashAnnotation] {
-				a.log.Info("generated NetworkPolicy drifted (hand edit or removed label); restoring it", "key", key, "origin", origin)
-			}
+			a.log.Info("generated NetworkPolicy drifted (hand edit or removed label); restoring it", "key", key, "origin", origin)
 		}
 		return a.apply(ctx, desired)
 	case ActionDelete:

@@ -13,9 +13,10 @@ import (
 )
 
 // An MCNP whose entry is not proven by its origin's signed state mark
-// (issue 29): its generated objects are neither created, changed nor
-// deleted, through the decision-time check and the polled set alike, and
-// are reconciled as usual once it is proven.
+// (issue 29): its generated objects are neither changed nor deleted, and
+// one that does not exist yet is created isolation-only (fail closed),
+// through the decision-time check and the polled set alike; all are
+// reconciled as usual once it is proven.
 func TestApplierLeavesUnprovenPoliciesAlone(t *testing.T) {
 	stale := liveNP("a", "stale", "h1")   // its MCNP's deletion is not proven
 	change := liveNP("a", "change", "h1") // its new content is not proven
@@ -33,12 +34,17 @@ func TestApplierLeavesUnprovenPoliciesAlone(t *testing.T) {
 
 	_, ok := r.get(t, "a", "other")
 	require.True(t, ok, "a proven MCNP is applied")
-	_, ok = r.get(t, "b", "new")
-	require.False(t, ok, "an unproven MCNP (decision-time check) is not created")
+	np, ok := r.get(t, "b", "new")
+	require.True(t, ok, "an unproven MCNP (decision-time check) is enforced")
+	require.Equal(t, "isolation-only", np.Annotations[unprovenAnnotation])
+	require.Empty(t, np.Spec.Ingress, "isolation-only: the pods it selects are allowed nothing")
+	require.Equal(t, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, np.Spec.PolicyTypes)
 	_, ok = r.get(t, "a", "stale")
 	require.True(t, ok, "an unproven deletion is not applied")
-	np, _ := r.get(t, "a", "change")
+	np, _ = r.get(t, "a", "change")
 	require.Equal(t, "h1", np.Annotations[ContentHashAnnotation], "an unproven change is not applied")
+	require.Empty(t, np.Annotations[unprovenAnnotation], "a proven object is not replaced by a stand-in")
+	assert.Equal(t, 1, countActions(r.client, "patch", "new"), "the stand-in is applied once (its informer event re-decides it)")
 	assert.Equal(t, 2.0, testutil.ToFloat64(r.applier.metrics.Unproven))
 
 	// proven: the check says no, and the next poll (whose set never held
@@ -46,10 +52,14 @@ func TestApplierLeavesUnprovenPoliciesAlone(t *testing.T) {
 	checkOn.Store(false)
 	r.applier.SetUnproven(map[string]struct{}{})
 	require.Eventually(t, func() bool {
-		_, created := r.get(t, "b", "new")
+		created, _ := r.get(t, "b", "new")
 		_, kept := r.get(t, "a", "stale")
 		np, _ := r.get(t, "a", "change")
-		return created && !kept && np.Annotations[ContentHashAnnotation] == "h2"
+		return created.Annotations[ContentHashAnnotation] == "h1" && !kept && np.Annotations[ContentHashAnnotation] == "h2"
 	}, 10*time.Second, 5*time.Millisecond)
 	assert.Zero(t, testutil.ToFloat64(r.applier.metrics.Unproven))
+	np, _ = r.get(t, "b", "new")
+	assert.Empty(t, np.Annotations[unprovenAnnotation], "the proven object replaced the stand-in")
+	assert.Len(t, np.Spec.Ingress, 1)
+	assert.Zero(t, testutil.ToFloat64(r.applier.metrics.Repairs), "replacing a stand-in is no repair")
 }

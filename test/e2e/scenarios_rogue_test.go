@@ -19,6 +19,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 
 	"github.com/coastguard-mcnp/coastguard/crdt"
+	"github.com/coastguard-mcnp/coastguard/enforce"
 	"github.com/coastguard-mcnp/coastguard/test/harness"
 )
 
@@ -105,8 +106,8 @@ func rogueSkip(t *testing.T, ctx context.Context, env *harness.Env, rg *rogueAge
 // creates p4. A fresh pod of C (its only daemon, so it leads and enforces),
 // cut off from A and B, meets the rogue first, which serves it a reset of A
 // with open's live version and without p4. Neither B nor C ever enforces
-// "open" again: C leaves the generated policies of MCNPs it holds unproven
-// as they are.
+// "open"'s allows again: C holds it unproven, so it only isolates the pods
+// open selects (a stand-in without rules), until the heal drops it.
 func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rogueAgent, ds []*harness.Daemon, bin string) *harness.Daemon {
 	a, b, c := env.Clusters[0], env.Clusters[1], env.Clusters[2]
 	applyYAML(t, ctx, a, webPolicy("open", "{}"))
@@ -140,6 +141,14 @@ func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rog
 	require.Positive(t, s.Unproven[a.Name], "the resurrected entries are held above A's proven watermark")
 	waitUnprovenGauge(t, ctx, fresh)
 	t.Logf("resurrect: fresh pod holds A at %s with %d unproven MCNP entries", s.Origins[a.Name], s.Unproven[a.Name])
+	// fail closed: the unproven "open" is known, so C isolates the pods it
+	// selects (a stand-in without rules), it does not leave them open
+	waitNPs(t, ctx, c, harness.ManagedSelector+",coastguard.submariner.io/origin-name=open", rogueBound,
+		func(_ []string, nps []networkingv1.NetworkPolicy) bool {
+			return len(nps) > 0 && !slices.ContainsFunc(nps, func(np networkingv1.NetworkPolicy) bool {
+				return enforcing(np) || len(np.Spec.Ingress)+len(np.Spec.Egress) > 0
+			})
+		}, "isolation-only stand-in of the unproven MCNP open")
 
 	healed := time.Now()
 	require.NoError(t, env.Heal())
@@ -150,7 +159,8 @@ func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rog
 	})
 	require.NoError(t, err, "the fresh pod after the heal: MCNPs %v, unproven %v", s.MCNPs, s.Unproven)
 	waitPolicy(t, ctx, c, "p4", true, rogueBound)
-	t.Logf("resurrect: the fresh pod dropped the deleted MCNP and enforces p4 %s after the heal", time.Since(healed).Round(time.Millisecond))
+	waitPolicy(t, ctx, c, "open", false, rogueBound) // the stand-in goes with the entry
+	t.Logf("resurrect: the fresh pod dropped the deleted MCNP and its stand-in and enforces p4 %s after the heal", time.Since(healed).Round(time.Millisecond))
 	stopB()
 	stopC()
 	return fresh
@@ -318,13 +328,25 @@ func stableOrigin(t *testing.T, ctx context.Context, d *harness.Daemon, origin s
 func waitPolicy(t *testing.T, ctx context.Context, c *harness.Cluster, name string, present bool, within time.Duration) {
 	t.Helper()
 	waitNPs(t, ctx, c, harness.ManagedSelector+",coastguard.submariner.io/origin-name="+name, within,
-		func(_ []string, nps []networkingv1.NetworkPolicy) bool { return (len(nps) > 0) == present },
+		func(_ []string, nps []networkingv1.NetworkPolicy) bool {
+			if present {
+				return slices.ContainsFunc(nps, enforcing) // the real policy, not an unproven MCNP's stand-in
+			}
+			return len(nps) == 0
+		},
 		fmt.Sprintf("generated policy of %s present=%v", name, present))
 }
 
+// enforcing reports whether np is a generated policy proper, not the
+// isolation-only stand-in of an unproven MCNP (which allows nothing).
+func enforcing(np networkingv1.NetworkPolicy) bool {
+	return np.Annotations[enforce.AnnotationUnproven] == ""
+}
+
 // neverPolicy watches c in the background for a generated NetworkPolicy of
-// the MCNP named name; the returned func stops watching and fails the test
-// if one was ever seen.
+// the MCNP named name that allows anything (an unproven MCNP's
+// isolation-only stand-in allows nothing); the returned func stops
+// watching and fails the test if one was ever seen.
 func neverPolicy(t *testing.T, ctx context.Context, c *harness.Cluster, name string) func() {
 	ctx, cancel := context.WithCancel(ctx)
 	seen := make(chan string, 1)
@@ -333,8 +355,8 @@ func neverPolicy(t *testing.T, ctx context.Context, c *harness.Cluster, name str
 		defer close(done)
 		for ctx.Err() == nil {
 			nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector+",coastguard.submariner.io/origin-name="+name)
-			if err == nil && len(nps) > 0 {
-				seen <- nps[0].Name
+			if i := slices.IndexFunc(nps, enforcing); err == nil && i >= 0 {
+				seen <- nps[i].Name
 				return
 			}
 			time.Sleep(100 * time.Millisecond)
