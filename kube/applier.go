@@ -383,7 +383,7 @@ func NewApplierMetrics(reg prometheus.Registerer) (*ApplierMetrics, error) {
 		Held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "coastguard_networkpolicy_held", Help: "Deletes or content changes of generated NetworkPolicies held back by the empty-view gate."}),
 		Unproven: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "coastguard_mcnp_unproven", Help: "MCNPs whose replicated entry is above its origin's proven watermark (not yet confirmed by the origin's signed state mark); their generated NetworkPolicies are left as they are, and created isolation-only (deny) when absent."}),
+			Name: "coastguard_mcnp_unproven", Help: "MCNPs whose replicated entry is above its origin's proven watermark (not yet confirmed by the origin's signed state mark); their generated NetworkPolicies are enforced no wider than both the proven and the unproven version (isolation-only when absent)."}),
 		Rejected: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "coastguard_networkpolicy_rejected_total", Help: "Desired NetworkPolicies refused (invalid or colliding name); only their own MCNP is affected."}),
 		Errors: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -716,10 +716,10 @@ func (a *Applier) SetHold(hold bool) {
 // origin's proven watermark: it arrived in a frame whose origin-signed
 // state mark this replica has not reproduced, so it may be a key holder's
 // resurrection or a fragment of a skipped range (docs/SECURITY.md, issue
-// 29). Their generated NetworkPolicies are left exactly as they are (not
-// changed or deleted; one not there is created isolation-only,
-// isolateUnproven) until the entry is proven or gone. Objects left alone
-// before are re-checked when the set changes.
+// 29). Their generated NetworkPolicies are not deleted, and enforced no
+// wider than both the proven and the unproven version (isolateUnproven)
+// until the entry is proven or gone. Objects left alone before are
+// re-checked when the set changes.
 func (a *Applier) SetUnproven(refs map[string]struct{}) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -764,7 +764,7 @@ func (a *Applier) frozen(key, origin string, act Action) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if _, was := a.frozenKeys[key]; !was {
-		a.log.Info("MCNP entry not proven by its origin's signed state mark yet; its generated NetworkPolicy is not changed or deleted", "key", key, "origin", origin)
+		a.log.Info("MCNP entry not proven by its origin's signed state mark yet; its generated NetworkPolicy is not deleted or widened", "key", key, "origin", origin)
 	}
 	a.frozenKeys[key] = origin
 	return true
@@ -975,7 +975,7 @@ func (a *Applier) reconcile(ctx context.Context, key string) (string, error) {
 	}
 	act, frozen := a.decide(key, origin, desired, live, broken, hold)
 	if frozen {
-		return origin, a.isolateUnproven(ctx, key, origin, act, desired, live, broken)
+		return origin, a.isolateUnproven(ctx, key, origin, act, desired, live, broken, hold)
 	}
 	wasHeld, wasForeign := a.track(key, act)
 	return origin, a.act(ctx, key, origin, act, desired, live, wasHeld, wasForeign)
@@ -1008,23 +1008,53 @@ func (a *Applier) decide(key, origin string, desired, live *networkingv1.Network
 // MCNP's generated object.
 const unprovenAnnotation = enforce.AnnotationUnproven
 
-// isolateUnproven enforces an unproven MCNP's generated object as deny
-// where no proven version of it is there (fail closed: a known policy
-// that is not proven yet must not leave the pods it selects open). The
-// stand-in (enforce.IsolationOnly) isolates those pods and allows them
-// nothing; once the entry is proven the full object replaces it, and if
-// an honest stream drops the entry it is deleted like any generated
-// object. A proven object already there is left exactly as it is.
-func (a *Applier) isolateUnproven(ctx context.Context, key, origin string, act Action, desired, live *networkingv1.NetworkPolicy, broken bool) error {
-	if act != ActionApply || desired == nil || broken || (live != nil && live.Annotations[unprovenAnnotation] == "") {
+// isolateUnproven is what an unproven MCNP's generated object may still
+// become: only less than both the proven object and the update allow (fail
+// closed: a known policy that is not proven yet must not leave the pods it
+// selects open, and an update that takes allows away must not wait for its
+// proof). Absent (or a stand-in): the stand-in (enforce.IsolationOnly),
+// which isolates the pods the update selects and allows them nothing. An
+// update that allows no more than the proven object is applied; one that
+// allows more keeps the proven object; one that is neither, on the same
+// pods, gets the stand-in; one that selects other pods keeps the proven
+// object (a stand-in would drop the isolation of the pods only it
+// selects). Under the empty-view gate nothing proven is replaced (the
+// update may be narrower only because the view is partial). The proof
+// replaces whatever was done here; an honest stream dropping the entry
+// deletes or restores it like any generated object.
+func (a *Applier) isolateUnproven(ctx context.Context, key, origin string, act Action, desired, live *networkingv1.NetworkPolicy, broken, hold bool) error {
+	if act != ActionApply || desired == nil || broken {
 		return nil
 	}
-	stand := enforce.IsolationOnly(desired)
-	if live != nil && live.Annotations[ContentHashAnnotation] == stand.Annotations[ContentHashAnnotation] {
+	target, what := unprovenTarget(desired, live, hold)
+	if target == nil || (live != nil && live.Annotations[ContentHashAnnotation] == target.Annotations[ContentHashAnnotation]) {
 		return nil
 	}
-	a.log.Info("MCNP entry not proven yet; its generated NetworkPolicy is enforced isolation-only (deny) until it is", "key", key, "origin", origin)
-	return a.apply(ctx, stand)
+	a.log.Info("MCNP entry not proven yet; enforcing "+what+" until it is", "key", key, "origin", origin)
+	return a.apply(ctx, target)
+}
+
+// unprovenTarget decides isolateUnproven: the object to apply (nil: leave
+// live as it is) and, for the log, what it is.
+func unprovenTarget(desired, live *networkingv1.NetworkPolicy, hold bool) (*networkingv1.NetworkPolicy, string) {
+	switch {
+	case live == nil || live.Annotations[unprovenAnnotation] != "":
+		return enforce.IsolationOnly(desired), "its generated NetworkPolicy isolation-only (deny)"
+	case hold || live.Annotations[ContentHashAnnotation] == desired.Annotations[ContentHashAnnotation] || Widens(desired, live):
+		return nil, ""
+	case Widens(live, desired):
+		return desired, "the update, which only takes allows away"
+	case sameSelection(desired, live):
+		return enforce.IsolationOnly(desired), "its generated NetworkPolicy isolation-only (deny) in place of the proven one"
+	}
+	return nil, ""
+}
+
+// sameSelection reports whether a and b isolate the same pods in the same
+// directions.
+func sameSelection(a, b *networkingv1.NetworkPolicy) bool {
+	x, y := NormalizedSpec(&a.Spec), NormalizedSpec(&b.Spec)
+	return apiequality.Semantic.DeepEqual(x.PodSelector, y.PodSelector) && apiequality.Semantic.DeepEqual(x.PolicyTypes, y.PolicyTypes)
 }
 
 // track records whether key is held or foreign now (and the gauges), and

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,4 +63,59 @@ func TestApplierLeavesUnprovenPoliciesAlone(t *testing.T) {
 	assert.Empty(t, np.Annotations[unprovenAnnotation], "the proven object replaced the stand-in")
 	assert.Len(t, np.Spec.Ingress, 1)
 	assert.Zero(t, testutil.ToFloat64(r.applier.metrics.Repairs), "replacing a stand-in is no repair")
+}
+
+// An unproven update of a proven generated object is enforced only as far
+// as it allows less: a narrower update at once, a wider one not at all, one
+// that is neither (same pods) as the isolation-only stand-in, and one that
+// selects other pods not at all. Under the empty-view gate nothing proven
+// is replaced.
+func TestApplierUnprovenUpdateFailsClosed(t *testing.T) {
+	blocks := func(np networkingv1.NetworkPolicy, hash string, cidrs ...string) networkingv1.NetworkPolicy {
+		var peers []networkingv1.NetworkPolicyPeer
+		for _, c := range cidrs {
+			peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: c}})
+		}
+		np.Spec.Ingress = []networkingv1.NetworkPolicyIngressRule{{From: peers}}
+		np.Annotations[ContentHashAnnotation] = hash
+		return np
+	}
+	want := func(name, hash string, cidrs ...string) networkingv1.NetworkPolicy {
+		return blocks(genNP("a", name, hash), hash, cidrs...)
+	}
+	moved := want("moved", "h2", "10.1.0.8/32")
+	moved.Spec.PodSelector.MatchLabels = map[string]string{"role": "cache"}
+	for _, hold := range []bool{false, true} {
+		t.Run(fmt.Sprintf("hold=%v", hold), func(t *testing.T) {
+			r := newApplierRig(t, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			r.run(ctx)
+			// the proven objects, applied as coastguard applies them
+			require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{want("narrow", "h1", "10.1.0.7/32", "10.1.0.8/32"),
+				want("wide", "h1", "10.1.0.7/32"), want("swap", "h1", "10.1.0.7/32"), want("moved", "h1", "10.1.0.7/32")}))
+			waitSettled(t, r.applier)
+			r.applier.SetUnproven(map[string]struct{}{"eu-1/a/narrow": {}, "eu-1/a/wide": {}, "eu-1/a/swap": {}, "eu-1/a/moved": {}})
+			r.applier.SetHold(hold)
+			require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{want("narrow", "h2", "10.1.0.8/32"),
+				want("wide", "h2", "10.1.0.7/32", "10.1.0.9/32"), want("swap", "h2", "10.1.0.8/32"), moved}))
+			waitSettled(t, r.applier)
+
+			hashes := map[string]string{}
+			for _, n := range []string{"narrow", "wide", "swap", "moved"} {
+				np, ok := r.get(t, "a", n)
+				require.True(t, ok, n)
+				hashes[n] = np.Annotations[ContentHashAnnotation]
+				if np.Annotations[unprovenAnnotation] != "" {
+					hashes[n] = "stand-in"
+					assert.Empty(t, np.Spec.Ingress, n)
+				}
+			}
+			if hold {
+				assert.Equal(t, map[string]string{"narrow": "h1", "wide": "h1", "swap": "h1", "moved": "h1"}, hashes)
+				return
+			}
+			assert.Equal(t, map[string]string{"narrow": "h2", "wide": "h1", "swap": "stand-in", "moved": "h1"}, hashes)
+		})
+	}
 }
