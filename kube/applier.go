@@ -1035,19 +1035,77 @@ func (a *Applier) isolateUnproven(ctx context.Context, key, origin string, act A
 }
 
 // unprovenTarget decides isolateUnproven: the object to apply (nil: leave
-// live as it is) and, for the log, what it is.
+// live as it is) and, for the log, what it is. An object annotated
+// unprovenAnnotation was put there by this function and allows no more
+// than the proven version did.
 func unprovenTarget(desired, live *networkingv1.NetworkPolicy, hold bool) (*networkingv1.NetworkPolicy, string) {
+	proven := live != nil && live.Annotations[unprovenAnnotation] == ""
 	switch {
-	case live == nil || live.Annotations[unprovenAnnotation] != "":
+	case live == nil:
 		return enforce.IsolationOnly(desired), "its generated NetworkPolicy isolation-only (deny)"
-	case hold || live.Annotations[ContentHashAnnotation] == desired.Annotations[ContentHashAnnotation] || Widens(desired, live):
+	case proven && (hold || live.Annotations[ContentHashAnnotation] == desired.Annotations[ContentHashAnnotation] || Widens(desired, live)):
 		return nil, ""
-	case Widens(live, desired):
+	case !sameSelection(desired, live):
+		if proven {
+			return nil, ""
+		}
+		return enforce.IsolationOnly(desired), "its generated NetworkPolicy isolation-only (deny)"
+	case proven && Widens(live, desired):
 		return desired, "the update, which only takes allows away"
-	case sameSelection(desired, live):
-		return enforce.IsolationOnly(desired), "its generated NetworkPolicy isolation-only (deny) in place of the proven one"
 	}
-	return nil, ""
+	return intersection(desired, live), "what both the proven and the unproven version allow"
+}
+
+// intersection returns desired with only the rules live also has: for each
+// pair of rules with the same ports, the peers both name (a rule without
+// peers names every peer). It allows no more than either (peers are
+// compared as written, so overlapping CIDRs count as different: less), and
+// carries unprovenAnnotation ("intersection", or "isolation-only" when no
+// rule is left).
+func intersection(desired, live *networkingv1.NetworkPolicy) *networkingv1.NetworkPolicy {
+	d, l := NormalizedSpec(&desired.Spec), NormalizedSpec(&live.Spec)
+	out := enforce.IsolationOnly(desired)
+	for _, dr := range d.Ingress {
+		for _, lr := range l.Ingress {
+			if peers, ok := commonPeers(dr.Ports, lr.Ports, dr.From, lr.From); ok {
+				out.Spec.Ingress = append(out.Spec.Ingress, networkingv1.NetworkPolicyIngressRule{Ports: dr.Ports, From: peers})
+			}
+		}
+	}
+	for _, dr := range d.Egress {
+		for _, lr := range l.Egress {
+			if peers, ok := commonPeers(dr.Ports, lr.Ports, dr.To, lr.To); ok {
+				out.Spec.Egress = append(out.Spec.Egress, networkingv1.NetworkPolicyEgressRule{Ports: dr.Ports, To: peers})
+			}
+		}
+	}
+	if len(out.Spec.Ingress)+len(out.Spec.Egress) > 0 {
+		out.Annotations[unprovenAnnotation] = "intersection"
+		out.Annotations[ContentHashAnnotation] = enforce.ContentHash(out)
+	}
+	return out
+}
+
+// commonPeers returns the peers two rules both allow, if they have the same
+// ports and share any (an empty result would read as every peer, so none
+// shared is no rule).
+func commonPeers(dPorts, lPorts []networkingv1.NetworkPolicyPort, dPeers, lPeers []networkingv1.NetworkPolicyPeer) ([]networkingv1.NetworkPolicyPeer, bool) {
+	if !apiequality.Semantic.DeepEqual(dPorts, lPorts) {
+		return nil, false
+	}
+	switch {
+	case len(dPeers) == 0:
+		return lPeers, true
+	case len(lPeers) == 0:
+		return dPeers, true
+	}
+	var common []networkingv1.NetworkPolicyPeer
+	for _, dp := range dPeers {
+		if slices.ContainsFunc(lPeers, func(lp networkingv1.NetworkPolicyPeer) bool { return apiequality.Semantic.DeepEqual(dp, lp) }) {
+			common = append(common, dp)
+		}
+	}
+	return common, len(common) > 0
 }
 
 // sameSelection reports whether a and b isolate the same pods in the same

@@ -3,6 +3,7 @@ package kube
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/coastguard-mcnp/coastguard/enforce"
 )
 
 // An MCNP whose entry is not proven by its origin's signed state mark
@@ -67,8 +71,9 @@ func TestApplierLeavesUnprovenPoliciesAlone(t *testing.T) {
 
 // An unproven update of a proven generated object is enforced only as far
 // as it allows less: a narrower update at once, a wider one not at all, one
-// that is neither (same pods) as the isolation-only stand-in, and one that
-// selects other pods not at all. Under the empty-view gate nothing proven
+// that is neither (same pods) as the rules both allow (the isolation-only
+// stand-in when they share none), and one that selects other pods not at
+// all. Under the empty-view gate nothing proven
 // is replaced.
 func TestApplierUnprovenUpdateFailsClosed(t *testing.T) {
 	blocks := func(np networkingv1.NetworkPolicy, hash string, cidrs ...string) networkingv1.NetworkPolicy {
@@ -93,29 +98,87 @@ func TestApplierUnprovenUpdateFailsClosed(t *testing.T) {
 			r.run(ctx)
 			// the proven objects, applied as coastguard applies them
 			require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{want("narrow", "h1", "10.1.0.7/32", "10.1.0.8/32"),
-				want("wide", "h1", "10.1.0.7/32"), want("swap", "h1", "10.1.0.7/32"), want("moved", "h1", "10.1.0.7/32")}))
+				want("wide", "h1", "10.1.0.7/32"), want("swap", "h1", "10.1.0.7/32"), want("moved", "h1", "10.1.0.7/32"),
+				want("both", "h1", "10.1.0.7/32", "10.1.0.8/32")}))
 			waitSettled(t, r.applier)
-			r.applier.SetUnproven(map[string]struct{}{"eu-1/a/narrow": {}, "eu-1/a/wide": {}, "eu-1/a/swap": {}, "eu-1/a/moved": {}})
+			r.applier.SetUnproven(map[string]struct{}{"eu-1/a/narrow": {}, "eu-1/a/wide": {}, "eu-1/a/swap": {}, "eu-1/a/moved": {}, "eu-1/a/both": {}})
 			r.applier.SetHold(hold)
 			require.NoError(t, r.applier.SetDesired([]networkingv1.NetworkPolicy{want("narrow", "h2", "10.1.0.8/32"),
-				want("wide", "h2", "10.1.0.7/32", "10.1.0.9/32"), want("swap", "h2", "10.1.0.8/32"), moved}))
+				want("wide", "h2", "10.1.0.7/32", "10.1.0.9/32"), want("swap", "h2", "10.1.0.8/32"), moved,
+				want("both", "h2", "10.1.0.8/32", "10.1.0.9/32")}))
 			waitSettled(t, r.applier)
 
 			hashes := map[string]string{}
-			for _, n := range []string{"narrow", "wide", "swap", "moved"} {
+			for _, n := range []string{"narrow", "wide", "swap", "moved", "both"} {
 				np, ok := r.get(t, "a", n)
 				require.True(t, ok, n)
 				hashes[n] = np.Annotations[ContentHashAnnotation]
-				if np.Annotations[unprovenAnnotation] != "" {
-					hashes[n] = "stand-in"
-					assert.Empty(t, np.Spec.Ingress, n)
+				if u := np.Annotations[unprovenAnnotation]; u != "" {
+					hashes[n] = u + " " + strings.Join(blocksOf(*np), ",")
 				}
 			}
 			if hold {
-				assert.Equal(t, map[string]string{"narrow": "h1", "wide": "h1", "swap": "h1", "moved": "h1"}, hashes)
+				assert.Equal(t, map[string]string{"narrow": "h1", "wide": "h1", "swap": "h1", "moved": "h1", "both": "h1"}, hashes)
 				return
 			}
-			assert.Equal(t, map[string]string{"narrow": "h2", "wide": "h1", "swap": "stand-in", "moved": "h1"}, hashes)
+			assert.Equal(t, map[string]string{"narrow": "h2", "wide": "h1", "swap": "isolation-only ", "moved": "h1",
+				"both": "intersection 10.1.0.8/32"}, hashes)
 		})
 	}
+}
+
+// blocksOf lists np's ipBlock CIDRs, ingress then egress.
+func blocksOf(np networkingv1.NetworkPolicy) []string {
+	var out []string
+	for _, r := range np.Spec.Ingress {
+		for _, p := range r.From {
+			if p.IPBlock != nil {
+				out = append(out, p.IPBlock.CIDR)
+			}
+		}
+	}
+	for _, r := range np.Spec.Egress {
+		for _, p := range r.To {
+			if p.IPBlock != nil {
+				out = append(out, p.IPBlock.CIDR)
+			}
+		}
+	}
+	return out
+}
+
+// intersection keeps, per pair of rules with the same ports, the peers both
+// name; a rule without peers names every peer; nothing shared is no rule
+// (never an empty peer list, which would allow everyone).
+func TestIntersection(t *testing.T) {
+	port := func(p int32) []networkingv1.NetworkPolicyPort {
+		return []networkingv1.NetworkPolicyPort{{Port: &intstr.IntOrString{IntVal: p}}}
+	}
+	peer := func(cidr string) networkingv1.NetworkPolicyPeer {
+		return networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr}}
+	}
+	np := func(in []networkingv1.NetworkPolicyIngressRule, eg []networkingv1.NetworkPolicyEgressRule) *networkingv1.NetworkPolicy {
+		p := genNP("a", "p", "h")
+		p.Spec.Ingress, p.Spec.Egress = in, eg
+		p.Spec.PolicyTypes = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+		return &p
+	}
+	live := np([]networkingv1.NetworkPolicyIngressRule{
+		{Ports: port(80), From: []networkingv1.NetworkPolicyPeer{peer("10.0.0.1/32"), peer("10.0.0.2/32")}},
+		{Ports: port(443)}, // every peer
+	}, []networkingv1.NetworkPolicyEgressRule{{Ports: port(53), To: []networkingv1.NetworkPolicyPeer{peer("10.0.0.9/32")}}})
+	desired := np([]networkingv1.NetworkPolicyIngressRule{
+		{Ports: port(80), From: []networkingv1.NetworkPolicyPeer{peer("10.0.0.2/32"), peer("10.0.0.3/32")}},
+		{Ports: port(443), From: []networkingv1.NetworkPolicyPeer{peer("10.0.0.4/32")}},
+		{Ports: port(8080)}, // live has no such port
+	}, []networkingv1.NetworkPolicyEgressRule{{Ports: port(53), To: []networkingv1.NetworkPolicyPeer{peer("10.0.0.8/32")}}})
+
+	got := intersection(desired, live)
+	assert.Equal(t, []string{"10.0.0.2/32", "10.0.0.4/32"}, blocksOf(*got))
+	require.Len(t, got.Spec.Ingress, 2)
+	assert.Empty(t, got.Spec.Egress, "no shared egress peer: no egress rule, never an empty peer list")
+	assert.Equal(t, desired.Spec.PolicyTypes, got.Spec.PolicyTypes, "egress stays isolated")
+	assert.Equal(t, "intersection", got.Annotations[unprovenAnnotation])
+	assert.Equal(t, enforce.ContentHash(got), got.Annotations[ContentHashAnnotation])
+	assert.Equal(t, "isolation-only", intersection(np(nil, nil), live).Annotations[unprovenAnnotation])
 }
