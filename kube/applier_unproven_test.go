@@ -129,19 +129,17 @@ func TestApplierUnprovenUpdateFailsClosed(t *testing.T) {
 
 // blocksOf lists np's ipBlock CIDRs, ingress then egress.
 func blocksOf(np networkingv1.NetworkPolicy) []string {
-	var out []string
+	var peers []networkingv1.NetworkPolicyPeer
 	for _, r := range np.Spec.Ingress {
-		for _, p := range r.From {
-			if p.IPBlock != nil {
-				out = append(out, p.IPBlock.CIDR)
-			}
-		}
+		peers = append(peers, r.From...)
 	}
 	for _, r := range np.Spec.Egress {
-		for _, p := range r.To {
-			if p.IPBlock != nil {
-				out = append(out, p.IPBlock.CIDR)
-			}
+		peers = append(peers, r.To...)
+	}
+	var out []string
+	for _, p := range peers {
+		if p.IPBlock != nil {
+			out = append(out, p.IPBlock.CIDR)
 		}
 	}
 	return out
