@@ -890,13 +890,14 @@ func (n *nemesis) converged(ctx context.Context, timeout time.Duration) error {
 	for _, c := range n.env.Clusters {
 		want := n.expectedBlocks(c)
 		var have []string
-		count := 0
+		count, unproven := 0, 0
 		err := harness.Eventually(ctx, timeout, 250*time.Millisecond, func(ctx context.Context) (bool, error) {
 			nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector)
 			if err != nil && !apierrors.IsNotFound(err) {
 				return false, err
 			}
 			have, count = blocksOf(nps...), len(nps)
+			unproven = len(nps) - len(slices.DeleteFunc(nps, func(np networkingv1.NetworkPolicy) bool { return !enforcing(np) }))
 			sort.Strings(have)
 			if !n.mcnpOn {
 				return count == 0, nil
@@ -907,7 +908,8 @@ func (n *nemesis) converged(ctx context.Context, timeout time.Duration) error {
 			n.mu.Lock()
 			why := explainBlocks(c.Name, have, want, n.history)
 			n.mu.Unlock()
-			return fmt.Errorf("%s did not converge within %s of the heal (%d generated policies, MCNP present=%v):\n%s", c.Name, timeout, count, n.mcnpOn, why)
+			return fmt.Errorf("%s did not converge within %s of the heal (%d generated policies, %d of them an unproven MCNP's stand-in or intersection, MCNP present=%v):\n%s",
+				c.Name, timeout, count, unproven, n.mcnpOn, why)
 		}
 	}
 	return nil
