@@ -1012,13 +1012,13 @@ const unprovenAnnotation = enforce.AnnotationUnproven
 // become: only less than both the proven object and the update allow (fail
 // closed: a known policy that is not proven yet must not leave the pods it
 // selects open, and an update that takes allows away must not wait for its
-// proof). Absent (or a stand-in): the stand-in (enforce.IsolationOnly),
-// which isolates the pods the update selects and allows them nothing. An
-// update that allows no more than the proven object is applied; one that
-// allows more keeps the proven object; one that is neither, on the same
-// pods, gets the stand-in; one that selects other pods keeps the proven
-// object (a stand-in would drop the isolation of the pods only it
-// selects). Under the empty-view gate nothing proven is replaced (the
+// proof). Absent: the stand-in (enforce.IsolationOnly), which isolates
+// the pods the update selects and allows them nothing. An update that
+// allows no more than the proven object is applied; one that allows more
+// keeps the proven object; one that is neither, on the same pods, gets
+// the rules both allow (intersection); one that selects other pods keeps
+// the proven object (a stand-in would drop the isolation of the pods only
+// it selects). Under the empty-view gate nothing proven is replaced (the
 // update may be narrower only because the view is partial). The proof
 // replaces whatever was done here; an honest stream dropping the entry
 // deletes or restores it like any generated object.
