@@ -193,7 +193,7 @@ func DecideGated(desired, live *networkingv1.NetworkPolicy, hold bool) Action {
 // complete one: an update it cannot prove wider is held by the gate.
 func Widens(desired, live *networkingv1.NetworkPolicy) bool {
 	d, l := NormalizedSpec(&desired.Spec), NormalizedSpec(&live.Spec)
-	if !apiequality.Semantic.DeepEqual(d.PodSelector, l.PodSelector) || !apiequality.Semantic.DeepEqual(d.PolicyTypes, l.PolicyTypes) {
+	if !sameNormalizedSelection(d, l) {
 		return false
 	}
 	for _, lr := range l.Ingress {
@@ -1111,7 +1111,11 @@ func commonPeers(dPorts, lPorts []networkingv1.NetworkPolicyPort, dPeers, lPeers
 // sameSelection reports whether a and b isolate the same pods in the same
 // directions.
 func sameSelection(a, b *networkingv1.NetworkPolicy) bool {
-	x, y := NormalizedSpec(&a.Spec), NormalizedSpec(&b.Spec)
+	return sameNormalizedSelection(NormalizedSpec(&a.Spec), NormalizedSpec(&b.Spec))
+}
+
+// sameNormalizedSelection is sameSelection on specs NormalizedSpec made.
+func sameNormalizedSelection(x, y *networkingv1.NetworkPolicySpec) bool {
 	return apiequality.Semantic.DeepEqual(x.PodSelector, y.PodSelector) && apiequality.Semantic.DeepEqual(x.PolicyTypes, y.PolicyTypes)
 }
 

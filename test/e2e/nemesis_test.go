@@ -897,7 +897,12 @@ func (n *nemesis) converged(ctx context.Context, timeout time.Duration) error {
 				return false, err
 			}
 			have, count = blocksOf(nps...), len(nps)
-			unproven = len(nps) - len(slices.DeleteFunc(nps, func(np networkingv1.NetworkPolicy) bool { return !enforcing(np) }))
+			unproven = 0
+			for _, np := range nps {
+				if !enforcing(np) {
+					unproven++
+				}
+			}
 			sort.Strings(have)
 			if !n.mcnpOn {
 				return count == 0, nil

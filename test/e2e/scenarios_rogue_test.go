@@ -145,9 +145,7 @@ func rogueResurrect(t *testing.T, ctx context.Context, env *harness.Env, rg *rog
 	// selects (a stand-in without rules), it does not leave them open
 	waitNPs(t, ctx, c, harness.ManagedSelector+",coastguard.submariner.io/origin-name=open", rogueBound,
 		func(_ []string, nps []networkingv1.NetworkPolicy) bool {
-			return len(nps) > 0 && !slices.ContainsFunc(nps, func(np networkingv1.NetworkPolicy) bool {
-				return enforcing(np) || len(np.Spec.Ingress)+len(np.Spec.Egress) > 0
-			})
+			return len(nps) > 0 && !slices.ContainsFunc(nps, allows)
 		}, "isolation-only stand-in of the unproven MCNP open")
 
 	healed := time.Now()
@@ -337,14 +335,21 @@ func waitPolicy(t *testing.T, ctx context.Context, c *harness.Cluster, name stri
 		fmt.Sprintf("generated policy of %s present=%v", name, present))
 }
 
-// enforcing reports whether np is a generated policy proper, not the
-// isolation-only stand-in of an unproven MCNP (which allows nothing).
+// enforcing reports whether np is a generated policy proper, not what the
+// applier enforces in its place while its MCNP is unproven (the
+// isolation-only stand-in, or the intersection of two versions).
 func enforcing(np networkingv1.NetworkPolicy) bool {
 	return np.Annotations[enforce.AnnotationUnproven] == ""
 }
 
+// allows reports whether np may allow anything: a generated policy proper,
+// or an unproven MCNP's object with rules (an intersection).
+func allows(np networkingv1.NetworkPolicy) bool {
+	return enforcing(np) || len(np.Spec.Ingress)+len(np.Spec.Egress) > 0
+}
+
 // neverPolicy watches c in the background for a generated NetworkPolicy of
-// the MCNP named name that allows anything (an unproven MCNP's
+// the MCNP named name that may allow anything (allows: an unproven MCNP's
 // isolation-only stand-in allows nothing); the returned func stops
 // watching and fails the test if one was ever seen.
 func neverPolicy(t *testing.T, ctx context.Context, c *harness.Cluster, name string) func() {
@@ -355,7 +360,7 @@ func neverPolicy(t *testing.T, ctx context.Context, c *harness.Cluster, name str
 		defer close(done)
 		for ctx.Err() == nil {
 			nps, err := c.ListNetworkPolicies(ctx, "shop", harness.ManagedSelector+",coastguard.submariner.io/origin-name="+name)
-			if i := slices.IndexFunc(nps, enforcing); err == nil && i >= 0 {
+			if i := slices.IndexFunc(nps, allows); err == nil && i >= 0 {
 				seen <- nps[i].Name
 				return
 			}
